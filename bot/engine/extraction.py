@@ -1,0 +1,130 @@
+"""Trustcall extraction: turn a person's recent turns into inserts, patches and deletes of their memories.
+
+The extractor sees the new turns plus only the existing memories most related to them (all of them while
+there are at most ``max_existing``), so its cost does not grow with the size of the collection. Every
+result is applied: a patched doc (``json_doc_id``) updates that key in place, a new doc gets a new UUID, a
+``RemoveDoc`` deletes its key and is never stored as a memory. All changes land in one store batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Awaitable, Callable
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage, SystemMessage
+from trustcall import create_extractor
+
+from bot.engine import prompts
+from bot.engine.memory import Memory, MemoryChanges, MemoryRepository
+from bot.engine.ranking import related
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TurnText:
+    """One exchange as the extractor reads it."""
+
+    author: str
+    human: str
+    ai: str
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """Everything one extraction needs: whose memories, what they said, where."""
+
+    user_id: str
+    speaker_name: str
+    new: list[TurnText]
+    context: list[TurnText] = field(default_factory=list)
+    origin: dict[str, Any] = field(default_factory=dict)
+
+
+def transcript(turns: list[TurnText]) -> str:
+    return "\n".join(f"{t.author}: {t.human}\nassistant: {t.ai}" for t in turns) or "(none)"
+
+
+class MemoryWriter:
+    """Runs Trustcall once per request and applies what it returns."""
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        *,
+        max_existing: int = 40,
+        limiter: asyncio.Semaphore | None = None,
+        on_usage: Callable[[WriteRequest, Any], Awaitable[None]] | None = None,
+    ) -> None:
+        self.extractor = create_extractor(
+            model, tools=[Memory], tool_choice="Memory", enable_inserts=True, enable_deletes=True
+        )
+        self.max_existing = max_existing
+        self.limiter = limiter or asyncio.Semaphore(8)
+        self.on_usage = on_usage
+
+    async def write(self, repo: MemoryRepository, request: WriteRequest) -> MemoryChanges:
+        """Extract from ``request`` and apply the results to the person's memories in one batch."""
+        memories = await repo.list(request.user_id)
+        new_text = transcript(request.new)
+        candidates = related(memories, new_text, self.max_existing)
+        existing = [(m.key, "Memory", {"content": m.content}) for m in candidates]
+        system = prompts.EXTRACT_SYSTEM.format(
+            speaker=request.speaker_name,
+            speaker_id=request.user_id,
+            now=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        )
+        body = prompts.EXTRACT_TRANSCRIPT.format(context=transcript(request.context), new=new_text)
+        async with self.limiter:
+            result = await self.extractor.ainvoke(
+                {"messages": [SystemMessage(content=system), HumanMessage(content=body)], "existing": existing}
+            )
+        if self.on_usage is not None:
+            for msg in result.get("messages", []):
+                await self.on_usage(request, msg)
+        return await apply_results(repo, request, result, {k for k, _, _ in existing})
+
+
+async def apply_results(
+    repo: MemoryRepository, request: WriteRequest, result: dict, known_keys: set[str]
+) -> MemoryChanges:
+    """Turn Trustcall's responses into one batch of store writes.
+
+    A patch or delete naming a key the extractor was not shown is ignored (it cannot be the person's).
+    """
+    inserts: list[tuple[str, dict]] = []
+    updates: dict[str, str] = {}
+    deletes: set[str] = set()
+    origin = {**request.origin, "source": "extraction"}
+    for response, meta in zip(result.get("responses", []), result.get("response_metadata", [])):
+        if type(response).__name__ == "RemoveDoc":
+            key = str(getattr(response, "json_doc_id", ""))
+            if key in known_keys:
+                deletes.add(key)
+            continue
+        content = str(getattr(response, "content", "")).strip()
+        if not content:
+            continue
+        doc_id = meta.get("json_doc_id")
+        if doc_id is not None and str(doc_id) in known_keys:
+            updates[str(doc_id)] = content
+        elif doc_id is None:
+            inserts.append((content, origin))
+    for key in deletes:
+        updates.pop(key, None)
+    changes = await repo.apply(
+        request.user_id,
+        inserts=inserts,
+        updates=[(k, c, origin) for k, c in updates.items()],
+        deletes=sorted(deletes),
+    )
+    if changes:
+        log.info(
+            "memories of user %s: %d inserted, %d updated, %d deleted",
+            request.user_id, len(changes.inserted), len(changes.updated), len(changes.deleted),
+        )
+    return changes

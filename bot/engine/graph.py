@@ -1,0 +1,163 @@
+"""The LangGraph graphs, exported uncompiled so production and tests compile them with their own storage.
+
+``build_chat_graph``: ``respond`` answers with one model call; ``summarize`` runs after it only when the
+thread has grown past its budget, folding older messages into a running summary (``RemoveMessage``).
+``build_memory_graph``: ``write_memory`` runs Trustcall over a person's recent turns. It is a graph of its
+own because it runs off the reply path, in the background scheduler (see ``bot.engine.scheduler``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, TypedDict
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+
+from bot.engine import prompts
+from bot.engine.extraction import MemoryWriter, WriteRequest
+from bot.engine.memory import MemoryRepository, StoredMemory
+from bot.engine.ranking import estimate_tokens, select_within_budget
+from bot.engine.state import ChatState, Speaker
+
+log = logging.getLogger(__name__)
+
+UsageCallback = Callable[[Speaker, BaseMessage], Awaitable[None]]
+
+
+@dataclass
+class ChatDeps:
+    """What the chat graph's nodes need besides the state, the store and the speaker."""
+
+    model: BaseChatModel
+    persona: str
+    memory_budget_tokens: int = 600
+    summarize_after_messages: int = 20
+    summarize_after_tokens: int = 3000
+    keep_messages: int = 6
+    dm_memories_in_servers: bool = False
+    limiter: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(8))
+    on_usage: UsageCallback | None = None
+
+
+def author_line(message: BaseMessage) -> str:
+    """A human message as the model sees it: ``[Name | user 123] text``."""
+    kw = message.additional_kwargs
+    name = kw.get("author_name", "someone")
+    return f"[{name} | user {kw.get('author_id', '?')}] {message.text}"
+
+
+def for_model(messages: list[AnyMessage]) -> list[BaseMessage]:
+    """Rebuild the history with authors inlined, so nothing Discord-specific reaches the API."""
+    out: list[BaseMessage] = []
+    for m in messages:
+        if isinstance(m, HumanMessage):
+            out.append(HumanMessage(content=author_line(m)))
+        elif isinstance(m, AIMessage):
+            out.append(AIMessage(content=m.text))
+    return out
+
+
+def visible_memories(memories: list[StoredMemory], speaker: Speaker, dm_in_servers: bool) -> list[StoredMemory]:
+    """Memories learned in DMs stay out of server prompts unless the setting allows them."""
+    if speaker.in_dm or dm_in_servers:
+        return memories
+    return [m for m in memories if m.origin.get("guild_id") != "dm"]
+
+
+def system_prompt(deps: ChatDeps, speaker: Speaker, memories: list[StoredMemory], summary: str) -> str:
+    if not speaker.use_memories:
+        block = prompts.MEMORY_DISABLED_BLOCK.format(speaker=speaker.name)
+    elif memories:
+        lines = "\n".join(f"- {m.content}" for m in memories)
+        block = prompts.MEMORY_BLOCK.format(speaker=speaker.name, memories=lines)
+    else:
+        block = prompts.NO_MEMORY_BLOCK.format(speaker=speaker.name)
+    summary_block = prompts.SUMMARY_BLOCK.format(summary=summary) if summary else ""
+    return prompts.REPLY_SYSTEM.format(
+        persona=deps.persona,
+        place=speaker.place,
+        speaker=speaker.name,
+        speaker_id=speaker.user_id,
+        memory_block=block,
+        summary_block=summary_block,
+    ).strip()
+
+
+def _recent_text(messages: list[AnyMessage], n: int = 4) -> str:
+    return "\n".join(m.text for m in messages[-n:] if isinstance(m, HumanMessage))
+
+
+def needs_summary(messages: list[AnyMessage], deps: ChatDeps) -> bool:
+    if len(messages) <= deps.keep_messages:
+        return False
+    if len(messages) > deps.summarize_after_messages:
+        return True
+    return sum(estimate_tokens(m.text) for m in messages) > deps.summarize_after_tokens
+
+
+def build_chat_graph(deps: ChatDeps) -> StateGraph:
+    """The conversation graph: ``respond`` then, when the thread is over budget, ``summarize``."""
+
+    async def call(messages: list[BaseMessage], speaker: Speaker) -> AIMessage:
+        async with deps.limiter:
+            reply = await deps.model.ainvoke(messages)
+        if deps.on_usage is not None:
+            try:
+                await deps.on_usage(speaker, reply)
+            except Exception:  # noqa: BLE001 - accounting must never cost a reply
+                log.exception("recording usage failed")
+        return reply
+
+    async def respond(state: ChatState, runtime: Runtime[Speaker]) -> dict:
+        speaker = runtime.context
+        memories: list[StoredMemory] = []
+        if speaker.use_memories and runtime.store is not None:
+            everything = await MemoryRepository(runtime.store).list(speaker.user_id)
+            shown = visible_memories(everything, speaker, deps.dm_memories_in_servers)
+            memories = select_within_budget(shown, _recent_text(state["messages"]), deps.memory_budget_tokens)
+        system = SystemMessage(content=system_prompt(deps, speaker, memories, state.get("summary", "")))
+        reply = await call([system, *for_model(state["messages"])], speaker)
+        return {"messages": [AIMessage(content=reply.text, id=reply.id)]}
+
+    async def summarize(state: ChatState, runtime: Runtime[Speaker]) -> dict:
+        messages = state["messages"]
+        fold = messages[: -deps.keep_messages]
+        summary = state.get("summary", "")
+        ask = prompts.SUMMARIZE_EXTEND.format(summary=summary) if summary else prompts.SUMMARIZE_NEW
+        result = await call([*for_model(fold), HumanMessage(content=ask)], runtime.context)
+        return {"summary": result.text, "messages": [RemoveMessage(id=m.id) for m in fold]}
+
+    def route(state: ChatState) -> str:
+        return "summarize" if needs_summary(state["messages"], deps) else END
+
+    graph = StateGraph(ChatState, context_schema=Speaker)
+    graph.add_node("respond", respond)
+    graph.add_node("summarize", summarize)
+    graph.add_edge(START, "respond")
+    graph.add_conditional_edges("respond", route, ["summarize", END])
+    graph.add_edge("summarize", END)
+    return graph
+
+
+class MemoryGraphState(TypedDict, total=False):
+    request: WriteRequest
+    changes: dict
+
+
+def build_memory_graph(writer: MemoryWriter) -> StateGraph:
+    """The background memory graph: one ``write_memory`` node that reaches the store via the runtime."""
+
+    async def write_memory(state: MemoryGraphState, runtime: Runtime) -> dict:
+        changes = await writer.write(MemoryRepository(runtime.store), state["request"])
+        return {"changes": {"inserted": changes.inserted, "updated": changes.updated, "deleted": changes.deleted}}
+
+    graph = StateGraph(MemoryGraphState)
+    graph.add_node("write_memory", write_memory)
+    graph.add_edge(START, "write_memory")
+    graph.add_edge("write_memory", END)
+    return graph

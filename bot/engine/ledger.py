@@ -1,0 +1,185 @@
+"""The bot's own small tables, beside the memory store: the memory inbox and token usage.
+
+The *inbox* is why no memory work is lost: every turn is written here before the reply is returned, and
+background extraction later reads the turns that a person has not had extracted yet. Rows that were
+extracted are kept only as a short per-thread context window, so the table is bounded by threads, not by
+turns. Everything is in SQLite, so pending work survives a crash or a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import AsyncIterator
+
+import aiosqlite
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS memory_inbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    thread_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    author TEXT NOT NULL,
+    human TEXT NOT NULL,
+    ai TEXT NOT NULL,
+    origin TEXT NOT NULL,
+    created REAL NOT NULL,
+    extracted INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS inbox_pending ON memory_inbox (user_id, thread_id, extracted);
+CREATE INDEX IF NOT EXISTS inbox_thread ON memory_inbox (thread_id, id);
+CREATE TABLE IF NOT EXISTS usage (
+    guild_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    day TEXT NOT NULL,
+    calls INTEGER NOT NULL DEFAULT 0,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (guild_id, user_id, day)
+);
+"""
+
+
+@dataclass(frozen=True)
+class InboxTurn:
+    """One recorded turn: what a person said and what the bot answered."""
+
+    id: int
+    thread_id: str
+    user_id: str
+    author: str
+    human: str
+    ai: str
+    origin: dict
+    created: float
+
+
+@dataclass(frozen=True)
+class PendingKey:
+    """A (thread, person) pair with turns waiting for extraction."""
+
+    thread_id: str
+    user_id: str
+    count: int
+    last_created: float
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    guild_id: str
+    user_id: str
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def _turn(row: tuple) -> InboxTurn:
+    return InboxTurn(row[0], row[1], row[2], row[3], row[4], row[5], json.loads(row[6]), row[7])
+
+
+_TURN_COLS = "id, thread_id, user_id, author, human, ai, origin, created"
+
+
+class Ledger:
+    """Pending memory work and usage counters on one SQLite connection (autocommit mode)."""
+
+    def __init__(self, conn: aiosqlite.Connection, *, context_window: int = 8) -> None:
+        self._conn = conn
+        self._lock = asyncio.Lock()
+        self.context_window = context_window
+
+    async def setup(self) -> None:
+        await self._conn.executescript(_SCHEMA)
+
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:
+        """One immediate transaction: all of it or none of it."""
+        async with self._lock:
+            await self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                await self._conn.execute("ROLLBACK")
+                raise
+            await self._conn.execute("COMMIT")
+
+    async def record_turn(
+        self, *, thread_id: str, user_id: str, author: str, human: str, ai: str, origin: dict
+    ) -> int:
+        """Store a finished turn for later extraction; return how many are now pending for that pair."""
+        async with self._tx() as db:
+            await db.execute(
+                "INSERT INTO memory_inbox (thread_id, user_id, author, human, ai, origin, created)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (thread_id, user_id, author, human, ai, json.dumps(origin), time.time()),
+            )
+            cur = await db.execute(
+                "SELECT COUNT(*) FROM memory_inbox WHERE thread_id=? AND user_id=? AND extracted=0",
+                (thread_id, user_id),
+            )
+            (count,) = await cur.fetchone()
+        return count
+
+    async def pending(self) -> list[PendingKey]:
+        """Every (thread, person) pair with unextracted turns, oldest activity first."""
+        cur = await self._conn.execute(
+            "SELECT thread_id, user_id, COUNT(*), MAX(created) FROM memory_inbox WHERE extracted=0"
+            " GROUP BY thread_id, user_id ORDER BY MAX(created)"
+        )
+        return [PendingKey(*row) for row in await cur.fetchall()]
+
+    async def batch(self, thread_id: str, user_id: str, context: int) -> tuple[list[InboxTurn], list[InboxTurn]]:
+        """Return (context turns before the first pending one, pending turns) for a pair."""
+        cur = await self._conn.execute(
+            f"SELECT {_TURN_COLS} FROM memory_inbox WHERE thread_id=? AND user_id=? AND extracted=0 ORDER BY id",
+            (thread_id, user_id),
+        )
+        pending = [_turn(r) for r in await cur.fetchall()]
+        if not pending or context <= 0:
+            return [], pending
+        cur = await self._conn.execute(
+            f"SELECT {_TURN_COLS} FROM memory_inbox WHERE thread_id=? AND id<? ORDER BY id DESC LIMIT ?",
+            (thread_id, pending[0].id, context),
+        )
+        before = [_turn(r) for r in reversed(await cur.fetchall())]
+        return before, pending
+
+    async def mark_extracted(self, thread_id: str, ids: list[int]) -> None:
+        """Mark turns done and trim the thread's extracted turns to the context window."""
+        if not ids:
+            return
+        async with self._tx() as db:
+            await db.executemany("UPDATE memory_inbox SET extracted=1 WHERE id=?", [(i,) for i in ids])
+            await db.execute(
+                "DELETE FROM memory_inbox WHERE thread_id=? AND extracted=1 AND id NOT IN"
+                " (SELECT id FROM memory_inbox WHERE thread_id=? ORDER BY id DESC LIMIT ?)",
+                (thread_id, thread_id, self.context_window),
+            )
+
+    async def forget_user(self, user_id: str) -> int:
+        """Remove every inbox row written by a person (part of a wipe); return the count."""
+        async with self._tx() as db:
+            cur = await db.execute("DELETE FROM memory_inbox WHERE user_id=?", (user_id,))
+            return cur.rowcount
+
+    async def record_usage(self, guild_id: str, user_id: str, prompt_tokens: int, completion_tokens: int) -> None:
+        day = time.strftime("%Y-%m-%d", time.gmtime())
+        async with self._tx() as db:
+            await db.execute(
+                "INSERT INTO usage (guild_id, user_id, day, calls, prompt_tokens, completion_tokens)"
+                " VALUES (?, ?, ?, 1, ?, ?) ON CONFLICT (guild_id, user_id, day) DO UPDATE SET"
+                " calls=calls+1, prompt_tokens=prompt_tokens+excluded.prompt_tokens,"
+                " completion_tokens=completion_tokens+excluded.completion_tokens",
+                (guild_id, user_id, day, prompt_tokens, completion_tokens),
+            )
+
+    async def usage(self) -> list[UsageRow]:
+        """Token usage summed over all days, per server and person, biggest first."""
+        cur = await self._conn.execute(
+            "SELECT guild_id, user_id, SUM(calls), SUM(prompt_tokens), SUM(completion_tokens) FROM usage"
+            " GROUP BY guild_id, user_id ORDER BY SUM(prompt_tokens + completion_tokens) DESC"
+        )
+        return [UsageRow(*row) for row in await cur.fetchall()]

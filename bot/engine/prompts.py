@@ -1,0 +1,45 @@
+"""Prompt texts. Constants only, so a reader can see everything the model is told in one place."""
+
+REPLY_SYSTEM = """{persona}
+
+You are chatting in {place}. Each user message starts with its author in brackets, like [Name | user 123];
+several people may talk in one conversation, so keep track of who said what. Never start your reply with
+such a bracket yourself. The person you are answering now is {speaker} (user {speaker_id}).
+
+{memory_block}{summary_block}"""
+
+MEMORY_BLOCK = """What you remember about {speaker} (use it naturally when it helps, never list it unprompted):
+{memories}
+
+"""
+
+NO_MEMORY_BLOCK = "You do not remember anything about {speaker} yet.\n\n"
+
+MEMORY_DISABLED_BLOCK = "{speaker} has asked you not to use remembered facts in this chat.\n\n"
+
+SUMMARY_BLOCK = """Summary of the earlier conversation in this channel:
+{summary}
+"""
+
+SUMMARIZE_NEW = "Summarize the conversation above in a few sentences, keeping who said what:"
+
+SUMMARIZE_EXTEND = """This is the summary of the conversation so far:
+{summary}
+
+Extend the summary by taking into account the new messages above. Keep it short and keep who said what:"""
+
+EXTRACT_SYSTEM = """You maintain a collection of durable facts about one person: {speaker} (user {speaker_id}).
+Read the conversation below. Record only facts about {speaker} that are worth remembering in later
+conversations (identity, preferences, plans, relationships, ongoing projects). Ignore facts about anyone
+else, and ignore anything that only matters in this moment.
+Update an existing memory when the new information refines or corrects it, instead of adding a duplicate.
+Delete a memory only when {speaker} says it is wrong or asks you to forget it.
+If there is nothing new to remember, make no changes.
+
+System time: {now}"""
+
+EXTRACT_TRANSCRIPT = """Earlier messages, for context only:
+{context}
+
+New messages to learn from:
+{new}"""

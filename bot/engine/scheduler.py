@@ -1,0 +1,138 @@
+"""Background memory extraction, debounced per (thread, person), off the reply path.
+
+A turn is recorded in the ledger before its reply is returned; this scheduler later runs the memory graph
+for that pair when the conversation has been quiet for ``quiet_seconds`` or when ``after_messages`` turns
+are waiting, whichever comes first. Pending work is in SQLite, so ``start()`` resumes whatever a previous
+process left, and ``close()`` flushes what is waiting. One person never has two extractions at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Awaitable, Callable
+
+from bot.engine.extraction import TurnText, WriteRequest
+from bot.engine.ledger import InboxTurn, Ledger
+
+log = logging.getLogger(__name__)
+
+RunWrite = Callable[[WriteRequest], Awaitable[dict]]
+OnChange = Callable[[WriteRequest, dict], Awaitable[None]]
+MAX_FAILURES = 3
+
+
+def _text(turn: InboxTurn) -> TurnText:
+    return TurnText(author=turn.author, human=turn.human, ai=turn.ai)
+
+
+class ExtractionScheduler:
+    """Decides when to extract, and makes sure each pending turn is extracted exactly once."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        run_write: RunWrite,
+        *,
+        quiet_seconds: float,
+        after_messages: int,
+        context_turns: int,
+        on_change: OnChange | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.run_write = run_write
+        self.quiet_seconds = quiet_seconds
+        self.after_messages = after_messages
+        self.context_turns = context_turns
+        self.on_change = on_change
+        self._timers: dict[tuple[str, str], asyncio.Task] = {}
+        self._user_locks: dict[str, asyncio.Lock] = {}
+        self._failures: dict[tuple[str, str], int] = {}
+        self._closed = False
+        self.runs = 0
+
+    async def start(self) -> None:
+        """Resume the work a previous process left pending."""
+        pending = await self.ledger.pending()
+        now = time.time()
+        for p in pending:
+            self._schedule(p.thread_id, p.user_id, max(0.0, p.last_created + self.quiet_seconds - now))
+        if pending:
+            log.info("resuming memory extraction for %d conversation(s)", len(pending))
+
+    def notify(self, thread_id: str, user_id: str, pending_count: int) -> None:
+        """A turn was recorded: restart the quiet timer, or extract now if enough turns are waiting."""
+        delay = 0.0 if pending_count >= self.after_messages else self.quiet_seconds
+        self._schedule(thread_id, user_id, delay)
+
+    def _schedule(self, thread_id: str, user_id: str, delay: float) -> None:
+        if self._closed:
+            return
+        key = (thread_id, user_id)
+        old = self._timers.get(key)
+        if old is not None and not old.done():
+            old.cancel()
+        self._timers[key] = asyncio.create_task(self._after(key, delay), name=f"extract:{thread_id}:{user_id}")
+
+    async def _after(self, key: tuple[str, str], delay: float) -> None:
+        await asyncio.sleep(delay)
+        # From here on the run is shielded: a newer message must not cancel an extraction half-way.
+        task = asyncio.ensure_future(self.run(*key))
+        try:
+            await asyncio.shield(task)
+        finally:
+            if self._timers.get(key) is asyncio.current_task():
+                del self._timers[key]
+
+    async def run(self, thread_id: str, user_id: str) -> dict | None:
+        """Extract a pair's pending turns now; return the changes (None when nothing was pending)."""
+        lock = self._user_locks.setdefault(user_id, asyncio.Lock())
+        async with lock:
+            before, pending = await self.ledger.batch(thread_id, user_id, self.context_turns)
+            if not pending:
+                return None
+            request = WriteRequest(
+                user_id=user_id,
+                speaker_name=pending[-1].author,
+                new=[_text(t) for t in pending],
+                context=[_text(t) for t in before],
+                origin=pending[-1].origin,
+            )
+            key = (thread_id, user_id)
+            try:
+                changes = await self.run_write(request)
+            except Exception:
+                failures = self._failures.get(key, 0) + 1
+                self._failures[key] = failures
+                if failures < MAX_FAILURES:
+                    log.exception("memory extraction failed for user %s (attempt %d), will retry", user_id, failures)
+                    self._schedule(thread_id, user_id, min(300.0, 5.0 * 2**failures))
+                    return None
+                log.exception("memory extraction failed %d times for user %s; skipping these turns", failures, user_id)
+                changes = {}
+            self._failures.pop(key, None)
+            await self.ledger.mark_extracted(thread_id, [t.id for t in pending])
+            self.runs += 1
+        if changes and any(changes.values()) and self.on_change is not None:
+            try:
+                await self.on_change(request, changes)
+            except Exception:  # noqa: BLE001 - a notification must not undo the work
+                log.exception("memory change notification failed")
+        return changes
+
+    async def flush(self) -> None:
+        """Extract everything pending now (used at shutdown and by tests and the console)."""
+        for task in list(self._timers.values()):
+            task.cancel()
+        self._timers.clear()
+        for p in await self.ledger.pending():
+            await self.run(p.thread_id, p.user_id)
+
+    async def close(self, timeout: float = 30.0) -> None:
+        """Stop scheduling and flush pending work, within ``timeout``; what is left stays in the ledger."""
+        self._closed = True
+        try:
+            await asyncio.wait_for(self.flush(), timeout)
+        except asyncio.TimeoutError:
+            log.warning("memory extraction flush timed out; the rest resumes on next start")

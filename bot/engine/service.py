@@ -1,0 +1,199 @@
+"""The engine's front door: one object the Discord cogs and the console both talk to.
+
+``reply()`` runs the chat graph for one message and returns as soon as ``respond`` has produced the
+answer; summarizing and recording the turn for memory extraction continue in the background while the
+thread stays locked, so messages in one thread are handled one at a time, in arrival order, and different
+threads run concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.graph.state import CompiledStateGraph
+
+from bot.engine.extraction import MemoryWriter, WriteRequest
+from bot.engine.graph import ChatDeps, build_chat_graph, build_memory_graph
+from bot.engine.ledger import Ledger
+from bot.engine.memory import MemoryRepository
+from bot.engine.scheduler import ExtractionScheduler, OnChange
+from bot.engine.state import Speaker
+from bot.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DeltaCallback = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The answer to one message."""
+
+    text: str
+
+
+def _usage(message: BaseMessage) -> tuple[int, int]:
+    meta = getattr(message, "usage_metadata", None) or {}
+    return int(meta.get("input_tokens", 0)), int(meta.get("output_tokens", 0))
+
+
+class ChatEngine:
+    """Conversation + memory engine over injected storage and models."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        checkpointer,
+        store,
+        ledger: Ledger,
+        chat_model,
+        memory_model=None,
+        on_memory_change: OnChange | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.checkpointer = checkpointer
+        self.ledger = ledger
+        self.memories = MemoryRepository(store)
+        self.limiter = asyncio.Semaphore(settings.model.max_concurrent_calls)
+        conv, mem = settings.conversation, settings.memory
+        self.chat_deps = ChatDeps(
+            model=chat_model,
+            persona=settings.bot.persona,
+            memory_budget_tokens=mem.prompt_budget_tokens,
+            summarize_after_messages=conv.summarize_after_messages,
+            summarize_after_tokens=conv.summarize_after_tokens,
+            keep_messages=conv.keep_messages,
+            dm_memories_in_servers=mem.dm_memories_in_servers,
+            limiter=self.limiter,
+            on_usage=self._record_usage,
+        )
+        self.graph: CompiledStateGraph = build_chat_graph(self.chat_deps).compile(
+            checkpointer=checkpointer, store=store
+        )
+        self.writer = MemoryWriter(
+            memory_model or chat_model,
+            max_existing=mem.extraction_max_existing,
+            limiter=self.limiter,
+            on_usage=self._record_extraction_usage,
+        )
+        self.memory_graph: CompiledStateGraph = build_memory_graph(self.writer).compile(store=store)
+        self.scheduler = ExtractionScheduler(
+            ledger,
+            self._write,
+            quiet_seconds=mem.extraction_quiet_seconds,
+            after_messages=mem.extraction_after_messages,
+            context_turns=mem.extraction_context_messages,
+            on_change=on_memory_change,
+        )
+        self._thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._tails: set[asyncio.Task] = set()
+
+    async def start(self) -> None:
+        """Resume pending memory work left by a previous run."""
+        await self.scheduler.start()
+
+    async def close(self) -> None:
+        """Finish in-flight turns, then flush pending memory extraction."""
+        if self._tails:
+            await asyncio.gather(*self._tails, return_exceptions=True)
+        await self.scheduler.close()
+
+    def _lock(self, thread_id: str) -> asyncio.Lock:
+        lock = self._thread_locks.get(thread_id)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._thread_locks[thread_id] = lock
+        return lock
+
+    async def reply(
+        self, thread_id: str, speaker: Speaker, text: str, *, on_delta: DeltaCallback | None = None
+    ) -> Reply:
+        """Answer ``text`` from ``speaker`` in ``thread_id``.
+
+        Returns once the answer exists (one model call); raises the model's exception if it failed, in
+        which case the thread keeps the question and stays usable. ``on_delta`` receives the text so far
+        while the model streams.
+        """
+        lock = self._lock(thread_id)
+        answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(self._turn(lock, thread_id, speaker, text, answered, on_delta))
+        self._tails.add(task)
+        task.add_done_callback(self._tails.discard)
+        return await answered
+
+    async def _turn(self, lock, thread_id, speaker, text, answered, on_delta) -> None:
+        message = HumanMessage(
+            content=text,
+            additional_kwargs={
+                "author_id": speaker.user_id,
+                "author_name": speaker.name,
+                "message_id": speaker.message_id,
+            },
+        )
+        config = {"configurable": {"thread_id": thread_id}}
+        async with lock:
+            streamed = ""
+            try:
+                async for mode, chunk in self.graph.astream(
+                    {"messages": [message]}, config, context=speaker, stream_mode=["updates", "messages"]
+                ):
+                    if mode == "messages":
+                        piece, meta = chunk
+                        if on_delta and meta.get("langgraph_node") == "respond" and piece.text:
+                            streamed += piece.text
+                            on_delta(streamed)
+                        continue
+                    if "respond" in chunk and not answered.done():
+                        ai: AIMessage = chunk["respond"]["messages"][-1]
+                        await self._after_answer(thread_id, speaker, text, ai.text)
+                        answered.set_result(Reply(text=ai.text))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller, or logged
+                if not answered.done():
+                    answered.set_exception(exc)
+                else:
+                    log.exception("finishing turn in thread %s failed after the reply", thread_id)
+                if not isinstance(exc, Exception):
+                    raise
+            if not answered.done():  # pragma: no cover - the graph always runs respond
+                answered.set_exception(RuntimeError("the graph produced no reply"))
+
+    async def _after_answer(self, thread_id: str, speaker: Speaker, human: str, ai: str) -> None:
+        """Record the turn for background extraction (before the reply is handed out: nothing is lost)."""
+        try:
+            count = await self.ledger.record_turn(
+                thread_id=thread_id,
+                user_id=speaker.user_id,
+                author=speaker.name,
+                human=human,
+                ai=ai,
+                origin=speaker.origin(),
+            )
+        except Exception:  # noqa: BLE001 - the reply still goes out; the log says what was not recorded
+            log.exception("could not record a turn for memory extraction in thread %s", thread_id)
+            return
+        self.scheduler.notify(thread_id, speaker.user_id, count)
+
+    async def _write(self, request: WriteRequest) -> dict:
+        result = await self.memory_graph.ainvoke({"request": request})
+        return result["changes"]
+
+    async def _record_usage(self, speaker: Speaker, message: BaseMessage) -> None:
+        p, c = _usage(message)
+        await self.ledger.record_usage(speaker.guild_id, speaker.user_id, p, c)
+
+    async def _record_extraction_usage(self, request: WriteRequest, message: BaseMessage) -> None:
+        p, c = _usage(message)
+        if p or c:
+            await self.ledger.record_usage(str(request.origin.get("guild_id", "dm")), request.user_id, p, c)
+
+    async def thread_state(self, thread_id: str) -> dict:
+        """The thread's current state values (messages, summary)."""
+        snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread_id}})
+        return dict(snapshot.values)

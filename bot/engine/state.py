@@ -1,0 +1,34 @@
+"""Graph state and the per-turn context the graph runs with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from langgraph.graph import MessagesState
+
+
+class ChatState(MessagesState):
+    """A thread's conversation: its recent messages plus a running summary of older ones."""
+
+    summary: str
+
+
+@dataclass(frozen=True)
+class Speaker:
+    """Who sent the message being answered and where: enough to namespace and cite memories."""
+
+    user_id: str
+    name: str
+    guild_id: str = "dm"  # a server ID, or "dm"
+    channel_id: str = ""
+    message_id: str = ""
+    place: str = "a direct message"  # human-readable, for the prompt only
+    use_memories: bool = True
+
+    @property
+    def in_dm(self) -> bool:
+        return self.guild_id == "dm"
+
+    def origin(self) -> dict[str, str]:
+        """Where a memory learned from this message came from."""
+        return {"guild_id": self.guild_id, "channel_id": self.channel_id, "message_id": self.message_id}

@@ -1,0 +1,179 @@
+"""Typed settings: non-secrets from ``config.toml``, secrets from the environment.
+
+One object, validated once at start-up. Every problem becomes a :class:`ConfigError` whose message is a
+single line naming the offending key, so ``python -m bot`` can exit with code 2 and no traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+
+class ConfigError(Exception):
+    """A configuration problem, described in one line that names the key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class BotSection(_Section):
+    persona: str = Field(min_length=1, max_length=4000, default="You are a friendly, concise assistant.")
+    data_dir: Path = Path("data")  # relative paths are resolved against the config file's folder
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class ModelSection(_Section):
+    provider: Literal["deepseek", "openai_compatible"] = "deepseek"
+    name: str = Field(min_length=1, default="deepseek-chat")
+    temperature: float = Field(ge=0.0, le=2.0, default=0.7)
+    max_output_tokens: int = Field(ge=16, le=32768, default=1024)
+    timeout_seconds: float = Field(gt=0, le=600, default=60.0)
+    max_retries: int = Field(ge=0, le=10, default=2)
+    base_url: str = ""
+    api_key_env: str = ""
+    max_concurrent_calls: int = Field(ge=1, le=1000, default=8)
+    streaming: bool = True
+
+
+class ConversationSection(_Section):
+    summarize_after_messages: int = Field(ge=4, le=1000, default=20)
+    summarize_after_tokens: int = Field(ge=200, le=100_000, default=3000)
+    keep_messages: int = Field(ge=2, le=100, default=6)
+    max_input_chars: int = Field(ge=100, le=100_000, default=4000)
+
+
+class MemorySection(_Section):
+    prompt_budget_tokens: int = Field(ge=50, le=20_000, default=600)
+    extraction_quiet_seconds: float = Field(ge=0, le=3600, default=20.0)
+    extraction_after_messages: int = Field(ge=1, le=100, default=6)
+    extraction_max_existing: int = Field(ge=1, le=500, default=40)
+    extraction_context_messages: int = Field(ge=0, le=20, default=4)
+    dm_memories_in_servers: bool = False
+
+
+class DiscordSection(_Section):
+    respond_channels: list[int] = Field(default_factory=list)
+    dev_guild_id: int | None = None
+    mod_log_channel_id: int | None = None
+    max_attachment_bytes: int = Field(ge=0, le=1_000_000, default=100_000)
+    api_base: str = ""
+
+
+class StorageSection(_Section):
+    backend: Literal["sqlite"] = "sqlite"
+
+
+class Secrets(BaseModel):
+    """Secrets read from the environment; never printed (``SecretStr``)."""
+
+    model_config = ConfigDict(frozen=True)
+    discord_token: SecretStr | None = None
+    model_api_key: SecretStr | None = None
+
+
+class Settings(_Section):
+    bot: BotSection = BotSection()
+    model: ModelSection = ModelSection()
+    conversation: ConversationSection = ConversationSection()
+    memory: MemorySection = MemorySection()
+    discord: DiscordSection = DiscordSection()
+    storage: StorageSection = StorageSection()
+    secrets: Secrets = Secrets()
+
+    @property
+    def model_base_url(self) -> str | None:
+        """The model endpoint: config wins, then ``DEEPSEEK_API_BASE`` (as langchain-deepseek does)."""
+        return self.model.base_url or None
+
+    def secret_values(self) -> list[str]:
+        """Every secret in clear, so logging can redact them."""
+        out = []
+        for s in (self.secrets.discord_token, self.secrets.model_api_key):
+            if s is not None and s.get_secret_value():
+                out.append(s.get_secret_value())
+        return out
+
+
+def _describe(err: ValidationError) -> str:
+    first = err.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    if first["type"] == "extra_forbidden":
+        return f"unknown config key '{key}'"
+    return f"invalid config key '{key}': {first['msg']}"
+
+
+def _model_key_env(model: ModelSection) -> str:
+    if model.api_key_env:
+        return model.api_key_env
+    return "DEEPSEEK_API_KEY" if model.provider == "deepseek" else ""
+
+
+def load_settings(
+    path: Path | str,
+    env: Mapping[str, str] | None = None,
+    *,
+    need_discord: bool = False,
+    need_model: bool = True,
+) -> Settings:
+    """Read, validate and return the settings, or raise ConfigError with one line.
+
+    Args:
+        path: the TOML file.
+        env: environment to read secrets from (defaults to ``os.environ``).
+        need_discord: require ``DISCORD_TOKEN`` (only the Discord bot needs it).
+        need_model: require the model's API key (shell admin commands don't).
+    """
+    env = os.environ if env is None else env
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    if "secrets" in raw:
+        raise ConfigError("unknown config key 'secrets': secrets come only from the environment")
+    try:
+        settings = Settings.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+    token = env.get("DISCORD_TOKEN", "").strip()
+    if need_discord and not token:
+        raise ConfigError("missing secret 'DISCORD_TOKEN': set it in the environment")
+    key_env = _model_key_env(settings.model)
+    key = env.get(key_env, "").strip() if key_env else ""
+    if need_model and key_env and not key:
+        raise ConfigError(f"missing secret '{key_env}': set it in the environment (model.api_key_env)")
+    if not key and settings.model.provider == "openai_compatible":
+        key = "not-needed"  # local servers usually ignore the key, the client insists on one
+    base_url = settings.model.base_url
+    if not base_url and settings.model.provider == "deepseek":
+        base_url = env.get("DEEPSEEK_API_BASE", "")
+    if settings.model.provider == "openai_compatible" and not base_url:
+        raise ConfigError("missing config key 'model.base_url': required for provider 'openai_compatible'")
+    discord = settings.discord
+    data_dir = settings.bot.data_dir
+    if not data_dir.is_absolute():  # relative to the config file, not to wherever the process started
+        data_dir = (path.parent / data_dir).resolve()
+    api_base = discord.api_base or env.get("DISCORD_API_BASE", "")
+    return settings.model_copy(
+        update={
+            "secrets": Secrets(
+                discord_token=SecretStr(token) if token else None,
+                model_api_key=SecretStr(key) if key else None,
+            ),
+            "model": settings.model.model_copy(update={"base_url": base_url}),
+            "discord": discord.model_copy(update={"api_base": api_base}),
+            "bot": settings.bot.model_copy(update={"data_dir": data_dir}),
+        }
+    )

@@ -1,0 +1,85 @@
+"""Open and close the databases in one place.
+
+The graph and the cogs only ever see a :class:`Storage`: a LangGraph checkpointer (conversation state per
+thread), a LangGraph store (memories per person) and a :class:`~bot.engine.ledger.Ledger` (the bot's own
+small tables: pending memory work, usage, preferences). Choosing the backend happens here only, keyed by
+``storage.backend`` in config, so a server database (LangGraph's Postgres saver and store) can be added
+as one more branch without touching the graph or the cogs.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import AsyncIterator
+
+import aiosqlite
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.store.base import BaseStore
+from langgraph.store.sqlite.aio import AsyncSqliteStore
+
+from bot.engine.ledger import Ledger
+from bot.settings import Settings
+
+log = logging.getLogger(__name__)
+
+CONVERSATIONS_FILE = "conversations.sqlite"
+MEMORIES_FILE = "memories.sqlite"
+
+
+@dataclass
+class Storage:
+    """Everything persistent, opened once at start-up and closed on shutdown."""
+
+    checkpointer: BaseCheckpointSaver
+    store: BaseStore
+    ledger: Ledger
+    data_dir: Path
+
+
+async def _connect(path: Path, *, autocommit: bool = True) -> aiosqlite.Connection:
+    """Open a SQLite file in WAL mode with incremental vacuum and a busy timeout.
+
+    ``auto_vacuum`` only takes effect before the first table exists, so it is set first on new files;
+    WAL lets the store, the checkpointer and the ledger read while another writes; the busy timeout turns
+    writer contention into a short wait instead of "database is locked".
+    """
+    conn = await aiosqlite.connect(path, isolation_level=None if autocommit else "DEFERRED", timeout=30.0)
+    await conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+    await conn.execute("PRAGMA journal_mode=WAL")
+    await conn.execute("PRAGMA synchronous=NORMAL")
+    await conn.execute("PRAGMA busy_timeout=30000")
+    return conn
+
+
+@asynccontextmanager
+async def open_storage(settings: Settings) -> AsyncIterator[Storage]:
+    """Open the configured backend; close every connection on exit, even after an error."""
+    if settings.storage.backend != "sqlite":  # pragma: no cover - guarded by the settings Literal
+        raise ValueError(f"unsupported storage backend {settings.storage.backend!r}")
+    data_dir = settings.bot.data_dir
+    data_dir.mkdir(parents=True, exist_ok=True)
+    # The saver commits explicitly (as its own from_conn_string does), so it gets a deferred connection;
+    # the store and the ledger issue their own BEGIN/COMMIT and need autocommit.
+    conv_conn = await _connect(data_dir / CONVERSATIONS_FILE, autocommit=False)
+    mem_conn = await _connect(data_dir / MEMORIES_FILE)
+    ledger_conn = await _connect(data_dir / MEMORIES_FILE)
+    try:
+        checkpointer = AsyncSqliteSaver(conv_conn)
+        await checkpointer.setup()
+        store = AsyncSqliteStore(mem_conn)
+        await store.setup()
+        ledger = Ledger(ledger_conn)
+        await ledger.setup()
+        log.info("storage open in %s", data_dir)
+        yield Storage(checkpointer=checkpointer, store=store, ledger=ledger, data_dir=data_dir)
+    finally:
+        for conn in (ledger_conn, mem_conn, conv_conn):
+            try:
+                await conn.close()
+            except Exception:  # noqa: BLE001 - closing must try every connection
+                log.exception("closing a database failed")
+        log.info("storage closed")

@@ -1,0 +1,159 @@
+"""Shared test fixtures: a scripted chat model (the only fake inside the engine) and real SQLite storage."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Callable
+
+import pytest
+from pydantic import Field
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.utils.function_calling import convert_to_openai_tool
+
+from bot.settings import Settings
+
+
+@dataclass
+class Call:
+    """One request the scripted model received."""
+
+    messages: list[BaseMessage]
+    kwargs: dict[str, Any]
+
+    @property
+    def system(self) -> str:
+        return "\n".join(m.text for m in self.messages if isinstance(m, SystemMessage))
+
+    @property
+    def prompt_text(self) -> str:
+        return "\n".join(m.text for m in self.messages)
+
+    @property
+    def is_extraction(self) -> bool:
+        return bool(self.kwargs.get("tools"))
+
+
+Script = Callable[[Call], AIMessage | str]
+
+
+def _usage(text: str, out: str) -> dict:
+    i, o = max(1, len(text) // 4), max(1, len(out) // 4)
+    return {"input_tokens": i, "output_tokens": o, "total_tokens": i + o}
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A chat model whose answers come from a Python function; it records every call it gets."""
+
+    script: Any = None
+    calls: list = Field(default_factory=list)
+
+    def __init__(self, script: Script, **kw: Any) -> None:
+        super().__init__(script=script, **kw)
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def bind_tools(self, tools, *, tool_choice=None, **kwargs):
+        formatted = [convert_to_openai_tool(t) for t in tools]
+        return self.bind(tools=formatted, tool_choice=tool_choice, **kwargs)
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs) -> ChatResult:
+        call = Call(list(messages), kwargs)
+        self.calls.append(call)
+        out = self.script(call)
+        if isinstance(out, str):
+            out = AIMessage(content=out)
+        out.usage_metadata = _usage(call.prompt_text, out.text)
+        return ChatResult(generations=[ChatGeneration(message=out)])
+
+    @property
+    def chat_calls(self) -> list[Call]:
+        return [c for c in self.calls if not c.is_extraction]
+
+    @property
+    def extraction_calls(self) -> list[Call]:
+        return [c for c in self.calls if c.is_extraction]
+
+
+def tool_call(name: str, args: dict, n: int = 0) -> dict:
+    return {"name": name, "args": args, "id": f"call_{name}_{n}", "type": "tool_call"}
+
+
+FACT = re.compile(r"(my name is [\w ]+|i (?:also )?(?:like|enjoy|love|live|work)[\w ,']*)", re.IGNORECASE)
+
+
+def new_section(call: Call) -> str:
+    """The 'new messages' part of an extraction prompt."""
+    body = call.messages[-1].text if call.messages else ""
+    return body.split("New messages to learn from:", 1)[-1]
+
+
+def fact_lines(call: Call) -> list[str]:
+    """Facts a person stated in the new messages of an extraction prompt (only human lines)."""
+    facts = []
+    for line in new_section(call).splitlines():
+        if line.startswith("assistant:") or ":" not in line:
+            continue
+        said = line.split(":", 1)[1]
+        facts += [m.group(1).strip().rstrip(".") for m in FACT.finditer(said)]
+    return facts
+
+
+def default_script(call: Call) -> AIMessage | str:
+    """Chat: a short echo. Extraction: one Memory insert per stated fact."""
+    if call.is_extraction:
+        facts = fact_lines(call)
+        return AIMessage(content="", tool_calls=[tool_call("Memory", {"content": f}, i) for i, f in enumerate(facts)])
+    if any("Summarize" in m.text or "Extend the summary" in m.text for m in call.messages[-1:]):
+        return "SUMMARY: " + " / ".join(m.text[:40] for m in call.messages[:-1])
+    last = next((m.text for m in reversed(call.messages) if isinstance(m, HumanMessage)), "")
+    return f"reply to {last[-60:]}"
+
+
+@pytest.fixture
+def scripted_model() -> ScriptedChatModel:
+    return ScriptedChatModel(default_script)
+
+
+def make_settings(data_dir: Path, **sections: dict) -> Settings:
+    """Settings for tests: defaults, a temp data dir, quick extraction, and any section overrides."""
+    raw: dict[str, dict] = {
+        "bot": {"data_dir": str(data_dir), "persona": "You are TestBot."},
+        "memory": {"extraction_quiet_seconds": 3600, "extraction_after_messages": 100},
+    }
+    for name, values in sections.items():
+        raw.setdefault(name, {}).update(values)
+    return Settings.model_validate(raw)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return make_settings(tmp_path / "data")
+
+
+@asynccontextmanager
+async def running_engine(settings: Settings, model: BaseChatModel, **kw: Any) -> AsyncIterator["ChatEngine"]:
+    """A real engine on real SQLite files under the settings' data dir; closed (and flushed) on exit."""
+    from bot.engine.service import ChatEngine
+    from bot.storage import open_storage
+
+    async with open_storage(settings) as storage:
+        engine = ChatEngine(
+            settings=settings,
+            checkpointer=storage.checkpointer,
+            store=storage.store,
+            ledger=storage.ledger,
+            chat_model=model,
+            **kw,
+        )
+        await engine.start()
+        try:
+            yield engine
+        finally:
+            await engine.close()
