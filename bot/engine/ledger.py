@@ -159,10 +159,16 @@ class Ledger:
                 (thread_id, thread_id, self.context_window),
             )
 
-    async def forget_user(self, user_id: str) -> int:
-        """Remove every inbox row written by a person (part of a wipe); return the count."""
+    async def forget_user(self, user_id: str, *, guild_id: str | None = None) -> int:
+        """Remove a person's inbox rows (all, or those from one server); return the count."""
         async with self._tx() as db:
-            cur = await db.execute("DELETE FROM memory_inbox WHERE user_id=?", (user_id,))
+            if guild_id is None:
+                cur = await db.execute("DELETE FROM memory_inbox WHERE user_id=?", (user_id,))
+            else:
+                cur = await db.execute(
+                    "DELETE FROM memory_inbox WHERE user_id=? AND json_extract(origin, '$.guild_id')=?",
+                    (user_id, guild_id),
+                )
             return cur.rowcount
 
     async def record_usage(self, guild_id: str, user_id: str, prompt_tokens: int, completion_tokens: int) -> None:

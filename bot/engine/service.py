@@ -197,3 +197,20 @@ class ChatEngine:
         """The thread's current state values (messages, summary)."""
         snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread_id}})
         return dict(snapshot.values)
+
+
+def create_engine(settings: Settings, storage, *, chat_model=None, on_memory_change: OnChange | None = None) -> ChatEngine:
+    """Build the engine over opened storage, with the configured model unless one is given."""
+    from bot.engine.model import build_chat_model
+
+    model = chat_model or build_chat_model(settings)
+    memory_model = chat_model or build_chat_model(settings, streaming=False)
+    return ChatEngine(
+        settings=settings,
+        checkpointer=storage.checkpointer,
+        store=storage.store,
+        ledger=storage.ledger,
+        chat_model=model,
+        memory_model=memory_model,
+        on_memory_change=on_memory_change,
+    )

@@ -1,0 +1,68 @@
+"""Configuration: the shipped file is valid, and every bad input stops start-up with one line and exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.settings import ConfigError, load_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {"DISCORD_TOKEN": "tok-abcdef", "DEEPSEEK_API_KEY": "sk-test-123456"}
+
+
+def test_shipped_config_is_valid_and_resolves_data_dir():
+    settings = load_settings(ROOT / "config.toml", ENV, need_discord=True)
+    assert settings.model.provider == "deepseek"
+    assert settings.bot.data_dir == ROOT / "data"
+    assert settings.secrets.discord_token.get_secret_value() == "tok-abcdef"
+    assert "tok-abcdef" not in repr(settings)
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "needle"),
+    [
+        ("[model]\ntempreture = 1\n", ENV, "'model.tempreture'"),
+        ("[model]\ntemperature = 'hot'\n", ENV, "'model.temperature'"),
+        ("[model]\ntemperature = 9.0\n", ENV, "'model.temperature'"),
+        ("[nonsense]\nx = 1\n", ENV, "'nonsense'"),
+        ("[memory]\nprompt_budget_tokens = -5\n", ENV, "'memory.prompt_budget_tokens'"),
+        ("", {"DEEPSEEK_API_KEY": "sk-x-123456"}, "'DISCORD_TOKEN'"),
+        ("", {"DISCORD_TOKEN": "tok-abcdef"}, "'DEEPSEEK_API_KEY'"),
+        ("[model]\nprovider = 'openai_compatible'\n", ENV, "'model.base_url'"),
+        ("[secrets]\ndiscord_token = 'x'\n", ENV, "'secrets'"),
+        ("[model\n", ENV, "not valid TOML"),
+    ],
+)
+def test_bad_config_names_the_key(tmp_path, text, env, needle):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_settings(path, env, need_discord=True)
+    assert needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_openai_compatible_uses_named_key_env(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[model]\nprovider = 'openai_compatible'\nbase_url = 'http://127.0.0.1:1/v1'\napi_key_env = 'LOCAL_KEY'\n")
+    s = load_settings(path, {"LOCAL_KEY": "local-secret"})
+    assert s.secrets.model_api_key.get_secret_value() == "local-secret"
+    with pytest.raises(ConfigError, match="'LOCAL_KEY'"):
+        load_settings(path, {})
+
+
+def test_process_exits_2_with_one_line_and_no_traceback(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[discord]\nrespond_chanels = [1]\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bot", "--config", str(path)],
+        capture_output=True, text=True, cwd=ROOT, env={"PATH": "/usr/bin:/bin", **ENV}, timeout=60,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines == ["config error: unknown config key 'discord.respond_chanels'"]
+    assert "Traceback" not in proc.stderr
