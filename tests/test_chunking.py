@@ -1,0 +1,57 @@
+"""Reply splitting: Discord's 2,000-character limit, paragraph-first cuts, balanced code fences."""
+
+from __future__ import annotations
+
+import random
+
+from bot.chunking import split_message
+
+
+def fences_balanced(part: str) -> bool:
+    return sum(1 for line in part.split("\n") if line.strip().startswith("```")) % 2 == 0
+
+
+def test_short_text_is_one_part():
+    assert split_message("hello") == ["hello"]
+    assert split_message("") == []
+
+
+def test_5000_characters_become_three_parts_with_balanced_fences():
+    random.seed(7)
+    paragraphs = []
+    while sum(len(p) + 2 for p in paragraphs) < 5000:
+        if len(paragraphs) % 4 == 2:
+            code = "\n".join(f"    value_{i} = compute({i})  # step" for i in range(random.randint(5, 30)))
+            paragraphs.append(f"```python\n{code}\n```")
+        else:
+            paragraphs.append(" ".join(random.choice(["memory", "discord", "bakery", "bike"]) for _ in range(40)))
+    text = "\n\n".join(paragraphs)[:5000].rstrip()
+    if not fences_balanced(text):
+        text += "\n```"
+    parts = split_message(text)
+    assert len(parts) == 3
+    assert all(len(p) <= 2000 for p in parts)
+    assert all(fences_balanced(p) for p in parts)
+
+
+def test_cut_inside_code_block_closes_and_reopens_with_language():
+    code = "\n".join(f"print({i})" + " " * 30 for i in range(200))
+    parts = split_message(f"Here:\n```python\n{code}\n```\nDone.")
+    assert len(parts) >= 2
+    assert parts[0].endswith("```") and parts[1].startswith("```python\n")
+    assert all(len(p) <= 2000 and fences_balanced(p) for p in parts)
+    rebuilt = "".join(p for p in parts)
+    assert rebuilt.count("print(") == 200
+
+
+def test_prefers_paragraph_boundaries():
+    a, b = "a" * 1200, "b" * 1200
+    parts = split_message(f"{a}\n\n{b}")
+    assert parts == [a, b]
+
+
+def test_a_single_huge_line_is_cut_at_spaces():
+    words = " ".join(["word"] * 1500)
+    parts = split_message(words)
+    assert all(len(p) <= 2000 for p in parts)
+    assert " ".join(parts).split() == words.split()
