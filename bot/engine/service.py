@@ -150,10 +150,11 @@ class ChatEngine:
                             streamed += piece.text
                             on_delta(streamed)
                         continue
-                    if "respond" in chunk and not answered.done():
+                    if "respond" in chunk:
                         ai: AIMessage = chunk["respond"]["messages"][-1]
                         await self._after_answer(thread_id, speaker, text, ai.text)
-                        answered.set_result(Reply(text=ai.text))
+                        if not answered.done():  # the caller may have given up waiting
+                            answered.set_result(Reply(text=ai.text))
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, or logged
                 if not answered.done():
                     answered.set_exception(exc)

@@ -1,0 +1,126 @@
+"""The Discord side of the process: the ``commands.Bot`` subclass and ``run_discord``.
+
+Storage and the engine are opened in ``run_discord`` and handed to the bot; extensions load in
+``setup_hook``; slash commands are synced only when their fingerprint changes (or on ``python -m bot
+sync``); SIGTERM and SIGINT close the bot, flush pending memory work and close the databases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import signal
+from pathlib import Path
+
+import discord
+from discord.ext import commands
+
+from bot.engine.service import ChatEngine, create_engine
+from bot.settings import Settings
+from bot.storage import Storage, open_storage
+
+log = logging.getLogger(__name__)
+
+EXTENSIONS = ("cogs.errors", "cogs.chat", "cogs.memories", "cogs.moderation")
+FINGERPRINT_FILE = "commands.sha256"
+
+
+def bot_intents() -> discord.Intents:
+    """Guilds, guild and DM messages, and the privileged Message Content intent (see README)."""
+    intents = discord.Intents.none()
+    intents.guilds = True
+    intents.guild_messages = True
+    intents.dm_messages = True
+    intents.message_content = True
+    return intents
+
+
+class MemoryBot(commands.Bot):
+    """The bot: dependencies in, extensions loaded in ``setup_hook``. Works unchanged when sharded."""
+
+    def __init__(
+        self, *, settings: Settings, engine: ChatEngine, storage: Storage, force_sync: bool = False, **kwargs
+    ) -> None:
+        super().__init__(
+            command_prefix=commands.when_mentioned,
+            intents=bot_intents(),
+            allowed_mentions=discord.AllowedMentions.none(),
+            help_command=None,
+            chunk_guilds_at_startup=False,
+            **kwargs,
+        )
+        self.settings = settings
+        self.engine = engine
+        self.storage = storage
+        self.force_sync = force_sync
+
+    async def setup_hook(self) -> None:
+        for ext in EXTENSIONS:
+            await self.load_extension(ext)
+        await self.engine.start()
+        await self.sync_commands()
+
+    def command_fingerprint(self, guild: discord.abc.Snowflake | None = None) -> str:
+        """A hash of the command tree as Discord would receive it."""
+        payload = [c.to_dict(self.tree) for c in self.tree.get_commands(guild=guild)]
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+    async def sync_commands(self) -> None:
+        """Push slash commands when they changed since the last sync (or when forced)."""
+        path = Path(self.settings.bot.data_dir) / FINGERPRINT_FILE
+        known = path.read_text().split() if path.exists() else []
+        targets: list[discord.Object | None] = [None]
+        if self.settings.discord.dev_guild_id:
+            dev = discord.Object(id=self.settings.discord.dev_guild_id)
+            self.tree.copy_global_to(guild=dev)
+            targets.append(dev)
+        fingerprints = []
+        for guild in targets:
+            fp = f"{guild.id if guild else 'global'}:{self.command_fingerprint(guild)}"
+            fingerprints.append(fp)
+            if self.force_sync or fp not in known:
+                synced = await self.tree.sync(guild=guild)
+                log.info("synced %d slash commands %s", len(synced), f"to guild {guild.id}" if guild else "globally")
+        path.write_text("\n".join(fingerprints))
+
+    async def on_ready(self) -> None:
+        log.info("logged in as %s (%s) in %d servers", self.user, getattr(self.user, "id", "?"), len(self.guilds))
+
+    async def close(self) -> None:
+        """Stop taking messages, finish and flush memory work, then disconnect."""
+        try:
+            await self.engine.close()
+        except Exception:  # noqa: BLE001 - shutting down must go on
+            log.exception("flushing the engine failed")
+        await super().close()
+
+
+async def run_discord(settings: Settings, *, sync_only: bool = False) -> int:
+    """Open storage, build the engine and the bot, run until stopped; return an exit code."""
+    if settings.discord.api_base:
+        discord.http.Route.BASE = settings.discord.api_base.rstrip("/")  # a local Discord-compatible server
+    token = settings.secrets.discord_token.get_secret_value() if settings.secrets.discord_token else ""
+    async with open_storage(settings) as storage:
+        engine = create_engine(settings, storage, on_memory_change=None)
+        bot = MemoryBot(settings=settings, engine=engine, storage=storage, force_sync=sync_only)
+        async with bot:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                try:
+                    loop.add_signal_handler(sig, lambda: asyncio.ensure_future(bot.close()))
+                except (NotImplementedError, RuntimeError):  # pragma: no cover - non-Unix
+                    pass
+            try:
+                if sync_only:
+                    await bot.login(token)  # runs setup_hook, which syncs
+                    return 0
+                await bot.start(token)
+            except discord.LoginFailure:
+                log.error("Discord rejected the token in DISCORD_TOKEN")
+                return 1
+            except discord.PrivilegedIntentsRequired:
+                log.error("enable the Message Content intent for this bot in the Developer Portal (see README)")
+                return 1
+    return 0

@@ -1,0 +1,90 @@
+"""Sending a reply the Discord way: typing while thinking, streamed edits, split parts, no pings.
+
+Not an extension: a helper the chat cog uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import discord
+
+from bot.chunking import split_message
+
+log = logging.getLogger(__name__)
+
+NO_PINGS = discord.AllowedMentions.none()
+EDIT_INTERVAL = 1.1  # seconds between edits of a streaming message (Discord's edit rate limits)
+CURSOR = " \u258c"
+
+
+class ReplyWriter:
+    """Delivers one answer as a reply to ``trigger``: streamed into one message, then split if needed."""
+
+    def __init__(self, trigger: discord.Message, *, streaming: bool) -> None:
+        self.trigger = trigger
+        self.streaming = streaming
+        self.first: discord.Message | None = None
+        self._latest = ""
+        self._shown = ""
+        self._last_edit = 0.0
+        self._flusher: asyncio.Task | None = None
+        self._lock = asyncio.Lock()
+
+    def on_delta(self, text_so_far: str) -> None:
+        """Called by the engine while the model streams; edits happen on a timer, never per token."""
+        if not self.streaming:
+            return
+        self._latest = text_so_far
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        wait = max(0.0, self._last_edit + EDIT_INTERVAL - time.monotonic())
+        await asyncio.sleep(wait)
+        async with self._lock:
+            preview = split_message(self._latest)[:1]
+            if not preview or preview[0] == self._shown:
+                return
+            text = preview[0]
+            shown = text if len(text) + len(CURSOR) > 2000 else text + CURSOR
+            try:
+                if self.first is None:
+                    self.first = await self.trigger.reply(shown, allowed_mentions=NO_PINGS, mention_author=False)
+                else:
+                    await self.first.edit(content=shown, allowed_mentions=NO_PINGS)
+                self._shown = text
+            except discord.HTTPException:
+                log.warning("a streaming edit failed; the final text will still be sent", exc_info=True)
+            self._last_edit = time.monotonic()
+
+    async def finish(self, text: str) -> list[discord.Message]:
+        """Send (or complete) the final answer: every part at most 2,000 characters."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+        async with self._lock:
+            parts = split_message(text) or ["(no answer)"]
+            sent: list[discord.Message] = []
+            if self.first is not None:
+                await self.first.edit(content=parts[0], allowed_mentions=NO_PINGS)
+                sent.append(self.first)
+            else:
+                sent.append(await self.trigger.reply(parts[0], allowed_mentions=NO_PINGS, mention_author=False))
+            for part in parts[1:]:
+                sent.append(await self.trigger.channel.send(part, allowed_mentions=NO_PINGS))
+            return sent
+
+    async def fail(self, notice: str) -> None:
+        """Replace whatever was streamed with a short apology (or send one)."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+        async with self._lock:
+            try:
+                if self.first is not None:
+                    await self.first.edit(content=notice, allowed_mentions=NO_PINGS)
+                else:
+                    await self.trigger.reply(notice, allowed_mentions=NO_PINGS, mention_author=False)
+            except discord.HTTPException:
+                log.warning("could not send the apology", exc_info=True)

@@ -1,0 +1,142 @@
+"""Conversations: which messages the bot answers, what the model is given, and how replies go out.
+
+It answers in DMs; in servers when @mentioned, when someone replies to one of its messages, and in every
+message of the channels (or threads of the channels) listed in ``discord.respond_channels``. Never to
+itself, other bots, webhooks or system messages. ``thread_id`` is the channel's ID (a thread's own ID, a
+DM channel's ID); ``user_id`` is the author's ID.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import weakref
+
+import discord
+from discord.ext import commands
+
+from bot.client import MemoryBot
+from bot.engine.state import Speaker
+from cogs._replying import ReplyWriter
+
+log = logging.getLogger(__name__)
+
+APOLOGY = "Sorry, I couldn't come up with an answer just now. Please try again in a moment."
+TEXT_TYPES = ("text/", "application/json", "application/xml", "application/x-yaml", "application/toml")
+TEXT_SUFFIXES = (".txt", ".md", ".py", ".json", ".csv", ".log", ".yaml", ".yml", ".toml", ".ini", ".js", ".ts",
+                 ".html", ".css", ".xml", ".sh", ".rs", ".go", ".java", ".c", ".h", ".cpp", ".sql")
+_SAFE_NAME = re.compile(r"[\[\]\n\r|`]")
+
+
+def speaker_name(member: discord.abc.User) -> str:
+    """The display name, cleaned so it cannot forge the ``[Name | user ID]`` author tags."""
+    return _SAFE_NAME.sub("", member.display_name).strip()[:64] or f"user {member.id}"
+
+
+class Chat(commands.Cog):
+    """Answers messages with the engine."""
+
+    def __init__(self, bot: MemoryBot) -> None:
+        self.bot = bot
+        self.engine = bot.engine
+        self.config = bot.settings.discord
+        self.max_chars = bot.settings.conversation.max_input_chars
+        self.streaming = bot.settings.model.streaming
+        self.deadline = bot.settings.model.timeout_seconds * (bot.settings.model.max_retries + 1) + 15
+        self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def should_answer(self, message: discord.Message) -> bool:
+        """Whether this message is addressed to the bot (see module docstring)."""
+        me = self.bot.user
+        if me is None or message.author.bot or message.webhook_id is not None or message.author.id == me.id:
+            return False
+        if message.type not in (discord.MessageType.default, discord.MessageType.reply):
+            return False
+        if message.guild is None:
+            return True
+        channel = message.channel
+        listed = set(self.config.respond_channels)
+        if channel.id in listed or getattr(channel, "parent_id", None) in listed:
+            return True
+        if me in message.mentions:
+            return True
+        ref = message.reference
+        resolved = ref.resolved if ref is not None else None
+        return isinstance(resolved, discord.Message) and resolved.author.id == me.id
+
+    async def build_input(self, message: discord.Message) -> str:
+        """The message text for the model: own mention removed, text attachments read, long input cut."""
+        me = self.bot.user
+        text = message.content
+        if me is not None:
+            text = re.sub(rf"<@!?{me.id}>", "", text)
+        text = text.strip()
+        for attachment in message.attachments:
+            text += await self._attachment_text(attachment)
+        if len(text) > self.max_chars:
+            cut = len(text) - self.max_chars
+            text = text[: self.max_chars] + f"\n[note: the message was cut here; {cut} more characters were not shown]"
+        return text.strip()
+
+    async def _attachment_text(self, attachment: discord.Attachment) -> str:
+        kind = attachment.content_type or "unknown type"
+        is_text = kind.startswith(TEXT_TYPES) or attachment.filename.lower().endswith(TEXT_SUFFIXES)
+        if is_text and attachment.size <= self.config.max_attachment_bytes:
+            try:
+                data = await attachment.read()
+                body = data.decode("utf-8", errors="replace").replace("```", "'''")
+                return f"\n\n[attached file {attachment.filename}]\n```\n{body}\n```"
+            except (discord.HTTPException, discord.NotFound):
+                log.warning("could not download attachment %s", attachment.id)
+        reason = "too large to read" if is_text else "not a text file"
+        return f"\n\n[attached {attachment.filename} ({kind}, {attachment.size} bytes): {reason}, not shown]"
+
+    def speaker(self, message: discord.Message) -> Speaker:
+        channel = message.channel
+        if message.guild is None:
+            place = "a direct message with them"
+        else:
+            place = f"#{getattr(channel, 'name', 'channel')} on the server {message.guild.name}"
+        return Speaker(
+            user_id=str(message.author.id),
+            name=speaker_name(message.author),
+            guild_id=str(message.guild.id) if message.guild else "dm",
+            channel_id=str(channel.id),
+            message_id=str(message.id),
+            place=place,
+        )
+
+    @commands.Cog.listener()
+    async def on_message(self, message: discord.Message) -> None:
+        if not self.should_answer(message):
+            return
+        lock = self._locks.get(message.channel.id)
+        if lock is None:
+            lock = self._locks[message.channel.id] = asyncio.Lock()
+        async with lock:  # taken before any await: one channel's messages are handled in arrival order
+            await self.answer(message)
+
+    async def answer(self, message: discord.Message) -> None:
+        text = await self.build_input(message)
+        if not text:
+            text = "(the message was empty: they only mentioned you)"
+        writer = ReplyWriter(message, streaming=self.streaming)
+        try:
+            async with message.channel.typing():
+                reply = await asyncio.wait_for(
+                    self.engine.reply(str(message.channel.id), self.speaker(message), text, on_delta=writer.on_delta),
+                    self.deadline,
+                )
+        except Exception as exc:  # noqa: BLE001 - the user gets an apology, the log the details
+            log.error("answering message %s in channel %s failed: %r", message.id, message.channel.id, exc, exc_info=exc)
+            await writer.fail(APOLOGY)
+            return
+        try:
+            await writer.finish(reply.text)
+        except discord.HTTPException:
+            log.exception("sending the reply to message %s failed", message.id)
+
+
+async def setup(bot: MemoryBot) -> None:
+    await bot.add_cog(Chat(bot))

@@ -1,0 +1,66 @@
+"""The one home for app-command errors: a clear ephemeral sentence for the user, a traceback for the log."""
+
+from __future__ import annotations
+
+import logging
+
+import discord
+from discord import app_commands
+from discord.ext import commands
+
+from bot.client import MemoryBot
+
+log = logging.getLogger(__name__)
+
+GENERIC = "Something went wrong on my side. It has been logged; please try again later."
+
+
+def _permission_names(perms: list[str]) -> str:
+    return ", ".join(p.replace("_", " ").replace("guild", "server").title() for p in perms)
+
+
+def user_message(error: app_commands.AppCommandError) -> str | None:
+    """The sentence for errors the user can act on; None for the ones that are our fault."""
+    if isinstance(error, app_commands.MissingPermissions):
+        return f"You need the {_permission_names(error.missing_permissions)} permission to use this command."
+    if isinstance(error, app_commands.BotMissingPermissions):
+        return f"I need the {_permission_names(error.missing_permissions)} permission here to do that."
+    if isinstance(error, app_commands.NoPrivateMessage):
+        return "This command only works in a server."
+    if isinstance(error, app_commands.CommandOnCooldown):
+        return f"Slow down a little: try again in {error.retry_after:.0f} seconds."
+    if isinstance(error, app_commands.CheckFailure):
+        return "You can't use this command here."
+    return None
+
+
+class Errors(commands.Cog):
+    """Installs the tree's error handler on load and restores the default on unload."""
+
+    def __init__(self, bot: MemoryBot) -> None:
+        self.bot = bot
+        self._previous = bot.tree.on_error
+
+    async def cog_load(self) -> None:
+        self.bot.tree.on_error = self.on_app_command_error
+
+    async def cog_unload(self) -> None:
+        self.bot.tree.on_error = self._previous
+
+    async def on_app_command_error(self, interaction: discord.Interaction, error: app_commands.AppCommandError) -> None:
+        text = user_message(error)
+        if text is None:
+            name = interaction.command.qualified_name if interaction.command else "?"
+            log.error("app command /%s failed", name, exc_info=error)
+            text = GENERIC
+        try:
+            if interaction.response.is_done():
+                await interaction.followup.send(text, ephemeral=True)
+            else:
+                await interaction.response.send_message(text, ephemeral=True)
+        except discord.HTTPException:
+            log.warning("could not tell the user about an error", exc_info=True)
+
+
+async def setup(bot: MemoryBot) -> None:
+    await bot.add_cog(Errors(bot))

@@ -1,0 +1,82 @@
+"""``/purge-memories``: a moderator removes what the bot learned about a member in this server.
+
+What a purge removes (and why): the member's memories that were learned in *this* server, plus their
+turns from this server still waiting for extraction. A moderator's authority is per server, so a purge
+never touches what the member told the bot in DMs or in other servers; the member can wipe everything
+themselves with ``/memories wipe``. The command is a top-level command because Discord ignores default
+permissions on subcommands; it needs Manage Messages both as a default permission (hidden from others
+in the client) and as a real check on every invocation (the client-side setting can be overridden).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+
+import discord
+from discord import app_commands
+from discord.ext import commands
+
+from bot.client import MemoryBot
+from bot.engine.erasure import erase_person
+from cogs.views import confirm
+
+log = logging.getLogger(__name__)
+audit = logging.getLogger("bot.audit")
+
+
+class Moderation(commands.Cog):
+    """Moderator tools."""
+
+    def __init__(self, bot: MemoryBot) -> None:
+        self.bot = bot
+
+    @app_commands.command(name="purge-memories")
+    @app_commands.describe(member="The member whose memories from this server should be removed")
+    @app_commands.guild_only()
+    @app_commands.default_permissions(manage_messages=True)
+    @app_commands.checks.has_permissions(manage_messages=True)
+    async def purge_memories(self, interaction: discord.Interaction, member: discord.User) -> None:
+        """Remove everything I learned about a member in this server (moderators only)."""
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        guild = interaction.guild
+        assert guild is not None  # guild_only
+        memories = [m for m in await self.bot.engine.memories.list(member.id) if m.origin.get("guild_id") == str(guild.id)]
+        ok, button = await confirm(
+            interaction,
+            f"Remove the {len(memories)} memories I learned about {member.mention} in this server? This cannot be undone.",
+            confirm_label="Purge",
+        )
+        if not ok:
+            if button is not None:
+                await button.response.edit_message(content="Cancelled: nothing was removed.", view=None)
+            return
+        result = await erase_person(self.bot.storage, member.id, guild_id=str(guild.id))
+        when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        line = (
+            f"memory purge: moderator {interaction.user} ({interaction.user.id}) purged {result.memories} memories"
+            f" of member {member} ({member.id}) in server {guild.name} ({guild.id}) at {when}"
+        )
+        audit.warning(line)
+        await button.response.edit_message(
+            content=f"Done: removed {result.memories} memories about {member.mention} learned in this server.", view=None
+        )
+        await self.post_mod_log(guild, line)
+
+    async def post_mod_log(self, guild: discord.Guild, line: str) -> None:
+        """Copy the audit line to the configured mod-log channel, if it belongs to this server."""
+        channel_id = self.bot.settings.discord.mod_log_channel_id
+        if not channel_id:
+            return
+        channel = guild.get_channel_or_thread(channel_id)
+        if channel is None:
+            log.warning("mod-log channel %s is not in server %s; audit line kept in the log only", channel_id, guild.id)
+            return
+        try:
+            await channel.send(line, allowed_mentions=discord.AllowedMentions.none())
+        except discord.HTTPException:
+            log.warning("could not post to the mod-log channel %s", channel_id, exc_info=True)
+
+
+async def setup(bot: MemoryBot) -> None:
+    await bot.add_cog(Moderation(bot))

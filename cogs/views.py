@@ -1,0 +1,92 @@
+"""Reusable views: a Confirm/Cancel prompt only its owner can press, and a memory pager.
+
+Not an extension: helpers for the memories and moderation cogs.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import discord
+
+CONFIRM_TIMEOUT = 60.0
+
+
+class OwnedView(discord.ui.View):
+    """A view whose buttons answer only the person who opened it."""
+
+    def __init__(self, owner_id: int, *, timeout: float = CONFIRM_TIMEOUT) -> None:
+        super().__init__(timeout=timeout)
+        self.owner_id = owner_id
+        self.message: discord.InteractionMessage | None = None
+
+    async def interaction_check(self, interaction: discord.Interaction) -> bool:
+        if interaction.user.id != self.owner_id:
+            await interaction.response.send_message("These buttons aren't for you.", ephemeral=True)
+            return False
+        return True
+
+
+class ConfirmView(OwnedView):
+    """Confirm/Cancel. ``value`` is True, False, or None when it timed out; the caller ``await view.wait()``s."""
+
+    def __init__(self, owner_id: int, *, confirm_label: str = "Confirm", timeout: float = CONFIRM_TIMEOUT) -> None:
+        super().__init__(owner_id, timeout=timeout)
+        self.value: bool | None = None
+        self.interaction: discord.Interaction | None = None
+        self.confirm.label = confirm_label
+
+    @discord.ui.button(label="Confirm", style=discord.ButtonStyle.danger)
+    async def confirm(self, interaction: discord.Interaction, button: discord.ui.Button) -> None:
+        self.value, self.interaction = True, interaction
+        self.stop()
+
+    @discord.ui.button(label="Cancel", style=discord.ButtonStyle.secondary)
+    async def cancel(self, interaction: discord.Interaction, button: discord.ui.Button) -> None:
+        self.value, self.interaction = False, interaction
+        self.stop()
+
+
+async def confirm(
+    interaction: discord.Interaction, question: str, *, confirm_label: str = "Confirm"
+) -> tuple[bool, discord.Interaction | None]:
+    """Ask ``question`` ephemerally with Confirm/Cancel; return (confirmed, the button's interaction).
+
+    On timeout the prompt is edited to say nothing happened and (False, None) is returned.
+    """
+    view = ConfirmView(interaction.user.id, confirm_label=confirm_label)
+    await interaction.followup.send(question, view=view, ephemeral=True, wait=True)
+    timed_out = await view.wait()
+    if timed_out or view.value is None:
+        await interaction.edit_original_response(content="Timed out: nothing was changed.", view=None)
+        return False, None
+    return bool(view.value), view.interaction
+
+
+class PagerView(OwnedView):
+    """Previous/Next buttons over pre-rendered pages (embeds)."""
+
+    def __init__(self, owner_id: int, pages: Sequence[discord.Embed], *, timeout: float = 300.0) -> None:
+        super().__init__(owner_id, timeout=timeout)
+        self.pages = list(pages)
+        self.index = 0
+        self._sync()
+
+    def _sync(self) -> None:
+        self.previous.disabled = self.index == 0
+        self.next.disabled = self.index >= len(self.pages) - 1
+
+    async def _show(self, interaction: discord.Interaction) -> None:
+        self._sync()
+        await interaction.response.edit_message(embed=self.pages[self.index], view=self)
+
+    @discord.ui.button(label="Previous", style=discord.ButtonStyle.secondary)
+    async def previous(self, interaction: discord.Interaction, button: discord.ui.Button) -> None:
+        self.index = max(0, self.index - 1)
+        await self._show(interaction)
+
+    @discord.ui.button(label="Next", style=discord.ButtonStyle.secondary)
+    async def next(self, interaction: discord.Interaction, button: discord.ui.Button) -> None:
+        self.index = min(len(self.pages) - 1, self.index + 1)
+        await self._show(interaction)
+
