@@ -85,6 +85,9 @@ class MemoryBot(commands.Bot):
                 log.info("synced %d slash commands %s", len(synced), f"to guild {guild.id}" if guild else "globally")
         path.write_text("\n".join(fingerprints))
 
+    async def on_message(self, message: discord.Message) -> None:
+        """No prefix commands: messages are handled by the chat cog's listener, commands are slash commands."""
+
     async def on_ready(self) -> None:
         log.info("logged in as %s (%s) in %d servers", self.user, getattr(self.user, "id", "?"), len(self.guilds))
 

@@ -32,6 +32,7 @@ class ReplyWriter:
         self._last_edit = 0.0
         self._flusher: asyncio.Task | None = None
         self._lock = asyncio.Lock()
+        self._done = False
 
     def on_delta(self, text_so_far: str) -> None:
         """Called by the engine while the model streams; edits happen on a timer, never per token."""
@@ -45,6 +46,8 @@ class ReplyWriter:
         wait = max(0.0, self._last_edit + EDIT_INTERVAL - time.monotonic())
         await asyncio.sleep(wait)
         async with self._lock:
+            if self._done:
+                return
             preview = split_message(self._latest)[:1]
             if not preview or preview[0] == self._shown:
                 return
@@ -60,10 +63,15 @@ class ReplyWriter:
                 log.warning("a streaming edit failed; the final text will still be sent", exc_info=True)
             self._last_edit = time.monotonic()
 
+    def _stop_streaming(self) -> None:
+        """No more previews; a preview already being sent finishes first (we then wait on the lock)."""
+        self._done = True
+        if self._flusher is not None and not self._lock.locked():
+            self._flusher.cancel()
+
     async def finish(self, text: str) -> list[discord.Message]:
         """Send (or complete) the final answer: every part at most 2,000 characters."""
-        if self._flusher is not None:
-            self._flusher.cancel()
+        self._stop_streaming()
         async with self._lock:
             parts = split_message(text) or ["(no answer)"]
             sent: list[discord.Message] = []
@@ -78,8 +86,7 @@ class ReplyWriter:
 
     async def fail(self, notice: str) -> None:
         """Replace whatever was streamed with a short apology (or send one)."""
-        if self._flusher is not None:
-            self._flusher.cancel()
+        self._stop_streaming()
         async with self._lock:
             try:
                 if self.first is not None:

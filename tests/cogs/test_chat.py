@@ -1,0 +1,174 @@
+"""cogs/chat.py through real discord.py objects: who gets answered, how replies look, ordering."""
+
+from __future__ import annotations
+
+import asyncio
+
+from langchain_core.messages import HumanMessage
+
+from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, LISTED, OTHER_BOT, THREAD, rig
+from tests.conftest import Call, ScriptedChatModel, default_script
+from tests.fakes import discord_harness as dh
+
+
+async def test_mention_in_server_gets_a_reply_to_that_message_without_pings(r):
+    original = r.mentioning(ALICE, "hello there @everyone")
+    calls = await r.h.send_message(original)
+    assert any(c.template == "/channels/{channel_id}/typing" for c in calls)
+    (sent,) = r.h.sent_messages(GENERAL)
+    assert str(sent.json["message_reference"]["message_id"]) == original["id"]
+    assert sent.json["allowed_mentions"] == {"parse": [], "replied_user": False}
+    # The model saw the text without the bot's mention, with the author's display name and ID.
+    prompt = r.model.chat_calls[-1].prompt_text
+    assert "[Alice | user 802] hello there @everyone" in prompt
+    assert f"<@{dh.BOT_ID}>" not in prompt
+
+
+async def test_dm_gets_a_reply(r):
+    dm = r.h.dm(ALICE)
+    await r.h.send_message(r.msg(ALICE, "hi in a DM", channel_id=dm["id"], guild_id=None))
+    (sent,) = r.h.sent_messages(dm["id"])
+    assert sent.content == "reply to [Alice | user 802] hi in a DM"
+
+
+async def test_messages_not_for_the_bot_get_nothing(r):
+    await r.h.send_message(r.mentioning(OTHER_BOT, "I am a bot"))
+    await r.h.send_message(r.msg(ALICE, "just chatting, no mention"))
+    await r.h.send_message(r.mentioning(ALICE, "via webhook", webhook_id=str(dh.snowflake())))
+    await r.h.send_message(r.msg(r.h.bot_user, "my own message"))
+    await r.h.send_message(r.mentioning(ALICE, "pinned", type=6))
+    assert r.h.sent_messages() == []
+    assert r.model.calls == []
+
+
+async def test_listed_channel_and_reply_to_bot_trigger_answers(r):
+    await r.h.send_message(r.msg(ALICE, "no mention needed here", channel_id=LISTED))
+    (mine,) = r.h.sent_messages(LISTED)
+    await r.h.send_message(r.msg(BOB, "replying to you", channel_id=LISTED, referenced_message=mine.message))
+    await r.h.send_message(r.msg(BOB, "a thread reply", channel_id=GENERAL))
+    assert len(r.h.sent_messages(LISTED)) == 2
+    assert r.h.sent_messages(GENERAL) == []
+
+
+async def test_seed_scenario_across_two_discord_threads(tmp_path):
+    async with rig(tmp_path) as r:
+        for text in ["Hi, my name is Lance", "I like to bike around San Francisco", "I also enjoy going to bakeries"]:
+            await r.h.send_message(r.mentioning(ALICE, text, channel_id=GENERAL))
+        await r.engine.scheduler.flush()
+        await r.h.send_message(r.mentioning(ALICE, "What bakeries do you recommend for me?", channel_id=THREAD))
+        system = r.model.chat_calls[-1].system
+        for fact in ["my name is Lance", "I like to bike around San Francisco", "I also enjoy going to bakeries"]:
+            assert fact in system
+        (reply,) = r.h.sent_messages(THREAD)
+        assert "What bakeries" in reply.content
+        # Thread state is per channel: the thread holds only its own conversation.
+        state = await r.engine.thread_state(str(THREAD))
+        assert [m.text for m in state["messages"] if isinstance(m, HumanMessage)] == ["What bakeries do you recommend for me?"]
+        memories = await r.engine.memories.list(str(ALICE["id"]))
+        assert {m.origin["guild_id"] for m in memories} == {str(GUILD_ID)}
+        assert {m.origin["channel_id"] for m in memories} == {str(GENERAL)}
+
+
+def long_reply(call: Call) -> str:
+    if call.is_extraction:
+        return default_script(call)
+    prose = ("This paragraph explains the plan in some detail, one sentence at a time. " * 6).strip()
+    code = "\n".join(f"    total += step_{i}(value)  # accumulate" for i in range(40))
+    blocks = [prose, f"```python\ndef run(value):\n    total = 0\n{code}\n    return total\n```", prose, prose]
+    text = "\n\n".join(blocks * 3)
+    return text[:5000]
+
+
+async def test_a_5000_character_reply_arrives_as_three_messages_with_balanced_fences(tmp_path):
+    async with rig(tmp_path, chat_model=ScriptedChatModel(long_reply)) as r:
+        await r.h.send_message(r.mentioning(ALICE, "explain at length"))
+        sent = r.h.sent_messages(GENERAL)
+    assert len(sent) == 3
+    for part in sent:
+        assert len(part.content) <= 2000
+        assert sum(1 for line in part.content.split("\n") if line.strip().startswith("```")) % 2 == 0
+        assert part.json["allowed_mentions"]["parse"] == []
+    assert sent[0].json.get("message_reference") is not None
+
+
+async def test_two_messages_in_one_channel_are_answered_in_order(tmp_path):
+    def slow_first(call: Call):
+        return default_script(call)
+
+    model = ScriptedChatModel(slow_first)
+    async with rig(tmp_path, chat_model=model) as r:
+        first = r.mentioning(ALICE, "first question")
+        second = r.mentioning(BOB, "second question")
+        r.h.feed("MESSAGE_CREATE", first)
+        r.h.feed("MESSAGE_CREATE", second)
+        await r.h.settle(timeout=10)
+        sent = r.h.sent_messages(GENERAL)
+    assert [str(s.json["message_reference"]["message_id"]) for s in sent] == [first["id"], second["id"]]
+    assert "first question" in sent[0].content and "second question" in sent[1].content
+    # The second prompt already contains the first exchange: handled one after the other.
+    assert "first question" in model.chat_calls[1].prompt_text
+
+
+async def test_twenty_channels_at_once_are_all_answered(tmp_path):
+    channels = [dh.text_channel(2000 + i, GUILD_ID, f"room-{i}") for i in range(20)]
+    async with rig(tmp_path, discord={"respond_channels": [c["id"] for c in channels]}) as r:
+        for c in channels:
+            r.h.feed("CHANNEL_CREATE", c)
+        for c in channels:
+            r.h.feed("MESSAGE_CREATE", r.msg(ALICE, f"hello room {c['id']}", channel_id=int(c["id"])))
+        await r.h.settle(timeout=20)
+        for c in channels:
+            (sent,) = r.h.sent_messages(int(c["id"]))
+            assert f"hello room {c['id']}" in sent.content
+
+
+async def test_model_failure_gets_one_apology_and_the_thread_stays_usable(tmp_path, caplog):
+    state = {"fail": True}
+
+    def flaky(call: Call):
+        if state["fail"] and not call.is_extraction:
+            raise RuntimeError("upstream exploded")
+        return default_script(call)
+
+    async with rig(tmp_path, chat_model=ScriptedChatModel(flaky)) as r:
+        await r.h.send_message(r.mentioning(ALICE, "will this work?"))
+        (apology,) = r.h.sent_messages(GENERAL)
+        assert apology.content.startswith("Sorry")
+        assert "upstream exploded" not in apology.content
+        assert "upstream exploded" in caplog.text
+        state["fail"] = False
+        await r.h.send_message(r.mentioning(ALICE, "and now?"))
+        assert r.h.sent_messages(GENERAL)[-1].content == "reply to [Alice | user 802] and now?"
+
+
+async def test_text_attachment_is_read_and_binary_is_mentioned(tmp_path):
+    async with rig(tmp_path) as r:
+        url = "https://cdn.discordapp.com/attachments/1/2/notes.txt"
+        r.h.cdn[url] = b"line one of my notes"
+        files = [
+            dh.attachment(dh.snowflake(), "notes.txt", size=20, url=url, content_type="text/plain"),
+            dh.attachment(dh.snowflake(), "photo.png", size=123456, content_type="image/png"),
+        ]
+        await r.h.send_message(r.mentioning(ALICE, "see attached", attachments=files))
+        prompt = r.model.chat_calls[-1].prompt_text
+    assert "line one of my notes" in prompt
+    assert "photo.png (image/png, 123456 bytes): not a text file" in prompt
+
+
+async def test_overlong_message_is_cut_with_a_note(tmp_path):
+    async with rig(tmp_path, conversation={"max_input_chars": 500}) as r:
+        await r.h.send_message(r.mentioning(ALICE, "x" * 3000))
+        prompt = r.model.chat_calls[-1].prompt_text
+    assert "x" * 500 in prompt and "x" * 501 not in prompt
+    assert "the message was cut here" in prompt
+
+
+async def test_streaming_reply_is_edited_into_place(tmp_path):
+    async with rig(tmp_path, model={"streaming": True}) as r:
+        await r.h.send_message(r.mentioning(ALICE, "stream please"))
+        sent = r.h.sent_messages(GENERAL)
+        edits = r.h.calls_to("PATCH", "/channels/{channel_id}/messages/{message_id}")
+    assert len(sent) == 1
+    final = r.h.messages[int(sent[0].message["id"])]["content"]
+    assert final == "reply to [Alice | user 802] stream please"
+    assert all(e.json["allowed_mentions"]["parse"] == [] for e in edits)
