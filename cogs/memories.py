@@ -101,7 +101,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See,
     async def delete_autocomplete(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
         needle = current.lower().strip()
         memories = await self.repo.list(interaction.user.id)
-        hits = [m for m in reversed(memories) if not needle or needle in m.content.lower() or m.key.startswith(needle)]
+        hits = [m for m in reversed(memories) if not needle or needle in m.content.lower() or m.short_id.startswith(needle)]
         return [
             app_commands.Choice(name=f"{m.short_id} · {m.content}"[:100], value=m.key) for m in hits[:25]
         ]

@@ -25,6 +25,13 @@ log = logging.getLogger(__name__)
 audit = logging.getLogger("bot.audit")
 
 
+def in_server(interaction: discord.Interaction) -> bool:
+    """A runtime guard behind ``guild_only`` (which only tells the client): checked before permissions."""
+    if interaction.guild_id is None:
+        raise app_commands.NoPrivateMessage()
+    return True
+
+
 class Moderation(commands.Cog):
     """Moderator tools."""
 
@@ -36,6 +43,7 @@ class Moderation(commands.Cog):
     @app_commands.guild_only()
     @app_commands.default_permissions(manage_messages=True)
     @app_commands.checks.has_permissions(manage_messages=True)
+    @app_commands.check(in_server)
     async def purge_memories(self, interaction: discord.Interaction, member: discord.User) -> None:
         """Remove everything I learned about a member in this server (moderators only)."""
         await interaction.response.defer(ephemeral=True, thinking=True)

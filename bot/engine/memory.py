@@ -9,6 +9,8 @@ it came from always go together.
 
 from __future__ import annotations
 
+import os
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -39,8 +41,8 @@ class StoredMemory:
 
     @property
     def short_id(self) -> str:
-        """The first 8 characters of the key: enough to tell a person's memories apart."""
-        return self.key[:8]
+        """The last 8 characters of the key (random, unlike the time-ordered start)."""
+        return self.key[-8:]
 
     @classmethod
     def from_item(cls, item: Item) -> "StoredMemory":
@@ -64,6 +66,22 @@ class MemoryChanges:
 
     def __bool__(self) -> bool:
         return bool(self.inserted or self.updated or self.deleted)
+
+
+def time_ordered_keys(n: int) -> list[str]:
+    """``n`` new UUIDv7 keys in creation order: listing by key is listing by when it was learned.
+
+    The store's timestamps have one-second resolution, so a batch of inserts would otherwise come back in
+    random order. The 12-bit ``rand_a`` field carries the position in the batch.
+    """
+    ms = time.time_ns() // 1_000_000
+    keys = []
+    for i in range(n):
+        stamp, seq = ms + i // 4096, i % 4096
+        rand_b = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+        value = (stamp << 80) | (0x7 << 76) | (seq << 64) | (0b10 << 62) | rand_b
+        keys.append(str(uuid.UUID(int=value)))
+    return keys
 
 
 def namespace(user_id: str | int) -> tuple[str, str]:
@@ -93,7 +111,7 @@ class MemoryRepository:
                 break
             offset += PAGE_SIZE
         memories = [StoredMemory.from_item(i) for i in items]
-        memories.sort(key=lambda m: (m.created_at, m.key))
+        memories.sort(key=lambda m: m.key)  # time-ordered keys: oldest first
         return memories
 
     async def get(self, user_id: str | int, key: str) -> StoredMemory | None:
@@ -101,14 +119,14 @@ class MemoryRepository:
         return StoredMemory.from_item(item) if item else None
 
     async def resolve(self, user_id: str | int, key_or_prefix: str) -> StoredMemory | None:
-        """Find one of the person's memories by full key or unambiguous short-ID prefix."""
+        """Find one of the person's memories by full key, short ID, or an unambiguous key prefix."""
         key_or_prefix = key_or_prefix.strip()
         if not key_or_prefix:
             return None
         exact = await self.get(user_id, key_or_prefix)
         if exact:
             return exact
-        matches = [m for m in await self.list(user_id) if m.key.startswith(key_or_prefix)]
+        matches = [m for m in await self.list(user_id) if m.short_id == key_or_prefix or m.key.startswith(key_or_prefix)]
         return matches[0] if len(matches) == 1 else None
 
     async def apply(
@@ -123,8 +141,8 @@ class MemoryRepository:
         ns = namespace(user_id)
         ops: list[PutOp] = []
         changes = MemoryChanges()
-        for content, origin in inserts:
-            key = str(uuid.uuid4())
+        inserts = list(inserts)
+        for (content, origin), key in zip(inserts, time_ordered_keys(len(inserts))):
             ops.append(PutOp(ns, key, {"content": content, "origin": origin}, index=False))
             changes.inserted.append(key)
         for key, content, origin in updates:

@@ -1,0 +1,108 @@
+"""/memories through real interactions: ephemeral, personal, confirmed before anything destructive."""
+
+from __future__ import annotations
+
+import json
+
+from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID
+
+
+def button(call, label: str) -> str:
+    for row in call.components:
+        for c in row["components"]:
+            if c.get("label") == label:
+                return c["custom_id"]
+    raise AssertionError(f"no {label!r} button in {call.components}")
+
+
+async def seed(r, user: dict, facts: list[str], guild: str = str(GUILD_ID)) -> list[str]:
+    origin = {"guild_id": guild, "channel_id": str(GENERAL), "message_id": "123456789", "source": "extraction"}
+    changes = await r.engine.memories.apply(str(user["id"]), inserts=[(f, origin) for f in facts])
+    return changes.inserted
+
+
+async def test_view_is_ephemeral_and_shows_only_the_callers_memories(r):
+    await seed(r, ALICE, ["Alice likes tea", "Alice rides a bike"])
+    await seed(r, BOB, ["Bob secretly hates tea"])
+    res = await r.h.invoke_slash("memories view", user=ALICE, channel_id=GENERAL)
+    assert res[0].callback_type == 5 and res[0].ephemeral
+    (followup,) = [c for c in res if c.via == "webhook" and c.callback_type is None]
+    assert followup.ephemeral
+    text = json.dumps(followup.embeds, ensure_ascii=False)
+    assert "Alice likes tea" in text and "Alice rides a bike" in text
+    assert "Bob" not in text
+    assert "Test Server \u203a #general" in text  # where it was learned
+    assert "https://discord.com/channels/900/901/123456789" in text  # jump link
+
+
+async def test_view_pages_ten_at_a_time_with_buttons(r):
+    await seed(r, ALICE, [f"fact {i:02d}" for i in range(25)])
+    res = await r.h.invoke_slash("memories view", user=ALICE, channel_id=GENERAL)
+    page = res[-1]
+    assert page.embeds[0]["description"].count("`") == 20  # ten short IDs, each in backticks
+    assert "page 1 of 3" in page.embeds[0]["footer"]["text"]
+    assert "fact 00" in page.embeds[0]["description"] and "fact 10" not in page.embeds[0]["description"]
+    nxt = await r.h.click(button(page, "Next"), page.message, user=ALICE)
+    assert nxt[0].callback_type == 7
+    assert "fact 10" in nxt[0].embeds[0]["description"] and "page 2 of 3" in nxt[0].embeds[0]["footer"]["text"]
+    stranger = await r.h.click(button(page, "Next"), page.message, user=BOB)
+    assert stranger[0].ephemeral and "aren't for you" in stranger[0].content
+
+
+async def test_delete_autocompletes_own_memories_and_deletes_one(r):
+    (alice_key, _) = await seed(r, ALICE, ["Alice likes tea", "Alice rides a bike"])
+    (bob_key,) = await seed(r, BOB, ["Bob likes tea too"])
+    choices = await r.h.autocomplete("memories delete", "memory", user=ALICE, channel_id=GENERAL, options={"memory": "tea"})
+    assert [c["value"] for c in choices] == [alice_key]
+    res = await r.h.invoke_slash("memories delete", user=ALICE, channel_id=GENERAL, options={"memory": alice_key})
+    assert res[-1].ephemeral and "Deleted" in res[-1].content
+    assert [m.content for m in await r.engine.memories.list(str(ALICE["id"]))] == ["Alice rides a bike"]
+    # Someone else's key is not found among yours, and nothing is deleted.
+    res = await r.h.invoke_slash("memories delete", user=ALICE, channel_id=GENERAL, options={"memory": bob_key})
+    assert "couldn't find" in res[-1].content
+    assert len(await r.engine.memories.list(str(BOB["id"]))) == 1
+
+
+async def test_wipe_acts_only_after_the_callers_confirm(r):
+    await seed(r, ALICE, ["one", "two", "three"])
+    await seed(r, BOB, ["bob's"])
+    res = await r.h.invoke_slash("memories wipe", user=ALICE, channel_id=GENERAL)
+    prompt = res[-1]
+    assert prompt.ephemeral and "Delete all 3" in prompt.content
+    # Another person's click is refused and changes nothing.
+    refused = await r.h.click(button(prompt, "Wipe"), prompt.message, user=BOB)
+    assert refused[0].ephemeral and "aren't for you" in refused[0].content
+    assert len(await r.engine.memories.list(str(ALICE["id"]))) == 3
+    done = await r.h.click(button(prompt, "Wipe"), prompt.message, user=ALICE)
+    assert done[0].callback_type == 7 and "deleted 3 memories" in done[0].content
+    assert await r.engine.memories.list(str(ALICE["id"])) == []
+    assert len(await r.engine.memories.list(str(BOB["id"]))) == 1
+
+
+async def test_wipe_cancel_keeps_everything(r):
+    await seed(r, ALICE, ["one"])
+    res = await r.h.invoke_slash("memories wipe", user=ALICE, channel_id=GENERAL)
+    done = await r.h.click(button(res[-1], "Cancel"), res[-1].message, user=ALICE)
+    assert "nothing was deleted" in done[0].content
+    assert len(await r.engine.memories.list(str(ALICE["id"]))) == 1
+
+
+async def test_export_is_valid_json_of_exactly_the_callers_memories(r):
+    keys = await seed(r, ALICE, ["Alice likes tea", "Alice rides a bike"])
+    await seed(r, BOB, ["Bob likes coffee"])
+    res = await r.h.invoke_slash("memories export", user=ALICE, channel_id=GENERAL)
+    followup = res[-1]
+    assert followup.ephemeral
+    (file,) = followup.files
+    doc = json.loads(file.data)
+    assert doc["user_id"] == str(ALICE["id"])
+    assert sorted(m["id"] for m in doc["memories"]) == sorted(keys)
+    assert sorted(m["content"] for m in doc["memories"]) == ["Alice likes tea", "Alice rides a bike"]
+
+
+async def test_memories_work_in_dms(r):
+    await seed(r, ALICE, ["learned in a DM"], guild="dm")
+    dm = r.h.dm(ALICE)
+    res = await r.h.invoke_slash("memories view", user=ALICE, channel_id=dm["id"])
+    assert "learned in a DM" in json.dumps(res[-1].embeds) and "a DM" in json.dumps(res[-1].embeds)
+    assert res[-1].ephemeral

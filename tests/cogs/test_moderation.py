@@ -1,0 +1,49 @@
+"""/purge-memories: permission-checked, confirmed, scoped to the server, audited."""
+
+from __future__ import annotations
+
+import logging
+
+from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, MOD, MODLOG, OTHER_CHANNEL, OTHER_GUILD
+from tests.cogs.test_memories import button, seed
+
+
+async def test_member_without_manage_messages_is_refused(r):
+    await seed(r, BOB, ["Bob likes tea"])
+    res = await r.h.invoke_slash("purge-memories", user=ALICE, channel_id=GENERAL, options={"member": BOB})
+    assert len(res) == 1 and res[0].ephemeral
+    assert "Manage Messages" in res[0].content
+    assert len(await r.engine.memories.list(str(BOB["id"]))) == 1
+
+
+async def test_moderator_purge_removes_this_servers_memories_and_audits(r, caplog):
+    await seed(r, BOB, ["Bob likes tea", "Bob plays chess"])
+    await seed(r, BOB, ["Bob told me this in a DM"], guild="dm")
+    await seed(r, BOB, ["Bob said this elsewhere"], guild=str(OTHER_GUILD))
+    caplog.set_level(logging.INFO, logger="bot.audit")
+    res = await r.h.invoke_slash("purge-memories", user=MOD, channel_id=GENERAL, options={"member": BOB})
+    prompt = res[-1]
+    assert prompt.ephemeral and "Remove the 2 memories" in prompt.content
+    done = await r.h.click(button(prompt, "Purge"), prompt.message, user=MOD)
+    assert "removed 2 memories" in done[0].content
+    left = sorted(m.content for m in await r.engine.memories.list(str(BOB["id"])))
+    assert left == ["Bob said this elsewhere", "Bob told me this in a DM"]
+    audit = [rec.getMessage() for rec in caplog.records if rec.name == "bot.audit"]
+    assert len(audit) == 1
+    assert f"({MOD['id']}) purged 2 memories of member" in audit[0] and f"({BOB['id']})" in audit[0]
+    assert f"({GUILD_ID})" in audit[0]
+    (logged,) = r.h.sent_messages(MODLOG)
+    assert logged.content == audit[0]
+    assert logged.json["allowed_mentions"]["parse"] == []
+
+
+async def test_moderator_cannot_purge_where_they_lack_the_permission(r):
+    await seed(r, BOB, ["Bob said this elsewhere"], guild=str(OTHER_GUILD))
+    res = await r.h.invoke_slash("purge-memories", user=MOD, channel_id=OTHER_CHANNEL, options={"member": BOB})
+    assert "Manage Messages" in res[0].content
+    assert len(await r.engine.memories.list(str(BOB["id"]))) == 1
+
+
+async def test_purge_is_not_offered_in_dms(r):
+    res = await r.h.invoke_slash("purge-memories", user=MOD, channel_id=r.h.dm(MOD)["id"], options={"member": BOB})
+    assert res[0].ephemeral and "only works in a server" in res[0].content
