@@ -81,7 +81,12 @@ class MemoryBot(commands.Bot):
             fp = f"{guild.id if guild else 'global'}:{self.command_fingerprint(guild)}"
             fingerprints.append(fp)
             if self.force_sync or fp not in known:
-                synced = await self.tree.sync(guild=guild)
+                try:
+                    synced = await self.tree.sync(guild=guild)
+                except discord.HTTPException as exc:  # chatting works without it; retried next start
+                    log.error("syncing slash commands failed (%s); will retry on next start", exc)
+                    fingerprints.pop()
+                    continue
                 log.info("synced %d slash commands %s", len(synced), f"to guild {guild.id}" if guild else "globally")
         path.write_text("\n".join(fingerprints))
 

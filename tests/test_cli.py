@@ -1,0 +1,75 @@
+"""The shell commands: console chat and memories list/export/wipe, as real processes on real files."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(args: list[str], env: dict, stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bot", *args], input=stdin, capture_output=True, text=True, cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env}, timeout=120,
+    )
+
+
+def write_config(tmp_path: Path, base_url: str) -> Path:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(
+        f'[bot]\ndata_dir = "data"\n[model]\nbase_url = "{base_url}"\nstreaming = false\n'
+        '[memory]\nextraction_quiet_seconds = 3600\n'
+    )
+    return cfg
+
+
+def test_console_then_memories_list_export_wipe(tmp_path):
+    # A standalone fake endpoint in its own process (the console is a separate process too).
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.openai_server", "--port", "0", "--text", "Nice to meet you!"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        line = server.stdout.readline()
+        base_url = re.search(r"(http://127\.0\.0\.1:\d+/v1)", line).group(1)
+        assert base_url.startswith("http://127.0.0.1:"), line
+        cfg = write_config(tmp_path, base_url)
+        env = {"DEEPSEEK_API_KEY": "sk-console-test"}
+        chat = run(["--config", str(cfg), "console", "--user", "lance"], env, stdin="Hi, my name is Lance\n/quit\n")
+        assert chat.returncode == 0, chat.stderr
+        assert "bot> Nice to meet you!" in chat.stdout
+        assert "sk-console-test" not in chat.stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+    # The fake answered extraction with plain text (no tool calls), so nothing was learned; seed two
+    # memories through the same files the console used, then administer them from the shell.
+    listed = run(["--config", str(cfg), "memories", "list", "--user", "lance"], {})
+    assert listed.returncode == 0 and "0 memories for user lance" in listed.stdout
+
+    seed = (
+        "import asyncio\nfrom bot.settings import load_settings\nfrom bot.storage import open_storage\n"
+        "from bot.engine.memory import MemoryRepository\n"
+        f"s = load_settings({str(cfg)!r}, {{}}, need_model=False)\n"
+        "async def go():\n    async with open_storage(s) as st:\n"
+        "        await MemoryRepository(st.store).apply('lance', inserts=[('Likes bikes', {'guild_id': 'dm'}), ('Eats bread', {'guild_id': 'dm'})])\n"
+        "asyncio.run(go())\n"
+    )
+    subprocess.run([sys.executable, "-c", seed], cwd=ROOT, check=True, timeout=60)
+    listed = run(["--config", str(cfg), "memories", "list", "--user", "lance"], {})
+    assert "2 memories for user lance" in listed.stdout and "Likes bikes" in listed.stdout
+    exported = run(["--config", str(cfg), "memories", "export", "--user", "lance"], {})
+    doc = json.loads(exported.stdout)
+    assert sorted(m["content"] for m in doc["memories"]) == ["Eats bread", "Likes bikes"]
+    refused = run(["--config", str(cfg), "memories", "wipe", "--user", "lance"], {}, stdin="no\n")
+    assert refused.returncode == 1 and "Nothing deleted" in refused.stdout
+    wiped = run(["--config", str(cfg), "memories", "wipe", "--user", "lance", "--yes"], {})
+    assert "Deleted 2 memories" in wiped.stdout
+    assert "0 memories" in run(["--config", str(cfg), "memories", "list", "--user", "lance"], {}).stdout
+    stats = run(["--config", str(cfg), "stats"], {})
+    assert stats.returncode == 0 and "total:" in stats.stdout
