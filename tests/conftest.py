@@ -150,6 +150,7 @@ async def running_engine(settings: Settings, model: BaseChatModel, **kw: Any) ->
             store=storage.store,
             ledger=storage.ledger,
             chat_model=model,
+            prune_thread=storage.prune_thread,
             **kw,
         )
         await engine.start()

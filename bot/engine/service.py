@@ -55,8 +55,10 @@ class ChatEngine:
         chat_model,
         memory_model=None,
         on_memory_change: OnChange | None = None,
+        prune_thread: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.settings = settings
+        self.prune_thread = prune_thread
         self.store = store
         self.checkpointer = checkpointer
         self.ledger = ledger
@@ -164,6 +166,11 @@ class ChatEngine:
                     raise
             if not answered.done():  # pragma: no cover - the graph always runs respond
                 answered.set_exception(RuntimeError("the graph produced no reply"))
+            if self.prune_thread is not None:
+                try:
+                    await self.prune_thread(thread_id)
+                except Exception:  # noqa: BLE001 - pruning is housekeeping; the next turn tries again
+                    log.exception("pruning thread %s failed", thread_id)
 
     async def _after_answer(self, thread_id: str, speaker: Speaker, human: str, ai: str) -> None:
         """Record the turn for background extraction (before the reply is handed out: nothing is lost)."""
@@ -214,4 +221,5 @@ def create_engine(settings: Settings, storage, *, chat_model=None, on_memory_cha
         chat_model=model,
         memory_model=memory_model,
         on_memory_change=on_memory_change,
+        prune_thread=storage.prune_thread,
     )

@@ -1,0 +1,55 @@
+"""Storage: WAL files in the data dir, and a thread's footprint that stops growing with turns."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from langchain_core.messages import HumanMessage
+
+from bot.engine.state import Speaker
+from tests.conftest import ScriptedChatModel, default_script, make_settings, running_engine
+
+ADA = Speaker(user_id="42", name="Ada")
+
+
+def db_bytes(data_dir: Path) -> int:
+    return sum(p.stat().st_size for p in data_dir.glob("conversations.sqlite*"))
+
+
+def count(path: Path, table: str) -> int:
+    with sqlite3.connect(path) as conn:
+        return conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+
+async def test_files_are_created_in_wal_mode(tmp_path):
+    settings = make_settings(tmp_path / "fresh")
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("t", ADA, "hello")
+    for name in ("conversations.sqlite", "memories.sqlite"):
+        with sqlite3.connect(tmp_path / "fresh" / name) as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
+
+
+async def test_old_checkpoints_are_pruned_and_the_file_stops_growing(tmp_path):
+    settings = make_settings(tmp_path, conversation={"summarize_after_messages": 10, "keep_messages": 4})
+    sizes = {}
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        for turn in range(1, 301):
+            await engine.reply("t", ADA, f"turn {turn} " + "lorem ipsum " * 20)
+            if turn in (100, 300):
+                await engine.close()  # let the turn's tail (summarize, prune) finish
+                sizes[turn] = db_bytes(settings.bot.data_dir)
+        state = await engine.thread_state("t")
+    conv = settings.bot.data_dir / "conversations.sqlite"
+    assert count(conv, "checkpoints") == 1
+    assert sizes[300] <= sizes[100] * 1.25, sizes
+    # The pruned thread is intact: summary plus the last messages, and it still answers after a restart.
+    assert state["summary"] and len(state["messages"]) <= 10
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        again = await engine.thread_state("t")
+        assert [m.text for m in again["messages"]] == [m.text for m in state["messages"]]
+        await engine.reply("t", ADA, "still there?")
+        humans = [m.text for m in (await engine.thread_state("t"))["messages"] if isinstance(m, HumanMessage)]
+        assert humans[-1] == "still there?"
