@@ -62,8 +62,8 @@ async def _console(settings: Settings, user: str, thread: str) -> int:
 
 
 async def _memories(settings: Settings, action: str, user: str, yes: bool) -> int:
-    from bot.engine.erasure import erase_person
     from bot.engine.memory import MemoryRepository
+    from bot.engine.service import create_engine
 
     async def go(storage) -> int:
         repo = MemoryRepository(storage.store)
@@ -81,7 +81,7 @@ async def _memories(settings: Settings, action: str, user: str, yes: bool) -> in
                 if sys.stdin.readline().strip().lower() != "yes":
                     _out("Nothing deleted.")
                     return 1
-            result = await erase_person(storage, user)
+            result = await create_engine(settings, storage).erase_person(user)
             _out(f"Deleted {result.memories} memories of user {user}.")
             log.info("shell wipe of user %s: %d memories", user, result.memories)
         return 0

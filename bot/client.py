@@ -23,7 +23,7 @@ from bot.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)
 
-EXTENSIONS = ("cogs.errors", "cogs.chat", "cogs.memories", "cogs.moderation")
+EXTENSIONS = ("cogs.errors", "cogs.chat", "cogs.memories", "cogs.memory_signal", "cogs.moderation")
 FINGERPRINT_FILE = "commands.sha256"
 
 

@@ -45,7 +45,7 @@ class ModelSection(_Section):
 
 
 class ConversationSection(_Section):
-    summarize_after_messages: int = Field(ge=4, le=1000, default=20)
+    summarize_after_messages: int = Field(ge=4, le=1000, default=30)
     summarize_after_tokens: int = Field(ge=200, le=100_000, default=3000)
     keep_messages: int = Field(ge=2, le=100, default=6)
     max_input_chars: int = Field(ge=100, le=100_000, default=4000)
@@ -54,7 +54,7 @@ class ConversationSection(_Section):
 class MemorySection(_Section):
     prompt_budget_tokens: int = Field(ge=50, le=20_000, default=600)
     extraction_quiet_seconds: float = Field(ge=0, le=3600, default=20.0)
-    extraction_after_messages: int = Field(ge=1, le=100, default=6)
+    extraction_after_messages: int = Field(ge=1, le=100, default=10)
     extraction_max_existing: int = Field(ge=1, le=500, default=40)
     extraction_context_messages: int = Field(ge=0, le=20, default=4)
     dm_memories_in_servers: bool = False

@@ -39,6 +39,19 @@ class Storage:
     ledger: Ledger
     data_dir: Path
 
+    async def compact(self) -> None:
+        """Flush the write-ahead logs into the databases and truncate them, reclaiming free pages.
+
+        Used after an erasure: the WAL files still hold page images written before the delete.
+        """
+        if isinstance(self.checkpointer, AsyncSqliteSaver):
+            async with self.checkpointer.lock:
+                await _truncate_wal(self.checkpointer.conn)
+        if isinstance(self.store, AsyncSqliteStore):
+            async with self.store.lock:
+                await _truncate_wal(self.store.conn)
+        await self.ledger.checkpoint()
+
     async def prune_thread(self, thread_id: str) -> None:
         """Drop a thread's superseded checkpoints (see :func:`prune_sqlite_thread`)."""
         if isinstance(self.checkpointer, AsyncSqliteSaver):
@@ -46,6 +59,13 @@ class Storage:
 
 
 VACUUM_FREE_PAGES = 256
+
+
+async def _truncate_wal(conn: aiosqlite.Connection) -> None:
+    await conn.commit()
+    await conn.execute("PRAGMA incremental_vacuum")
+    await conn.commit()
+    await conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 async def prune_sqlite_thread(saver: AsyncSqliteSaver, thread_id: str) -> None:
@@ -88,6 +108,8 @@ async def _connect(path: Path, *, autocommit: bool = True) -> aiosqlite.Connecti
     await conn.execute("PRAGMA journal_mode=WAL")
     await conn.execute("PRAGMA synchronous=NORMAL")
     await conn.execute("PRAGMA busy_timeout=30000")
+    # Deleted content is overwritten with zeros, so erasing a person leaves their words in no free page.
+    await conn.execute("PRAGMA secure_delete=ON")
     # Checkpoint the WAL every ~256 KiB of changes and truncate it back to 256 KiB afterwards: without a
     # size limit the -wal file stays at its high-water mark (4 MiB by default) for the life of the process.
     await conn.execute("PRAGMA wal_autocheckpoint=64")

@@ -1,4 +1,9 @@
-"""``/memories``: what the bot knows about you. Every answer is ephemeral: memories are personal."""
+"""``/memories``: what the bot knows about you, and your controls over it.
+
+Every answer is ephemeral (memories are personal) and every command defers first, so the 3-second
+interaction deadline is never at the mercy of the database. Destructive actions ask for a Confirm that
+only the caller can press.
+"""
 
 from __future__ import annotations
 
@@ -11,129 +16,220 @@ from discord import app_commands
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from bot.engine.erasure import erase_person
-from bot.engine.export import export_memories
-from bot.engine.memory import StoredMemory
+from bot.engine.export import MAX_CONTENT, ImportRefused, export_memories, parse_import
+from bot.engine.memory import Actor, StoredMemory
+from bot.engine.ranking import bm25_scores
+from cogs import _memory_format as fmt
 from cogs.views import PagerView, confirm
 
 log = logging.getLogger(__name__)
 
-PAGE_SIZE = 10
-SHOWN_CHARS = 300
+FORGET_LIMIT = 10
 
 
-def jump_url(origin: dict) -> str | None:
-    """A link to the message a memory came from, when it came from a Discord message."""
-    channel, message = origin.get("channel_id"), origin.get("message_id")
-    if not (str(channel).isdigit() and str(message).isdigit()):
-        return None
-    guild = origin.get("guild_id")
-    return f"https://discord.com/channels/{guild if str(guild).isdigit() else '@me'}/{channel}/{message}"
+def origin_of(interaction: discord.Interaction) -> dict:
+    """Where a command was used, as a memory origin (a command has no message to link to)."""
+    return {"guild_id": str(interaction.guild_id) if interaction.guild_id else "dm",
+            "channel_id": str(interaction.channel_id or ""), "message_id": "", "source": "user"}
 
 
 @app_commands.allowed_contexts(guilds=True, dms=True, private_channels=True)
-class Memories(commands.GroupCog, group_name="memories", group_description="See, export and delete what I remember about you."):
+class Memories(commands.GroupCog, group_name="memories", group_description="See and control what I remember about you."):
     """The /memories command group."""
 
     def __init__(self, bot: MemoryBot) -> None:
         self.bot = bot
+        self.engine = bot.engine
         self.repo = bot.engine.memories
         super().__init__()
 
-    def where(self, origin: dict) -> str:
-        """Where a memory was learned, in words: "a DM", or "Server › #channel"."""
-        gid = str(origin.get("guild_id", ""))
-        if gid == "dm":
-            place = "a DM"
-        elif not gid.isdigit():
-            place = "elsewhere"
-        else:
-            guild = self.bot.get_guild(int(gid))
-            place = guild.name if guild else f"server {gid}"
-            cid = str(origin.get("channel_id", ""))
-            channel = guild.get_channel_or_thread(int(cid)) if guild and cid.isdigit() else None
-            if channel is not None:
-                place += f" › #{channel.name}"
-        link = jump_url(origin)
-        return f"[{place}]({link})" if link else place
+    def actor(self, interaction: discord.Interaction) -> Actor:
+        return Actor("user", str(interaction.user.id))
 
-    def describe(self, m: StoredMemory) -> str:
-        text = m.content if len(m.content) <= SHOWN_CHARS else m.content[: SHOWN_CHARS - 1] + "…"
-        when = int(m.updated_at.timestamp())
-        return f"`{m.short_id}` {discord.utils.escape_mentions(text)}\n-# learned <t:{when}:R> in {self.where(m.origin)}"
+    async def reply(self, interaction: discord.Interaction, content: str | None = None, **kwargs) -> None:
+        await interaction.followup.send(content, ephemeral=True, **kwargs)
 
-    def pages(self, user: discord.abc.User, memories: list[StoredMemory]) -> list[discord.Embed]:
-        chunks = [memories[i : i + PAGE_SIZE] for i in range(0, len(memories), PAGE_SIZE)] or [[]]
-        out = []
-        for n, chunk in enumerate(chunks, start=1):
-            embed = discord.Embed(
-                title=f"What I remember about {user.display_name}",
-                description="\n".join(self.describe(m) for m in chunk) or "Nothing yet.",
-            )
-            embed.set_footer(text=f"{len(memories)} memories · page {n} of {len(chunks)}")
-            out.append(embed)
-        return out
+    async def own_memory_choices(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
+        needle = current.lower().strip()
+        memories = await self.repo.list(interaction.user.id)
+        hits = [m for m in reversed(memories) if not needle or needle in m.content.lower() or m.short_id.startswith(needle)]
+        return [app_commands.Choice(name=f"{m.short_id} · {m.content}"[:100], value=m.key) for m in hits[:25]]
 
+    async def find(self, interaction: discord.Interaction, key: str) -> StoredMemory | None:
+        found = await self.repo.resolve(interaction.user.id, key)
+        if found is None:
+            await self.reply(interaction, "I couldn't find that memory among yours.")
+        return found
+
+    # ---- seeing
     @app_commands.command(name="view")
     async def view(self, interaction: discord.Interaction) -> None:
-        """See what I remember about you (only you can see this)."""
+        """See what I remember about you, and your memory settings (only you can see this)."""
         await interaction.response.defer(ephemeral=True, thinking=True)
         memories = await self.repo.list(interaction.user.id)
-        pages = self.pages(interaction.user, memories)
+        prefs = await self.engine.ledger.prefs(str(interaction.user.id))
+        status = fmt.status_line(prefs, self.bot.settings.memory.dm_memories_in_servers)
+        pages = fmt.pages(self.bot, interaction.user, memories, status)
         view = PagerView(interaction.user.id, pages) if len(pages) > 1 else discord.utils.MISSING
-        await interaction.followup.send(embed=pages[0], view=view, ephemeral=True)
+        await self.reply(interaction, embed=pages[0], view=view)
+
+    @app_commands.command(name="history")
+    @app_commands.describe(memory="The memory whose changes you want to see")
+    async def history(self, interaction: discord.Interaction, memory: str) -> None:
+        """See how one memory was created and changed, by whom, and where it came from."""
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        entries = await self.repo.history(interaction.user.id, memory)
+        if not entries:
+            found = await self.find(interaction, memory)
+            if found is None:
+                return
+            entries = await self.repo.history(interaction.user.id, found.key)
+            memory = found.key
+        await self.reply(interaction, embed=fmt.history_embed(self.bot, memory[-8:], entries))
+
+    @app_commands.command(name="export")
+    async def export(self, interaction: discord.Interaction) -> None:
+        """Download what I remember about you, with its change history, as a JSON file."""
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        user = str(interaction.user.id)
+        memories = await self.repo.list(user)
+        document = export_memories(user, memories, await self.repo.history(user))
+        data = json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8")
+        file = discord.File(io.BytesIO(data), filename=f"memories-{user}.json")
+        await self.reply(interaction, f"Here are your {len(memories)} memories.", file=file)
+
+    # ---- teaching and correcting
+    @app_commands.command(name="remember")
+    @app_commands.describe(text="What I should remember about you, in your own words")
+    async def remember(self, interaction: discord.Interaction, text: app_commands.Range[str, 1, MAX_CONTENT]) -> None:
+        """Tell me something to remember about you."""
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        key = await self.repo.add(interaction.user.id, text.strip(), origin_of(interaction), actor=self.actor(interaction))
+        await self.reply(interaction, f"Got it, I'll remember that (`{key[-8:]}`).")
+
+    @app_commands.command(name="edit")
+    @app_commands.describe(memory="The memory to change (start typing to search yours)", text="The corrected text")
+    async def edit(self, interaction: discord.Interaction, memory: str, text: app_commands.Range[str, 1, MAX_CONTENT]) -> None:
+        """Correct one thing I remember about you."""
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        found = await self.find(interaction, memory)
+        if found is None:
+            return
+        await self.repo.edit(interaction.user.id, found.key, text.strip(), origin_of(interaction), actor=self.actor(interaction))
+        await self.reply(interaction, f"Updated `{found.short_id}`: {fmt.clip(text)}")
 
     @app_commands.command(name="delete")
     @app_commands.describe(memory="The memory to delete (start typing to search yours)")
     async def delete(self, interaction: discord.Interaction, memory: str) -> None:
         """Delete one thing I remember about you."""
         await interaction.response.defer(ephemeral=True, thinking=True)
-        found = await self.repo.resolve(interaction.user.id, memory)
+        found = await self.find(interaction, memory)
         if found is None:
-            await interaction.followup.send("I couldn't find that memory among yours.", ephemeral=True)
             return
-        await self.repo.delete(interaction.user.id, found.key)
-        await interaction.followup.send(
-            f"Deleted `{found.short_id}`: {discord.utils.escape_mentions(found.content[:SHOWN_CHARS])}", ephemeral=True
-        )
+        await self.repo.delete(interaction.user.id, found.key, actor=self.actor(interaction))
+        await self.reply(interaction, f"Deleted `{found.short_id}`: {fmt.clip(found.content)}")
 
+    @edit.autocomplete("memory")
     @delete.autocomplete("memory")
-    async def delete_autocomplete(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
-        needle = current.lower().strip()
-        memories = await self.repo.list(interaction.user.id)
-        hits = [m for m in reversed(memories) if not needle or needle in m.content.lower() or m.short_id.startswith(needle)]
-        return [
-            app_commands.Choice(name=f"{m.short_id} · {m.content}"[:100], value=m.key) for m in hits[:25]
-        ]
+    @history.autocomplete("memory")
+    async def memory_autocomplete(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
+        return await self.own_memory_choices(interaction, current)
 
+    @app_commands.command(name="forget")
+    @app_commands.describe(text="Words that describe what I should forget")
+    async def forget(self, interaction: discord.Interaction, text: app_commands.Range[str, 1, 200]) -> None:
+        """Find what I remember that matches your words and delete it (asks first)."""
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        memories = await self.repo.list(interaction.user.id)
+        scored = sorted(zip(bm25_scores(text, [m.content for m in memories]), range(len(memories))), reverse=True)
+        matches = [memories[i] for score, i in scored if score > 0][:FORGET_LIMIT]
+        if not matches:
+            await self.reply(interaction, "Nothing I remember about you matches those words.")
+            return
+        listing = "\n".join(f"`{m.short_id}` {fmt.clip(m.content, 150)}" for m in matches)
+        ok, button = await confirm(interaction, f"Forget these {len(matches)}?\n{listing}", confirm_label="Forget")
+        if not ok:
+            if button is not None:
+                await button.response.edit_message(content="Cancelled: nothing was forgotten.", view=None)
+            return
+        changes = await self.repo.apply(interaction.user.id, deletes=[m.key for m in matches], actor=self.actor(interaction))
+        await button.response.edit_message(content=f"Forgotten: {len(changes.deleted)} memories.", view=None)
+
+    # ---- erasing and importing
     @app_commands.command(name="wipe")
     async def wipe(self, interaction: discord.Interaction) -> None:
-        """Delete everything I remember about you (asks first)."""
+        """Erase everything I remember about you and your messages I keep (asks first)."""
         await interaction.response.defer(ephemeral=True, thinking=True)
-        count = len(await self.repo.list(interaction.user.id))
-        if count == 0:
-            await interaction.followup.send("I don't remember anything about you, so there is nothing to wipe.", ephemeral=True)
-            return
+        count = await self.repo.count(interaction.user.id)
         ok, button = await confirm(
-            interaction, f"Delete all {count} things I remember about you? This cannot be undone.", confirm_label="Wipe"
+            interaction,
+            f"Erase all {count} things I remember about you, their history, and your messages in my stored "
+            "conversations? This cannot be undone.",
+            confirm_label="Wipe",
         )
         if not ok:
             if button is not None:
                 await button.response.edit_message(content="Cancelled: nothing was deleted.", view=None)
             return
-        result = await erase_person(self.bot.storage, interaction.user.id)
-        log.info("user %s wiped their memories: %d", interaction.user.id, result.memories)
-        await button.response.edit_message(content=f"Done: deleted {result.memories} memories.", view=None)
+        await button.response.defer()  # erasing every conversation can take longer than 3 seconds
+        result = await self.engine.erase_person(interaction.user.id)
+        log.info("user %s wiped their data: %d memories, %d messages", interaction.user.id, result.memories, result.messages)
+        await button.edit_original_response(
+            content=f"Done: deleted {result.memories} memories and {result.messages} stored messages.", view=None
+        )
 
-    @app_commands.command(name="export")
-    async def export(self, interaction: discord.Interaction) -> None:
-        """Download what I remember about you as a JSON file."""
+    @app_commands.command(name="import")
+    @app_commands.describe(file="A file from /memories export")
+    async def import_(self, interaction: discord.Interaction, file: discord.Attachment) -> None:
+        """Bring back memories from a /memories export file."""
         await interaction.response.defer(ephemeral=True, thinking=True)
-        memories = await self.repo.list(interaction.user.id)
-        document = export_memories(str(interaction.user.id), memories)
-        data = json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8")
-        file = discord.File(io.BytesIO(data), filename=f"memories-{interaction.user.id}.json")
-        await interaction.followup.send(f"Here are your {len(memories)} memories.", file=file, ephemeral=True)
+        try:
+            if file.size > 2_000_000:
+                raise ImportRefused("the file is larger than 2 MB")
+            memories, history = parse_import(await file.read(), str(interaction.user.id))
+        except ImportRefused as exc:
+            await self.reply(interaction, f"I can't import that file: {exc}. Nothing was changed.")
+            return
+        count = await self.repo.restore(interaction.user.id, memories, history)
+        await self.reply(interaction, f"Imported {count} memories.")
+
+    # ---- settings
+    async def set_pref(self, interaction: discord.Interaction, message: str, **values: bool) -> None:
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        await self.engine.ledger.set_prefs(str(interaction.user.id), **values)
+        await self.reply(interaction, message)
+
+    @app_commands.command(name="pause")
+    async def pause(self, interaction: discord.Interaction) -> None:
+        """Stop learning new things about you (I still use what I already know)."""
+        await self.set_pref(interaction, "Paused: I won't learn anything new about you until `/memories resume`.", paused=True)
+
+    @app_commands.command(name="resume")
+    async def resume(self, interaction: discord.Interaction) -> None:
+        """Start learning about you again."""
+        await self.set_pref(interaction, "Resumed: I'll learn from our conversations again.", paused=False)
+
+    @app_commands.command(name="private")
+    @app_commands.describe(enabled="On: I don't use what I remember when I answer you")
+    async def private(self, interaction: discord.Interaction, enabled: bool) -> None:
+        """Keep your memories out of my replies entirely (or let me use them again)."""
+        text = "Private mode on: I won't use what I remember in replies." if enabled else "Private mode off: I'll use what I remember again."
+        await self.set_pref(interaction, text, private=enabled)
+
+    @app_commands.command(name="reactions")
+    @app_commands.describe(enabled="On: I react to your message when I learn something from it")
+    async def reactions(self, interaction: discord.Interaction, enabled: bool) -> None:
+        """Choose whether I react with \N{BRAIN} when I update what I remember about you."""
+        text = "I'll react when I learn something." if enabled else "I won't react when I learn something."
+        await self.set_pref(interaction, text, reactions=enabled)
+
+    @app_commands.command(name="share-dm")
+    @app_commands.describe(enabled="On: what you tell me in DMs can be used when I answer you in servers")
+    async def share_dm(self, interaction: discord.Interaction, enabled: bool) -> None:
+        """Choose whether what I learned in DMs may be used in servers (off by default)."""
+        text = ("DM memories may now be used in servers." if enabled
+                else "DM memories stay in DMs: I won't use them in servers.")
+        await self.set_pref(interaction, text, dm_in_servers=enabled)
 
 
 async def setup(bot: MemoryBot) -> None:

@@ -1,9 +1,12 @@
 """``/purge-memories``: a moderator removes what the bot learned about a member in this server.
 
-What a purge removes (and why): the member's memories that were learned in *this* server, plus their
-turns from this server still waiting for extraction. A moderator's authority is per server, so a purge
-never touches what the member told the bot in DMs or in other servers; the member can wipe everything
-themselves with ``/memories wipe``. The command is a top-level command because Discord ignores default
+What a purge removes (and why): the member's memories that were learned in *this* server and their
+change log, their messages (and the bot's replies to them) in this server's stored conversations, any
+running summary of this server's channels built from their messages, and their turns from this server
+still waiting for extraction. A moderator's authority is per server, so a purge never touches what the
+member told the bot in DMs or in other servers; the member can wipe everything themselves with
+``/memories wipe``. The member's change log keeps one content-free line saying a moderator purged N
+memories in this server. The command is a top-level command because Discord ignores default
 permissions on subcommands; it needs Manage Messages both as a default permission (hidden from others
 in the client) and as a real check on every invocation (the client-side setting can be overridden).
 """
@@ -18,7 +21,7 @@ from discord import app_commands
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from bot.engine.erasure import erase_person
+from bot.engine.memory import Actor
 from cogs.views import confirm
 
 log = logging.getLogger(__name__)
@@ -59,15 +62,20 @@ class Moderation(commands.Cog):
             if button is not None:
                 await button.response.edit_message(content="Cancelled: nothing was removed.", view=None)
             return
-        result = await erase_person(self.bot.storage, member.id, guild_id=str(guild.id))
+        await button.response.defer()  # erasing every conversation can take longer than 3 seconds
+        result = await self.bot.engine.erase_person(
+            member.id, guild_id=str(guild.id), by=Actor("moderator", str(interaction.user.id))
+        )
         when = datetime.now(timezone.utc).isoformat(timespec="seconds")
         line = (
             f"memory purge: moderator {interaction.user} ({interaction.user.id}) purged {result.memories} memories"
-            f" of member {member} ({member.id}) in server {guild.name} ({guild.id}) at {when}"
+            f" and {result.messages} messages of member {member} ({member.id}) in server {guild.name} ({guild.id}) at {when}"
         )
         audit.warning(line)
-        await button.response.edit_message(
-            content=f"Done: removed {result.memories} memories about {member.mention} learned in this server.", view=None
+        await button.edit_original_response(
+            content=f"Done: removed {result.memories} memories and {result.messages} stored messages of {member.mention}"
+            " from this server.",
+            view=None,
         )
         await self.post_mod_log(guild, line)
 

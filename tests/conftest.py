@@ -144,15 +144,7 @@ async def running_engine(settings: Settings, model: BaseChatModel, **kw: Any) ->
     from bot.storage import open_storage
 
     async with open_storage(settings) as storage:
-        engine = ChatEngine(
-            settings=settings,
-            checkpointer=storage.checkpointer,
-            store=storage.store,
-            ledger=storage.ledger,
-            chat_model=model,
-            prune_thread=storage.prune_thread,
-            **kw,
-        )
+        engine = ChatEngine(settings=settings, storage=storage, chat_model=model, **kw)
         await engine.start()
         try:
             yield engine

@@ -66,3 +66,18 @@ def test_process_exits_2_with_one_line_and_no_traceback(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert lines == ["config error: unknown config key 'discord.respond_chanels'"]
     assert "Traceback" not in proc.stderr
+
+
+def test_shipped_config_matches_the_code_defaults():
+    """config.toml documents the defaults: a value changed in one place must change in the other."""
+    import tomllib
+
+    from bot.settings import Settings
+
+    raw = tomllib.loads((ROOT / "config.toml").read_text())
+    defaults = Settings().model_dump(mode="json", exclude={"secrets"})
+    for section, values in raw.items():
+        for key, value in values.items():
+            if (section, key) in {("bot", "persona")}:
+                continue
+            assert defaults[section][key] == value, f"{section}.{key}: config.toml {value!r} != default {defaults[section][key]!r}"

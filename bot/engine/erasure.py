@@ -1,11 +1,18 @@
-"""Erase what the bot holds about one person: the single place every wipe and purge goes through."""
+"""Erase what the bot holds about one person: the single place every wipe and purge goes through.
+
+"Erased" means erased from disk, not hidden: the person's memories and their change log, their turns
+waiting for extraction, their own messages in every stored conversation (and the bot's replies to them),
+and any running summary that was built from their messages. Superseded checkpoints are pruned, SQLite
+overwrites deleted content (``secure_delete``) and the write-ahead logs are checkpointed and truncated,
+so a phrase the person typed is left in no file of the data directory.
+"""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 
-from bot.engine.memory import MemoryRepository
+from bot.engine.memory import Actor, MemoryRepository
 
 log = logging.getLogger(__name__)
 
@@ -14,21 +21,27 @@ log = logging.getLogger(__name__)
 class ErasureResult:
     memories: int
     pending_turns: int
+    messages: int
 
 
-async def erase_person(storage, user_id: str | int, *, guild_id: str | None = None) -> ErasureResult:
-    """Delete a person's memories (all, or only those learned in ``guild_id``) and their pending turns.
+async def erase_person(
+    storage, user_id: str | int, *, guild_id: str | None = None, conversations=None, by: Actor | None = None
+) -> ErasureResult:
+    """Erase a person's data (all of it, or what was learned in ``guild_id``); see the module docstring.
 
-    Pending turns are dropped too, otherwise a background extraction could re-learn what was just erased.
+    Args:
+        storage: the opened :class:`bot.storage.Storage`.
+        user_id: whose data.
+        guild_id: limit to one server (a moderator purge).
+        conversations: the engine's :class:`~bot.engine.conversations.ConversationEraser`, when the
+            person's messages should be removed from conversation state too.
+        by: a moderator doing a purge: recorded, without any content, in the person's change log.
     """
-    repo = MemoryRepository(storage.store)
     user = str(user_id)
-    if guild_id is None:
-        count = await repo.wipe(user)
-        pending = await storage.ledger.forget_user(user)
-    else:
-        keys = [m.key for m in await repo.list(user) if str(m.origin.get("guild_id")) == str(guild_id)]
-        await repo.apply(user, deletes=keys)
-        count = len(keys)
-        pending = await storage.ledger.forget_user(user, guild_id=str(guild_id))
-    return ErasureResult(memories=count, pending_turns=pending)
+    count = await MemoryRepository(storage.store).erase(user, guild_id=guild_id, record=by)
+    pending = await storage.ledger.forget_user(user, guild_id=guild_id)
+    messages = 0
+    if conversations is not None:
+        messages = await conversations.erase_author(user, guild_id=guild_id)
+    await storage.compact()
+    return ErasureResult(memories=count, pending_turns=pending, messages=messages)

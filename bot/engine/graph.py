@@ -39,7 +39,6 @@ class ChatDeps:
     summarize_after_messages: int = 20
     summarize_after_tokens: int = 3000
     keep_messages: int = 6
-    dm_memories_in_servers: bool = False
     limiter: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(8))
     on_usage: UsageCallback | None = None
 
@@ -62,9 +61,9 @@ def for_model(messages: list[AnyMessage]) -> list[BaseMessage]:
     return out
 
 
-def visible_memories(memories: list[StoredMemory], speaker: Speaker, dm_in_servers: bool) -> list[StoredMemory]:
-    """Memories learned in DMs stay out of server prompts unless the setting allows them."""
-    if speaker.in_dm or dm_in_servers:
+def visible_memories(memories: list[StoredMemory], speaker: Speaker) -> list[StoredMemory]:
+    """Memories learned in DMs stay out of server prompts unless the person (or config) allows them."""
+    if speaker.in_dm or speaker.dm_in_servers:
         return memories
     return [m for m in memories if m.origin.get("guild_id") != "dm"]
 
@@ -118,7 +117,7 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
         memories: list[StoredMemory] = []
         if speaker.use_memories and runtime.store is not None:
             everything = await MemoryRepository(runtime.store).list(speaker.user_id)
-            shown = visible_memories(everything, speaker, deps.dm_memories_in_servers)
+            shown = visible_memories(everything, speaker)
             memories = select_within_budget(shown, _recent_text(state["messages"]), deps.memory_budget_tokens)
         system = SystemMessage(content=system_prompt(deps, speaker, memories, state.get("summary", "")))
         reply = await call([system, *for_model(state["messages"])], speaker)
@@ -130,7 +129,13 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
         summary = state.get("summary", "")
         ask = prompts.SUMMARIZE_EXTEND.format(summary=summary) if summary else prompts.SUMMARIZE_NEW
         result = await call([*for_model(fold), HumanMessage(content=ask)], runtime.context)
-        return {"summary": result.text, "messages": [RemoveMessage(id=m.id) for m in fold]}
+        authors = set(state.get("summary_authors") or [])
+        authors |= {str(m.additional_kwargs.get("author_id")) for m in fold if isinstance(m, HumanMessage)}
+        return {
+            "summary": result.text,
+            "summary_authors": sorted(authors),
+            "messages": [RemoveMessage(id=m.id) for m in fold],
+        }
 
     def route(state: ChatState) -> str:
         return "summarize" if needs_summary(state["messages"], deps) else END

@@ -31,6 +31,13 @@ CREATE TABLE IF NOT EXISTS memory_inbox (
 );
 CREATE INDEX IF NOT EXISTS inbox_pending ON memory_inbox (user_id, thread_id, extracted);
 CREATE INDEX IF NOT EXISTS inbox_thread ON memory_inbox (thread_id, id);
+CREATE TABLE IF NOT EXISTS prefs (
+    user_id TEXT PRIMARY KEY,
+    paused INTEGER NOT NULL DEFAULT 0,
+    private INTEGER NOT NULL DEFAULT 0,
+    reactions INTEGER NOT NULL DEFAULT 1,
+    dm_in_servers INTEGER
+);
 CREATE TABLE IF NOT EXISTS usage (
     guild_id TEXT NOT NULL,
     user_id TEXT NOT NULL,
@@ -65,6 +72,19 @@ class PendingKey:
     user_id: str
     count: int
     last_created: float
+
+
+@dataclass(frozen=True)
+class Prefs:
+    """A person's memory settings. ``dm_in_servers`` None means "the server's default" (config)."""
+
+    paused: bool = False
+    private: bool = False
+    reactions: bool = True
+    dm_in_servers: bool | None = None
+
+
+PREF_FIELDS = ("paused", "private", "reactions", "dm_in_servers")
 
 
 @dataclass(frozen=True)
@@ -170,6 +190,36 @@ class Ledger:
                     (user_id, guild_id),
                 )
             return cur.rowcount
+
+    async def prefs(self, user_id: str) -> Prefs:
+        cur = await self._conn.execute(
+            "SELECT paused, private, reactions, dm_in_servers FROM prefs WHERE user_id=?", (user_id,)
+        )
+        row = await cur.fetchone()
+        if row is None:
+            return Prefs()
+        return Prefs(bool(row[0]), bool(row[1]), bool(row[2]), None if row[3] is None else bool(row[3]))
+
+    async def set_prefs(self, user_id: str, **values: bool | None) -> Prefs:
+        """Change some of a person's settings; return all of them."""
+        unknown = set(values) - set(PREF_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown preference {sorted(unknown)}")
+        current = {**(await self.prefs(user_id)).__dict__, **values}
+        async with self._tx() as db:
+            await db.execute(
+                "INSERT INTO prefs (user_id, paused, private, reactions, dm_in_servers) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (user_id) DO UPDATE SET paused=excluded.paused, private=excluded.private,"
+                " reactions=excluded.reactions, dm_in_servers=excluded.dm_in_servers",
+                (user_id, *(current[f] for f in PREF_FIELDS)),
+            )
+        return Prefs(**current)
+
+    async def checkpoint(self) -> None:
+        """Move the WAL into the database file and truncate it (after an erasure)."""
+        async with self._lock:
+            await self._conn.execute("PRAGMA incremental_vacuum")
+            await self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     async def record_usage(self, guild_id: str, user_id: str, prompt_tokens: int, completion_tokens: int) -> None:
         day = time.strftime("%Y-%m-%d", time.gmtime())

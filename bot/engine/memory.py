@@ -1,10 +1,14 @@
-"""Memories: one store namespace per person, one item per fact, read and written in whole batches.
+"""Memories: one store namespace per person, one item per fact, every change logged in the same batch.
 
-A memory's value is ``{"content": str, "origin": {...}}``. ``origin`` says where the current text was
-learned: ``guild_id`` (a server ID, or ``"dm"``), ``channel_id`` and ``message_id``, plus ``source``
-(``"extraction"``, ``"user"`` or ``"moderator"``). The store keeps ``created_at``/``updated_at``.
-When extraction patches a memory, the origin moves to the message that changed it: the text and the place
-it came from always go together.
+A memory's value is ``{"content", "origin", "created_at", "updated_at"}``. ``origin`` says where the
+current text was learned: ``guild_id`` (a server ID, or ``"dm"``), ``channel_id``, ``message_id`` and
+``source``. The timestamps live in the value (ISO 8601, UTC) rather than only in the store's own columns
+so that an export can be imported back exactly.
+
+Every insert, update and delete also writes a change-log entry into ``("memory_history", user_id)``: the
+action, who did it (extraction, the person, a moderator, an import), when, the text before and after, and
+the origin. Memories and their log entries are written in one ``abatch`` call, which the SQLite store runs
+in one transaction: an extraction's changes land all together, with their history, or not at all.
 """
 
 from __future__ import annotations
@@ -13,13 +17,14 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Iterable
 
-from langgraph.store.base import BaseStore, Item, PutOp
+from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 from pydantic import BaseModel, Field
 
 NAMESPACE_ROOT = "memories"
+HISTORY_ROOT = "memory_history"
 PAGE_SIZE = 500
 
 
@@ -27,6 +32,28 @@ class Memory(BaseModel):
     """A durable fact about the person: who they are, what they like, what they do, what they plan."""
 
     content: str = Field(description="The fact, as one short sentence in the third person.")
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who changed a memory: ``extraction``, ``user`` (the person), ``moderator`` or ``import``."""
+
+    kind: str
+    id: str | None = None
+
+
+EXTRACTION = Actor("extraction")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _parse(value: Any, fallback: datetime) -> datetime:
+    try:
+        return datetime.fromisoformat(str(value))
+    except ValueError:
+        return fallback
 
 
 @dataclass(frozen=True)
@@ -51,9 +78,33 @@ class StoredMemory:
             key=item.key,
             content=str(value.get("content", "")),
             origin=dict(value.get("origin") or {}),
-            created_at=item.created_at,
-            updated_at=item.updated_at,
+            created_at=_parse(value.get("created_at"), item.created_at),
+            updated_at=_parse(value.get("updated_at"), item.updated_at),
         )
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One change to one memory."""
+
+    key: str
+    memory_key: str
+    action: str  # created | updated | deleted
+    actor: str
+    actor_id: str | None
+    at: str
+    before: str | None
+    after: str | None
+    origin: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items()}
+
+    @classmethod
+    def from_item(cls, item: Item) -> "HistoryEntry":
+        v = item.value
+        return cls(item.key, v["memory_key"], v["action"], v["actor"], v.get("actor_id"), v["at"],
+                   v.get("before"), v.get("after"), dict(v.get("origin") or {}))
 
 
 @dataclass
@@ -89,30 +140,38 @@ def namespace(user_id: str | int) -> tuple[str, str]:
     return (NAMESPACE_ROOT, str(user_id))
 
 
-class MemoryRepository:
-    """Reads and writes one person's memories through a LangGraph ``BaseStore``.
+def history_namespace(user_id: str | int) -> tuple[str, str]:
+    """The store namespace of one person's change log."""
+    return (HISTORY_ROOT, str(user_id))
 
-    Every read pages through the namespace (``BaseStore.search`` returns 10 items unless told otherwise);
-    every multi-item write goes through one ``abatch`` call, which the SQLite store runs in one
-    transaction, so an extraction's changes land all together or not at all.
+
+class MemoryRepository:
+    """Reads and writes one person's memories (and their change log) through a LangGraph ``BaseStore``.
+
+    Every read pages through the namespace (``BaseStore.search`` returns 10 items unless told otherwise).
     """
 
     def __init__(self, store: BaseStore) -> None:
         self.store = store
 
-    async def list(self, user_id: str | int) -> list[StoredMemory]:
-        """All of a person's memories, oldest first."""
+    async def _all(self, ns: tuple[str, ...], **filters: Any) -> list[Item]:
         items: list[Item] = []
         offset = 0
         while True:
-            page = await self.store.asearch(namespace(user_id), limit=PAGE_SIZE, offset=offset)
+            page = await self.store.asearch(ns, filter=filters or None, limit=PAGE_SIZE, offset=offset)
             items.extend(page)
             if len(page) < PAGE_SIZE:
-                break
+                return items
             offset += PAGE_SIZE
-        memories = [StoredMemory.from_item(i) for i in items]
-        memories.sort(key=lambda m: m.key)  # time-ordered keys: oldest first
+
+    async def list(self, user_id: str | int) -> list[StoredMemory]:
+        """All of a person's memories, oldest first."""
+        memories = [StoredMemory.from_item(i) for i in await self._all(namespace(user_id))]
+        memories.sort(key=lambda m: (m.created_at, m.key))
         return memories
+
+    async def count(self, user_id: str | int) -> int:
+        return len(await self._all(namespace(user_id)))
 
     async def get(self, user_id: str | int, key: str) -> StoredMemory | None:
         item = await self.store.aget(namespace(user_id), key)
@@ -129,6 +188,13 @@ class MemoryRepository:
         matches = [m for m in await self.list(user_id) if m.short_id == key_or_prefix or m.key.startswith(key_or_prefix)]
         return matches[0] if len(matches) == 1 else None
 
+    async def history(self, user_id: str | int, memory_key: str | None = None) -> list[HistoryEntry]:
+        """A person's change log (one memory's, when ``memory_key`` is given), oldest first."""
+        filters = {"memory_key": memory_key} if memory_key else {}
+        entries = [HistoryEntry.from_item(i) for i in await self._all(history_namespace(user_id), **filters)]
+        entries.sort(key=lambda e: (e.at, e.key))
+        return entries
+
     async def apply(
         self,
         user_id: str | int,
@@ -136,38 +202,99 @@ class MemoryRepository:
         inserts: Iterable[tuple[str, dict]] = (),
         updates: Iterable[tuple[str, str, dict]] = (),
         deletes: Iterable[str] = (),
+        actor: Actor = EXTRACTION,
     ) -> MemoryChanges:
-        """Apply inserts ``(content, origin)``, updates ``(key, content, origin)`` and deletes in one batch."""
-        ns = namespace(user_id)
+        """Apply inserts ``(content, origin)``, updates ``(key, content, origin)`` and deletes, logged, in one batch.
+
+        Updates and deletes of keys the person does not have are ignored.
+        """
+        ns, hns = namespace(user_id), history_namespace(user_id)
+        inserts, updates, deletes = list(inserts), list(updates), list(dict.fromkeys(deletes))
+        touched = [k for k, _, _ in updates] + deletes
+        current: dict[str, Item] = {}
+        if touched:
+            found = await self.store.abatch([GetOp(ns, k) for k in touched])
+            current = {item.key: item for item in found if item is not None}
+        now = _now()
         ops: list[PutOp] = []
         changes = MemoryChanges()
-        inserts = list(inserts)
+        log_keys = iter(time_ordered_keys(len(inserts) + len(updates) + len(deletes)))
+
+        def log(memory_key: str, action: str, before: str | None, after: str | None, origin: dict) -> None:
+            entry = {"memory_key": memory_key, "action": action, "actor": actor.kind, "actor_id": actor.id,
+                     "at": now, "before": before, "after": after, "origin": origin}
+            ops.append(PutOp(hns, next(log_keys), entry, index=False))
+
         for (content, origin), key in zip(inserts, time_ordered_keys(len(inserts))):
-            ops.append(PutOp(ns, key, {"content": content, "origin": origin}, index=False))
+            ops.append(PutOp(ns, key, {"content": content, "origin": origin, "created_at": now, "updated_at": now}, index=False))
+            log(key, "created", None, content, origin)
             changes.inserted.append(key)
         for key, content, origin in updates:
-            ops.append(PutOp(ns, key, {"content": content, "origin": origin}, index=False))
+            old = current.get(key)
+            if old is None or key in deletes:
+                continue
+            value = {**old.value, "content": content, "origin": origin, "updated_at": now}
+            value.setdefault("created_at", old.created_at.isoformat())
+            ops.append(PutOp(ns, key, value, index=False))
+            log(key, "updated", old.value.get("content"), content, origin)
             changes.updated.append(key)
         for key in deletes:
+            old = current.get(key)
+            if old is None:
+                continue
             ops.append(PutOp(ns, key, None))
+            log(key, "deleted", old.value.get("content"), None, dict(old.value.get("origin") or {}))
             changes.deleted.append(key)
         if ops:
             await self.store.abatch(ops)
         return changes
 
-    async def add(self, user_id: str | int, content: str, origin: dict) -> str:
+    async def add(self, user_id: str | int, content: str, origin: dict, *, actor: Actor = EXTRACTION) -> str:
         """Insert one memory and return its key."""
-        return (await self.apply(user_id, inserts=[(content, origin)])).inserted[0]
+        return (await self.apply(user_id, inserts=[(content, origin)], actor=actor)).inserted[0]
 
-    async def delete(self, user_id: str | int, key: str) -> bool:
+    async def edit(self, user_id: str | int, key: str, content: str, origin: dict, *, actor: Actor) -> bool:
+        """Replace one memory's text; return whether it existed."""
+        return bool((await self.apply(user_id, updates=[(key, content, origin)], actor=actor)).updated)
+
+    async def delete(self, user_id: str | int, key: str, *, actor: Actor = EXTRACTION) -> bool:
         """Delete one memory; return whether it existed."""
-        if await self.get(user_id, key) is None:
-            return False
-        await self.apply(user_id, deletes=[key])
-        return True
+        return bool((await self.apply(user_id, deletes=[key], actor=actor)).deleted)
 
-    async def wipe(self, user_id: str | int) -> int:
-        """Delete every memory of a person in one transaction; return how many there were."""
-        keys = [m.key for m in await self.list(user_id)]
-        await self.apply(user_id, deletes=keys)
-        return len(keys)
+    async def erase(self, user_id: str | int, *, guild_id: str | None = None, record: Actor | None = None) -> int:
+        """Erase memories and their change log, leaving no trace; return how many memories there were.
+
+        ``guild_id`` limits it to what was learned in that server (memories whose origin is there, and
+        every log entry of those memories or with that origin). Unlike ``delete``, nothing is logged:
+        erasure is for when the text must be gone. ``record`` (a moderator) leaves one content-free entry
+        saying who erased how many memories from which server, so the person can see that it happened.
+        """
+        ns, hns = namespace(user_id), history_namespace(user_id)
+        memories = await self._all(ns)
+
+        def here(value: dict) -> bool:
+            return guild_id is None or str((value.get("origin") or {}).get("guild_id")) == str(guild_id)
+
+        chosen = {i.key for i in memories if here(i.value)}
+        history = [h for h in await self._all(hns) if h.value.get("memory_key") in chosen or here(h.value)]
+        ops = [PutOp(ns, k, None) for k in chosen] + [PutOp(hns, h.key, None) for h in history]
+        if record is not None:
+            entry = {"memory_key": "*", "action": "deleted", "actor": record.kind, "actor_id": record.id, "at": _now(),
+                     "before": None, "after": None, "origin": {"guild_id": guild_id or "", "erased": len(chosen)}}
+            ops.append(PutOp(hns, time_ordered_keys(1)[0], entry, index=False))
+        if ops:
+            await self.store.abatch(ops)
+        return len(chosen)
+
+    async def restore(self, user_id: str | int, memories: list[dict], history: list[dict]) -> int:
+        """Write exported memories and log entries back under their own keys, in one batch."""
+        ns, hns = namespace(user_id), history_namespace(user_id)
+        ops = [
+            PutOp(ns, m["id"], {"content": m["content"], "origin": m["origin"], "created_at": m["created_at"],
+                                "updated_at": m["updated_at"]}, index=False)
+            for m in memories
+        ]
+        ops += [PutOp(hns, h["key"], {k: v for k, v in h.items() if k != "key"}, index=False) for h in history]
+        if ops:
+            await self.store.abatch(ops)
+        return len(memories)

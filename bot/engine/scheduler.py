@@ -121,6 +121,14 @@ class ExtractionScheduler:
                 log.exception("memory change notification failed")
         return changes
 
+    async def cancel_for(self, user_id: str) -> None:
+        """Forget scheduled work for a person and wait out a running extraction (before erasing them)."""
+        for key in [k for k in self._timers if k[1] == user_id]:
+            self._timers.pop(key).cancel()
+        lock = self._user_locks.setdefault(user_id, asyncio.Lock())
+        async with lock:
+            pass
+
     async def flush(self) -> None:
         """Extract everything pending now (used at shutdown and by tests and the console)."""
         for task in list(self._timers.values()):

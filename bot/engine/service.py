@@ -11,16 +11,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Awaitable, Callable
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.graph.state import CompiledStateGraph
 
+from bot.engine.conversations import ConversationEraser
+from bot.engine.erasure import ErasureResult, erase_person
 from bot.engine.extraction import MemoryWriter, WriteRequest
 from bot.engine.graph import ChatDeps, build_chat_graph, build_memory_graph
 from bot.engine.ledger import Ledger
-from bot.engine.memory import MemoryRepository
+from bot.engine.memory import Actor, MemoryRepository
 from bot.engine.scheduler import ExtractionScheduler, OnChange
 from bot.engine.state import Speaker
 from bot.settings import Settings
@@ -49,20 +51,17 @@ class ChatEngine:
         self,
         *,
         settings: Settings,
-        checkpointer,
-        store,
-        ledger: Ledger,
+        storage,
         chat_model,
         memory_model=None,
         on_memory_change: OnChange | None = None,
-        prune_thread: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.settings = settings
-        self.prune_thread = prune_thread
-        self.store = store
-        self.checkpointer = checkpointer
-        self.ledger = ledger
-        self.memories = MemoryRepository(store)
+        self.storage = storage
+        self.store = storage.store
+        self.checkpointer = storage.checkpointer
+        self.ledger: Ledger = storage.ledger
+        self.memories = MemoryRepository(self.store)
         self.limiter = asyncio.Semaphore(settings.model.max_concurrent_calls)
         conv, mem = settings.conversation, settings.memory
         self.chat_deps = ChatDeps(
@@ -72,12 +71,11 @@ class ChatEngine:
             summarize_after_messages=conv.summarize_after_messages,
             summarize_after_tokens=conv.summarize_after_tokens,
             keep_messages=conv.keep_messages,
-            dm_memories_in_servers=mem.dm_memories_in_servers,
             limiter=self.limiter,
             on_usage=self._record_usage,
         )
         self.graph: CompiledStateGraph = build_chat_graph(self.chat_deps).compile(
-            checkpointer=checkpointer, store=store
+            checkpointer=self.checkpointer, store=self.store
         )
         self.writer = MemoryWriter(
             memory_model or chat_model,
@@ -85,9 +83,9 @@ class ChatEngine:
             limiter=self.limiter,
             on_usage=self._record_extraction_usage,
         )
-        self.memory_graph: CompiledStateGraph = build_memory_graph(self.writer).compile(store=store)
+        self.memory_graph: CompiledStateGraph = build_memory_graph(self.writer).compile(store=self.store)
         self.scheduler = ExtractionScheduler(
-            ledger,
+            self.ledger,
             self._write,
             quiet_seconds=mem.extraction_quiet_seconds,
             after_messages=mem.extraction_after_messages,
@@ -96,6 +94,7 @@ class ChatEngine:
         )
         self._thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._tails: set[asyncio.Task] = set()
+        self.conversations = ConversationEraser(self.graph, self.checkpointer, self._lock, storage.prune_thread)
 
     async def start(self) -> None:
         """Resume pending memory work left by a previous run."""
@@ -123,20 +122,27 @@ class ChatEngine:
         which case the thread keeps the question and stays usable. ``on_delta`` receives the text so far
         while the model streams.
         """
+        prefs = await self.ledger.prefs(speaker.user_id)
+        speaker = replace(
+            speaker,
+            use_memories=speaker.use_memories and not prefs.private,
+            dm_in_servers=self.settings.memory.dm_memories_in_servers if prefs.dm_in_servers is None else prefs.dm_in_servers,
+        )
         lock = self._lock(thread_id)
         answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(self._turn(lock, thread_id, speaker, text, answered, on_delta))
+        task = asyncio.create_task(self._turn(lock, thread_id, speaker, text, answered, on_delta, not prefs.paused))
         self._tails.add(task)
         task.add_done_callback(self._tails.discard)
         return await answered
 
-    async def _turn(self, lock, thread_id, speaker, text, answered, on_delta) -> None:
+    async def _turn(self, lock, thread_id, speaker, text, answered, on_delta, learn: bool) -> None:
         message = HumanMessage(
             content=text,
             additional_kwargs={
                 "author_id": speaker.user_id,
                 "author_name": speaker.name,
                 "message_id": speaker.message_id,
+                "guild_id": speaker.guild_id,
             },
         )
         config = {"configurable": {"thread_id": thread_id}}
@@ -154,7 +160,8 @@ class ChatEngine:
                         continue
                     if "respond" in chunk:
                         ai: AIMessage = chunk["respond"]["messages"][-1]
-                        await self._after_answer(thread_id, speaker, text, ai.text)
+                        if learn:  # a paused person's turns are never queued for extraction
+                            await self._after_answer(thread_id, speaker, text, ai.text)
                         if not answered.done():  # the caller may have given up waiting
                             answered.set_result(Reply(text=ai.text))
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, or logged
@@ -166,11 +173,10 @@ class ChatEngine:
                     raise
             if not answered.done():  # pragma: no cover - the graph always runs respond
                 answered.set_exception(RuntimeError("the graph produced no reply"))
-            if self.prune_thread is not None:
-                try:
-                    await self.prune_thread(thread_id)
-                except Exception:  # noqa: BLE001 - pruning is housekeeping; the next turn tries again
-                    log.exception("pruning thread %s failed", thread_id)
+            try:
+                await self.storage.prune_thread(thread_id)
+            except Exception:  # noqa: BLE001 - pruning is housekeeping; the next turn tries again
+                log.exception("pruning thread %s failed", thread_id)
 
     async def _after_answer(self, thread_id: str, speaker: Speaker, human: str, ai: str) -> None:
         """Record the turn for background extraction (before the reply is handed out: nothing is lost)."""
@@ -201,6 +207,13 @@ class ChatEngine:
         if p or c:
             await self.ledger.record_usage(str(request.origin.get("guild_id", "dm")), request.user_id, p, c)
 
+    async def erase_person(
+        self, user_id: str | int, *, guild_id: str | None = None, by: Actor | None = None
+    ) -> ErasureResult:
+        """Erase everything held about a person (or what was learned in one server); see bot.engine.erasure."""
+        await self.scheduler.cancel_for(str(user_id))
+        return await erase_person(self.storage, user_id, guild_id=guild_id, conversations=self.conversations, by=by)
+
     async def thread_state(self, thread_id: str) -> dict:
         """The thread's current state values (messages, summary)."""
         snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread_id}})
@@ -215,11 +228,8 @@ def create_engine(settings: Settings, storage, *, chat_model=None, on_memory_cha
     memory_model = chat_model or build_chat_model(settings, streaming=False)
     return ChatEngine(
         settings=settings,
-        checkpointer=storage.checkpointer,
-        store=storage.store,
-        ledger=storage.ledger,
+        storage=storage,
         chat_model=model,
         memory_model=memory_model,
         on_memory_change=on_memory_change,
-        prune_thread=storage.prune_thread,
     )

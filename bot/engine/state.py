@@ -8,9 +8,14 @@ from langgraph.graph import MessagesState
 
 
 class ChatState(MessagesState):
-    """A thread's conversation: its recent messages plus a running summary of older ones."""
+    """A thread's conversation: its recent messages plus a running summary of older ones.
+
+    ``summary_authors`` lists whose messages were folded into the summary, so erasing a person can drop
+    a summary that contains their words.
+    """
 
     summary: str
+    summary_authors: list[str]
 
 
 @dataclass(frozen=True)
@@ -23,7 +28,8 @@ class Speaker:
     channel_id: str = ""
     message_id: str = ""
     place: str = "a direct message"  # human-readable, for the prompt only
-    use_memories: bool = True
+    use_memories: bool = True  # False in private mode: no memories in the prompt
+    dm_in_servers: bool = False  # whether memories learned in DMs may appear in server prompts
 
     @property
     def in_dm(self) -> bool:

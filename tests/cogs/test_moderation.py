@@ -25,12 +25,12 @@ async def test_moderator_purge_removes_this_servers_memories_and_audits(r, caplo
     prompt = res[-1]
     assert prompt.ephemeral and "Remove the 2 memories" in prompt.content
     done = await r.h.click(button(prompt, "Purge"), prompt.message, user=MOD)
-    assert "removed 2 memories" in done[0].content
+    assert "removed 2 memories" in done[-1].content
     left = sorted(m.content for m in await r.engine.memories.list(str(BOB["id"])))
     assert left == ["Bob said this elsewhere", "Bob told me this in a DM"]
     audit = [rec.getMessage() for rec in caplog.records if rec.name == "bot.audit"]
     assert len(audit) == 1
-    assert f"({MOD['id']}) purged 2 memories of member" in audit[0] and f"({BOB['id']})" in audit[0]
+    assert f"({MOD['id']}) purged 2 memories and 0 messages of member" in audit[0] and f"({BOB['id']})" in audit[0]
     assert f"({GUILD_ID})" in audit[0]
     (logged,) = r.h.sent_messages(MODLOG)
     assert logged.content == audit[0]

@@ -1,0 +1,94 @@
+"""How memories and their history read in Discord: places, jump links, lines and pages.
+
+Not an extension: helpers for the memories cog.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Sequence
+
+import discord
+
+from bot.engine.ledger import Prefs
+from bot.engine.memory import HistoryEntry, StoredMemory
+
+PAGE_SIZE = 10
+SHOWN_CHARS = 300
+
+
+def jump_url(origin: dict) -> str | None:
+    """A link to the message a memory came from, when it came from a Discord message."""
+    channel, message = origin.get("channel_id"), origin.get("message_id")
+    if not (str(channel).isdigit() and str(message).isdigit()):
+        return None
+    guild = origin.get("guild_id")
+    return f"https://discord.com/channels/{guild if str(guild).isdigit() else '@me'}/{channel}/{message}"
+
+
+def clip(text: str, limit: int = SHOWN_CHARS) -> str:
+    text = discord.utils.escape_mentions(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def where(client: discord.Client, origin: dict) -> str:
+    """Where something was learned, in words: "a DM", or "Server › #channel", linked when possible."""
+    gid = str(origin.get("guild_id", ""))
+    if gid == "dm":
+        place = "a DM"
+    elif not gid.isdigit():
+        place = {"user": "your own words", "import": "an import"}.get(str(origin.get("source")), "elsewhere")
+    else:
+        guild = client.get_guild(int(gid))
+        place = guild.name if guild else f"server {gid}"
+        cid = str(origin.get("channel_id", ""))
+        channel = guild.get_channel_or_thread(int(cid)) if guild and cid.isdigit() else None
+        if channel is not None:
+            place += f" \u203a #{channel.name}"
+    link = jump_url(origin)
+    return f"[{place}]({link})" if link else place
+
+
+def when(moment: datetime | str) -> str:
+    if isinstance(moment, str):
+        moment = datetime.fromisoformat(moment)
+    return f"<t:{int(moment.timestamp())}:R>"
+
+
+def describe(client: discord.Client, m: StoredMemory) -> str:
+    return f"`{m.short_id}` {clip(m.content)}\n-# learned {when(m.updated_at)} in {where(client, m.origin)}"
+
+
+def status_line(prefs: Prefs, dm_default: bool) -> str:
+    learning = "paused (`/memories resume`)" if prefs.paused else "on"
+    private = "on: I don't use memories in replies" if prefs.private else "off"
+    dm = prefs.dm_in_servers if prefs.dm_in_servers is not None else dm_default
+    return (f"**Learning:** {learning} · **Private mode:** {private} · "
+            f"**DM memories in servers:** {'shared' if dm else 'kept to DMs'}")
+
+
+def pages(client: discord.Client, user: discord.abc.User, memories: Sequence[StoredMemory], status: str) -> list[discord.Embed]:
+    chunks = [list(memories[i : i + PAGE_SIZE]) for i in range(0, len(memories), PAGE_SIZE)] or [[]]
+    out = []
+    for n, chunk in enumerate(chunks, start=1):
+        body = "\n".join(describe(client, m) for m in chunk) or "Nothing yet."
+        embed = discord.Embed(title=f"What I remember about {user.display_name}", description=f"{status}\n\n{body}")
+        embed.set_footer(text=f"{len(memories)} memories · page {n} of {len(chunks)}")
+        out.append(embed)
+    return out
+
+
+ACTOR_WORDS = {"extraction": "learned from chat", "user": "by you", "moderator": "by a moderator", "import": "imported"}
+
+
+def history_embed(client: discord.Client, short_id: str, entries: Sequence[HistoryEntry]) -> discord.Embed:
+    lines = []
+    for e in entries[-15:]:
+        change = {"created": f"created: {clip(e.after or '', 150)}",
+                  "updated": f"changed from {clip(e.before or '', 100)} to {clip(e.after or '', 100)}",
+                  "deleted": f"deleted (was: {clip(e.before or '', 150)})"}[e.action]
+        lines.append(f"{when(e.at)} · {ACTOR_WORDS.get(e.actor, e.actor)} · {change} · {where(client, e.origin)}")
+    embed = discord.Embed(title=f"History of memory {short_id}", description="\n".join(lines) or "No changes recorded.")
+    if len(entries) > 15:
+        embed.set_footer(text=f"showing the last 15 of {len(entries)} changes")
+    return embed
