@@ -63,8 +63,8 @@ class Rig:
         who = dh.member(author) if guild_id else author
         return dh.message(dh.snowflake(), channel_id, who, content, guild_id=guild_id, **kw)
 
-    def mentioning(self, author: dict, content: str, channel_id: int = GENERAL, **kw) -> dict:
-        return self.msg(author, f"{self.mention()} {content}", channel_id,
+    def mentioning(self, author: dict, content: str, channel_id: int = GENERAL, guild_id: int | None = GUILD_ID, **kw) -> dict:
+        return self.msg(author, f"{self.mention()} {content}", channel_id, guild_id,
                         mentions=[self.h.bot_user], **kw)
 
 
