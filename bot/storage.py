@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 CONVERSATIONS_FILE = "conversations.sqlite"
 MEMORIES_FILE = "memories.sqlite"
+LEDGER_FILE = "ledger.sqlite"  # its own file: no writer contention with the store (busy waits cost up to 100 ms)
 
 
 @dataclass
@@ -128,7 +129,7 @@ async def open_storage(settings: Settings) -> AsyncIterator[Storage]:
     # the store and the ledger issue their own BEGIN/COMMIT and need autocommit.
     conv_conn = await _connect(data_dir / CONVERSATIONS_FILE, autocommit=False)
     mem_conn = await _connect(data_dir / MEMORIES_FILE)
-    ledger_conn = await _connect(data_dir / MEMORIES_FILE)
+    ledger_conn = await _connect(data_dir / LEDGER_FILE)
     try:
         checkpointer = AsyncSqliteSaver(conv_conn)
         await checkpointer.setup()

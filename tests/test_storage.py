@@ -7,6 +7,7 @@ from pathlib import Path
 
 from langchain_core.messages import HumanMessage
 
+from bot.engine.service import PRUNE_EVERY
 from bot.engine.state import Speaker
 from tests.conftest import ScriptedChatModel, default_script, make_settings, running_engine
 
@@ -43,7 +44,7 @@ async def test_old_checkpoints_are_pruned_and_the_file_stops_growing(tmp_path):
                 sizes[turn] = db_bytes(settings.bot.data_dir)
         state = await engine.thread_state("t")
     conv = settings.bot.data_dir / "conversations.sqlite"
-    assert count(conv, "checkpoints") == 1
+    assert count(conv, "checkpoints") <= 3 * PRUNE_EVERY  # a turn writes 2-3 checkpoints
     assert sizes[300] <= sizes[100] * 1.25, sizes
     # The pruned thread is intact: summary plus the last messages, and it still answers after a restart.
     assert state["summary"] and len(state["messages"]) <= 10

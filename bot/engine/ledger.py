@@ -110,6 +110,7 @@ class Ledger:
         self._conn = conn
         self._lock = asyncio.Lock()
         self.context_window = context_window
+        self._prefs: dict[str, Prefs] = {}  # write-through cache: read on every reply, changed rarely
 
     async def setup(self) -> None:
         await self._conn.executescript(_SCHEMA)
@@ -192,6 +193,16 @@ class Ledger:
             return cur.rowcount
 
     async def prefs(self, user_id: str) -> Prefs:
+        cached = self._prefs.get(user_id)
+        if cached is not None:
+            return cached
+        prefs = await self._load_prefs(user_id)
+        if len(self._prefs) > 50_000:
+            self._prefs.clear()
+        self._prefs[user_id] = prefs
+        return prefs
+
+    async def _load_prefs(self, user_id: str) -> Prefs:
         cur = await self._conn.execute(
             "SELECT paused, private, reactions, dm_in_servers FROM prefs WHERE user_id=?", (user_id,)
         )
@@ -205,7 +216,7 @@ class Ledger:
         unknown = set(values) - set(PREF_FIELDS)
         if unknown:
             raise ValueError(f"unknown preference {sorted(unknown)}")
-        current = {**(await self.prefs(user_id)).__dict__, **values}
+        current = {**(await self._load_prefs(user_id)).__dict__, **values}
         async with self._tx() as db:
             await db.execute(
                 "INSERT INTO prefs (user_id, paused, private, reactions, dm_in_servers) VALUES (?, ?, ?, ?, ?)"
@@ -213,7 +224,8 @@ class Ledger:
                 " reactions=excluded.reactions, dm_in_servers=excluded.dm_in_servers",
                 (user_id, *(current[f] for f in PREF_FIELDS)),
             )
-        return Prefs(**current)
+        self._prefs[user_id] = Prefs(**current)
+        return self._prefs[user_id]
 
     async def checkpoint(self) -> None:
         """Move the WAL into the database file and truncate it (after an erasure)."""

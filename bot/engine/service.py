@@ -30,6 +30,7 @@ from bot.settings import Settings
 log = logging.getLogger(__name__)
 
 DeltaCallback = Callable[[str], None]
+PRUNE_EVERY = 8  # a thread keeps at most this many superseded checkpoints between prunes
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ class ChatEngine:
         )
         self._thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._tails: set[asyncio.Task] = set()
+        self._turns_since_prune: dict[str, int] = {}
         self.conversations = ConversationEraser(self.graph, self.checkpointer, self._lock, storage.prune_thread)
 
     async def start(self) -> None:
@@ -173,10 +175,19 @@ class ChatEngine:
                     raise
             if not answered.done():  # pragma: no cover - the graph always runs respond
                 answered.set_exception(RuntimeError("the graph produced no reply"))
-            try:
-                await self.storage.prune_thread(thread_id)
-            except Exception:  # noqa: BLE001 - pruning is housekeeping; the next turn tries again
-                log.exception("pruning thread %s failed", thread_id)
+            await self._maybe_prune(thread_id)
+
+    async def _maybe_prune(self, thread_id: str) -> None:
+        """Prune a thread's old checkpoints every ``PRUNE_EVERY`` turns: bounded, without a write per turn."""
+        turns = self._turns_since_prune.pop(thread_id, 0) + 1
+        if turns < PRUNE_EVERY:
+            if len(self._turns_since_prune) < 100_000:
+                self._turns_since_prune[thread_id] = turns
+            return
+        try:
+            await self.storage.prune_thread(thread_id)
+        except Exception:  # noqa: BLE001 - pruning is housekeeping; a later turn tries again
+            log.exception("pruning thread %s failed", thread_id)
 
     async def _after_answer(self, thread_id: str, speaker: Speaker, human: str, ai: str) -> None:
         """Record the turn for background extraction (before the reply is handed out: nothing is lost)."""
