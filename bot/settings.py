@@ -68,6 +68,22 @@ class DiscordSection(_Section):
     api_base: str = ""
 
 
+class LimitsSection(_Section):
+    cooldown_seconds: float = Field(ge=0, le=3600, default=2.0)
+    guild_daily_tokens: int = Field(ge=0, le=1_000_000_000, default=2_000_000)
+    dm_daily_tokens: int = Field(ge=0, le=1_000_000_000, default=200_000)
+
+
+class AccessSection(_Section):
+    dms_enabled: bool = True
+    allow_users: list[int] = Field(default_factory=list)
+    block_users: list[int] = Field(default_factory=list)
+    allow_roles: list[int] = Field(default_factory=list)
+    block_roles: list[int] = Field(default_factory=list)
+    allow_channels: list[int] = Field(default_factory=list)
+    block_channels: list[int] = Field(default_factory=list)
+
+
 class StorageSection(_Section):
     backend: Literal["sqlite"] = "sqlite"
 
@@ -86,6 +102,8 @@ class Settings(_Section):
     conversation: ConversationSection = ConversationSection()
     memory: MemorySection = MemorySection()
     discord: DiscordSection = DiscordSection()
+    limits: LimitsSection = LimitsSection()
+    access: AccessSection = AccessSection()
     storage: StorageSection = StorageSection()
     secrets: Secrets = Secrets()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 import weakref
 
 import discord
@@ -18,11 +19,14 @@ from discord.ext import commands
 
 from bot.client import MemoryBot
 from bot.engine.state import Speaker
-from cogs._replying import ReplyWriter
+from cogs._gate import Cooldown, access_allows
+from cogs._replying import NO_PINGS, ReplyWriter
 
 log = logging.getLogger(__name__)
 
 APOLOGY = "Sorry, I couldn't come up with an answer just now. Please try again in a moment."
+SLOW_DOWN = "You're going a bit fast for me: give me a couple of seconds between messages."
+OUT_OF_BUDGET = "I've used up today's allowance here, so I'm taking a break until midnight UTC."
 TEXT_TYPES = ("text/", "application/json", "application/xml", "application/x-yaml", "application/toml")
 TEXT_SUFFIXES = (".txt", ".md", ".py", ".json", ".csv", ".log", ".yaml", ".yml", ".toml", ".ini", ".js", ".ts",
                  ".html", ".css", ".xml", ".sh", ".rs", ".go", ".java", ".c", ".h", ".cpp", ".sql")
@@ -43,8 +47,11 @@ class Chat(commands.Cog):
         self.config = bot.settings.discord
         self.max_chars = bot.settings.conversation.max_input_chars
         self.streaming = bot.settings.model.streaming
-        self.deadline = bot.settings.model.timeout_seconds * (bot.settings.model.max_retries + 1) + 15
+        self.deadline = bot.settings.model.timeout_seconds  # the most anyone waits for an answer or an apology
         self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
+        self.access = bot.settings.access
+        self.cooldown = Cooldown(bot.settings.limits.cooldown_seconds)
+        self._budget_noticed: dict[str, str] = {}  # budget bucket -> UTC day a notice was sent
 
     def should_answer(self, message: discord.Message) -> bool:
         """Whether this message is addressed to the bot (see module docstring)."""
@@ -109,7 +116,12 @@ class Chat(commands.Cog):
 
     @commands.Cog.listener()
     async def on_message(self, message: discord.Message) -> None:
-        if not self.should_answer(message):
+        if not self.should_answer(message) or not access_allows(message, self.access):
+            return
+        allowed, notice = self.cooldown.check(message.author.id)
+        if not allowed:
+            if notice:
+                await self.notify(message, SLOW_DOWN)
             return
         lock = self._locks.get(message.channel.id)
         if lock is None:
@@ -117,7 +129,21 @@ class Chat(commands.Cog):
         async with lock:  # taken before any await: one channel's messages are handled in arrival order
             await self.answer(message)
 
+    async def notify(self, message: discord.Message, text: str) -> None:
+        try:
+            await message.reply(text, allowed_mentions=NO_PINGS, mention_author=False)
+        except discord.HTTPException:
+            log.warning("could not send a notice in channel %s", message.channel.id)
+
     async def answer(self, message: discord.Message) -> None:
+        speaker = self.speaker(message)
+        bucket = await self.engine.budget_exhausted(speaker)
+        if bucket is not None:
+            day = time.strftime("%Y-%m-%d", time.gmtime())
+            if self._budget_noticed.get(bucket) != day:
+                self._budget_noticed[bucket] = day
+                await self.notify(message, OUT_OF_BUDGET)
+            return
         text = await self.build_input(message)
         if not text:
             text = "(the message was empty: they only mentioned you)"
@@ -125,7 +151,7 @@ class Chat(commands.Cog):
         try:
             async with message.channel.typing():
                 reply = await asyncio.wait_for(
-                    self.engine.reply(str(message.channel.id), self.speaker(message), text, on_delta=writer.on_delta),
+                    self.engine.reply(str(message.channel.id), speaker, text, on_delta=writer.on_delta),
                     self.deadline,
                 )
         except Exception as exc:  # noqa: BLE001 - the user gets an apology, the log the details

@@ -45,6 +45,11 @@ class WriteRequest:
     origin: dict[str, Any] = field(default_factory=dict)
 
 
+def malformed(result: dict) -> bool:
+    """Whether the model's tool calls could not be parsed (bad JSON arguments)."""
+    return any(getattr(m, "invalid_tool_calls", None) for m in result.get("messages", []))
+
+
 def transcript(turns: list[TurnText]) -> str:
     return "\n".join(f"{t.author}: {t.human}\nassistant: {t.ai}" for t in turns) or "(none)"
 
@@ -79,14 +84,18 @@ class MemoryWriter:
             now=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         )
         body = prompts.EXTRACT_TRANSCRIPT.format(context=transcript(request.context), new=new_text)
-        async with self.limiter:
-            result = await self.extractor.ainvoke(
-                {"messages": [SystemMessage(content=system), HumanMessage(content=body)], "existing": existing}
-            )
-        if self.on_usage is not None:
-            for msg in result.get("messages", []):
-                await self.on_usage(request, msg)
-        return await apply_results(repo, request, result, {k for k, _, _ in existing})
+        payload = {"messages": [SystemMessage(content=system), HumanMessage(content=body)], "existing": existing}
+        for attempt in (1, 2):  # a malformed tool call is retried once, then the batch is skipped
+            async with self.limiter:
+                result = await self.extractor.ainvoke(payload)
+            if self.on_usage is not None:
+                for msg in result.get("messages", []):
+                    await self.on_usage(request, msg)
+            if not malformed(result):
+                return await apply_results(repo, request, result, {k for k, _, _ in existing})
+            log.warning("extraction for user %s returned malformed tool calls (attempt %d)", request.user_id, attempt)
+        log.warning("skipping extraction for user %s after a malformed retry; memories unchanged", request.user_id)
+        return MemoryChanges()
 
 
 async def apply_results(

@@ -244,6 +244,18 @@ class Ledger:
                 (guild_id, user_id, day, prompt_tokens, completion_tokens),
             )
 
+    async def tokens_today(self, guild_id: str, user_id: str | None = None) -> int:
+        """Tokens used today (UTC) in a server, or by one person in a server (or in DMs)."""
+        day = time.strftime("%Y-%m-%d", time.gmtime())
+        sql = "SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0) FROM usage WHERE guild_id=? AND day=?"
+        args: tuple = (guild_id, day)
+        if user_id is not None:
+            sql += " AND user_id=?"
+            args += (user_id,)
+        cur = await self._conn.execute(sql, args)
+        (total,) = await cur.fetchone()
+        return int(total)
+
     async def usage(self) -> list[UsageRow]:
         """Token usage summed over all days, per server and person, biggest first."""
         cur = await self._conn.execute(

@@ -218,6 +218,17 @@ class ChatEngine:
         if p or c:
             await self.ledger.record_usage(str(request.origin.get("guild_id", "dm")), request.user_id, p, c)
 
+    async def budget_exhausted(self, speaker: Speaker) -> str | None:
+        """The budget bucket (a server, or a person's DMs) that has no tokens left today, if any."""
+        limits = self.settings.limits
+        if speaker.in_dm:
+            if limits.dm_daily_tokens and await self.ledger.tokens_today("dm", speaker.user_id) >= limits.dm_daily_tokens:
+                return f"dm:{speaker.user_id}"
+            return None
+        if limits.guild_daily_tokens and await self.ledger.tokens_today(speaker.guild_id) >= limits.guild_daily_tokens:
+            return f"guild:{speaker.guild_id}"
+        return None
+
     async def erase_person(
         self, user_id: str | int, *, guild_id: str | None = None, by: Actor | None = None
     ) -> ErasureResult:

@@ -71,6 +71,7 @@ class Rig:
 @asynccontextmanager
 async def rig(tmp_path: Path, chat_model: ScriptedChatModel | None = None, **sections: dict) -> AsyncIterator[Rig]:
     sections.setdefault("model", {}).setdefault("streaming", False)
+    sections.setdefault("limits", {}).setdefault("cooldown_seconds", 0)  # tests send messages back to back
     discord_cfg = sections.setdefault("discord", {})
     discord_cfg.setdefault("respond_channels", [LISTED])
     discord_cfg.setdefault("mod_log_channel_id", MODLOG)
