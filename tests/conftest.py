@@ -150,3 +150,21 @@ async def running_engine(settings: Settings, model: BaseChatModel, **kw: Any) ->
             yield engine
         finally:
             await engine.close()
+
+
+# ---------------------------------------------------------------- fault-suite figures
+FAULT_FIGURES: list[tuple[str, str, str]] = []
+
+
+def record_figure(name: str, value: object, note: str = "") -> None:
+    """Add a line to the fault-suite table printed at the end of the test run."""
+    FAULT_FIGURES.append((name, str(value), note))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if not FAULT_FIGURES:
+        return
+    terminalreporter.section("fault suite figures")
+    width = max(len(n) for n, _, _ in FAULT_FIGURES)
+    for name, value, note in FAULT_FIGURES:
+        terminalreporter.write_line(f"{name.ljust(width)}  {value:>8}  {note}")

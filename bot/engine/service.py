@@ -135,7 +135,13 @@ class ChatEngine:
         task = asyncio.create_task(self._turn(lock, thread_id, speaker, text, answered, on_delta, not prefs.paused))
         self._tails.add(task)
         task.add_done_callback(self._tails.discard)
-        return await answered
+        try:
+            return await answered
+        except asyncio.CancelledError:
+            # The caller gave up (its deadline passed): stop the model call too, so the thread does not
+            # keep an answer nobody saw. The question stays in the thread; the thread stays usable.
+            task.cancel()
+            raise
 
     async def _turn(self, lock, thread_id, speaker, text, answered, on_delta, learn: bool) -> None:
         message = HumanMessage(
