@@ -3,7 +3,7 @@
 Discord refuses messages over 2,000 characters. Cuts prefer a blank line (a paragraph boundary), then
 any line boundary, and only split inside a line when a single line is too long. A cut inside a code
 fence closes the fence at the end of the part and reopens it (with its language) at the start of the next,
-so every part renders as valid Markdown on its own.
+so every part renders as valid Markdown on its own; a block the model left open is closed at the end.
 """
 
 from __future__ import annotations
@@ -39,6 +39,11 @@ def split_message(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
     text = text.strip("\n")
     if not text.strip():
         return []
+    state: str | None = None
+    for line in text.split("\n"):
+        state = _fence_after(state, line)
+    if state:  # the model left a code block open: close it, so no part renders everything after as code
+        text += "\n```"
     if len(text) <= limit:
         return [text]
     lines = _wrap(text.split("\n"), limit - _FENCE_ROOM)

@@ -146,6 +146,8 @@ class Chat(commands.Cog):
             return
         text = await self.build_input(message)
         if not text:
+            if self.bot.user not in message.mentions:
+                return  # nothing to answer (a sticker, an embed, whitespace); a bare mention gets a hello
             text = "(the message was empty: they only mentioned you)"
         writer = ReplyWriter(message, streaming=self.streaming)
         try:

@@ -55,3 +55,7 @@ def test_a_single_huge_line_is_cut_at_spaces():
     parts = split_message(words)
     assert all(len(p) <= 2000 for p in parts)
     assert " ".join(parts).split() == words.split()
+
+
+def test_an_unclosed_fence_is_closed():
+    assert split_message("look:\n```js\nlet x = 1") == ["look:\n```js\nlet x = 1\n```"]
