@@ -156,6 +156,11 @@ class Chat(commands.Cog):
                     self.engine.reply(str(message.channel.id), speaker, text, on_delta=writer.on_delta),
                     self.deadline,
                 )
+        except asyncio.TimeoutError:
+            log.warning("answering message %s in channel %s took longer than %.0f s", message.id, message.channel.id,
+                        self.deadline)
+            await writer.fail(APOLOGY)
+            return
         except Exception as exc:  # noqa: BLE001 - the user gets an apology, the log the details
             log.error("answering message %s in channel %s failed: %r", message.id, message.channel.id, exc, exc_info=exc)
             await writer.fail(APOLOGY)

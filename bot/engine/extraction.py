@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable
 
+from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 from trustcall import create_extractor
@@ -45,9 +46,32 @@ class WriteRequest:
     origin: dict[str, Any] = field(default_factory=dict)
 
 
-def malformed(result: dict) -> bool:
-    """Whether the model's tool calls could not be parsed (bad JSON arguments)."""
-    return any(getattr(m, "invalid_tool_calls", None) for m in result.get("messages", []))
+class ExtractionInterrupted(RuntimeError):
+    """A model call inside Trustcall failed and Trustcall carried on without results.
+
+    Trustcall catches exceptions from the model when it patches existing documents and re-prompts with
+    "Fix the validation error while also avoiding: ..."; an outage would then look like "nothing to
+    learn" and the turns would be marked done. Raising instead keeps them pending for a retry.
+    """
+
+
+class CallWatcher(AsyncCallbackHandler):
+    """Sees every model call Trustcall makes: errors it swallows, and tool calls it could not parse.
+
+    Trustcall drops unparseable tool calls and swallowed errors from what it returns, so the only place
+    to see them is the model calls themselves.
+    """
+
+    def __init__(self) -> None:
+        self.errors: list[BaseException] = []
+        self.last_malformed = False
+
+    async def on_llm_end(self, response, **kwargs) -> None:
+        messages = [g.message for gens in response.generations for g in gens if hasattr(g, "message")]
+        self.last_malformed = any(getattr(m, "invalid_tool_calls", None) for m in messages)
+
+    async def on_llm_error(self, error: BaseException, **kwargs) -> None:
+        self.errors.append(error)
 
 
 def transcript(turns: list[TurnText]) -> str:
@@ -71,6 +95,7 @@ class MemoryWriter:
         self.max_existing = max_existing
         self.limiter = limiter or asyncio.Semaphore(8)
         self.on_usage = on_usage
+        self.skipped_turns = 0  # turns given up on after a malformed retry (a figure for the fault suite)
 
     async def write(self, repo: MemoryRepository, request: WriteRequest) -> MemoryChanges:
         """Extract from ``request`` and apply the results to the person's memories in one batch."""
@@ -86,15 +111,19 @@ class MemoryWriter:
         body = prompts.EXTRACT_TRANSCRIPT.format(context=transcript(request.context), new=new_text)
         payload = {"messages": [SystemMessage(content=system), HumanMessage(content=body)], "existing": existing}
         for attempt in (1, 2):  # a malformed tool call is retried once, then the batch is skipped
+            watcher = CallWatcher()
             async with self.limiter:
-                result = await self.extractor.ainvoke(payload)
+                result = await self.extractor.ainvoke(payload, config={"callbacks": [watcher]})
             if self.on_usage is not None:
                 for msg in result.get("messages", []):
                     await self.on_usage(request, msg)
-            if not malformed(result):
+            if watcher.errors and not result.get("responses"):
+                raise ExtractionInterrupted(repr(watcher.errors[-1])) from watcher.errors[-1]
+            if not watcher.last_malformed:
                 return await apply_results(repo, request, result, {k for k, _, _ in existing})
             log.warning("extraction for user %s returned malformed tool calls (attempt %d)", request.user_id, attempt)
         log.warning("skipping extraction for user %s after a malformed retry; memories unchanged", request.user_id)
+        self.skipped_turns += len(request.new)
         return MemoryChanges()
 
 

@@ -20,7 +20,19 @@ log = logging.getLogger(__name__)
 
 RunWrite = Callable[[WriteRequest], Awaitable[dict]]
 OnChange = Callable[[WriteRequest, dict], Awaitable[None]]
-MAX_FAILURES = 3
+MAX_FAILURES = 3  # for errors that are not outages (a bug, a poison input): then the batch is skipped
+TRANSIENT_STATUS = {408, 409, 429}
+
+
+def is_transient(exc: BaseException) -> bool:
+    """An outage worth waiting out: timeouts, connection errors, 429 and 5xx from the model API."""
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
+        return True
+    if type(exc).__name__ in {"APITimeoutError", "APIConnectionError", "RateLimitError", "InternalServerError",
+                              "ExtractionInterrupted"}:
+        return True
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and (status >= 500 or status in TRANSIENT_STATUS)
 
 
 def _text(turn: InboxTurn) -> TurnText:
@@ -102,12 +114,15 @@ class ExtractionScheduler:
             key = (thread_id, user_id)
             try:
                 changes = await self.run_write(request)
-            except Exception:
+            except Exception as exc:
                 failures = self._failures.get(key, 0) + 1
                 self._failures[key] = failures
-                if failures < MAX_FAILURES:
-                    log.exception("memory extraction failed for user %s (attempt %d), will retry", user_id, failures)
-                    self._schedule(thread_id, user_id, min(300.0, 5.0 * 2**failures))
+                if is_transient(exc) or failures < MAX_FAILURES:
+                    # The model API is down or busy: the turns stay pending (in SQLite) and are retried
+                    # with a growing delay for as long as it takes. Nothing is dropped for an outage.
+                    log.warning("memory extraction failed for user %s (attempt %d): %r; will retry",
+                                user_id, failures, exc)
+                    self._schedule(thread_id, user_id, min(300.0, 5.0 * 2 ** min(failures, 6)))
                     return None
                 log.exception("memory extraction failed %d times for user %s; skipping these turns", failures, user_id)
                 changes = {}

@@ -175,6 +175,8 @@ class ChatEngine:
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, or logged
                 if not answered.done():
                     answered.set_exception(exc)
+                elif isinstance(exc, asyncio.CancelledError):
+                    log.debug("turn in thread %s cancelled: the caller stopped waiting", thread_id)
                 else:
                     log.exception("finishing turn in thread %s failed after the reply", thread_id)
                 if not isinstance(exc, Exception):

@@ -24,7 +24,11 @@ FACT = re.compile(r"(my name is \w+|I (?:also )?(?:like|enjoy) [\w ]+)", re.IGNO
 def model_logic(request: dict) -> Reply:
     """A stand-in for DeepSeek: facts as Memory tool calls for extraction, plain text for chat."""
     if request.get("tools"):
-        body = request["messages"][-1]["content"].split("New messages to learn from:", 1)[-1]
+        # Like a real model, read the transcript wherever it is in the conversation (Trustcall appends
+        # repair prompts after it when a call failed).
+        marker = "New messages to learn from:"
+        texts = [m.get("content") or "" for m in request["messages"] if marker in (m.get("content") or "")]
+        body = texts[-1].split(marker, 1)[-1] if texts else ""
         said = [line.split(":", 1)[1] for line in body.splitlines() if ":" in line and not line.startswith("assistant")]
         facts = [m.group(1).strip() for line in said for m in FACT.finditer(line)]
         return Reply(tool_calls=[ToolCall("Memory", {"content": f}) for f in facts])

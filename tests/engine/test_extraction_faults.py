@@ -1,0 +1,58 @@
+"""Extraction under model faults: malformed output retried once then skipped; outages keep work pending."""
+
+from __future__ import annotations
+
+from langchain_core.messages import AIMessage
+
+from bot.engine.state import Speaker
+from tests.conftest import Call, ScriptedChatModel, default_script, running_engine
+
+ADA = Speaker(user_id="42", name="Ada", guild_id="900", channel_id="7", message_id="70")
+MALFORMED = AIMessage(content="", invalid_tool_calls=[
+    {"name": "Memory", "args": '{"content": "trunc', "id": "c1", "error": "bad json", "type": "invalid_tool_call"}])
+
+
+def scripted(extraction_outputs: list):
+    """Chat as usual; extraction answers from the list (an exception is raised), then as usual."""
+    def script(call: Call):
+        if call.is_extraction and extraction_outputs:
+            out = extraction_outputs.pop(0)
+            if isinstance(out, BaseException):
+                raise out
+            return out
+        return default_script(call)
+    return ScriptedChatModel(script)
+
+
+async def test_malformed_twice_is_skipped_with_memories_unchanged(settings):
+    model = scripted([MALFORMED, MALFORMED])
+    async with running_engine(settings, model) as engine:
+        await engine.memories.add("42", "Has a bike", {"guild_id": "900"})
+        await engine.reply("t", ADA, "I like tea")
+        await engine.scheduler.flush()
+        assert [m.content for m in await engine.memories.list("42")] == ["Has a bike"]
+        assert len(model.extraction_calls) == 2
+        assert engine.writer.skipped_turns == 1
+        assert await engine.ledger.pending() == []
+
+
+async def test_malformed_once_then_valid_is_learned(settings):
+    model = scripted([MALFORMED])
+    async with running_engine(settings, model) as engine:
+        await engine.reply("t", ADA, "I like tea")
+        await engine.scheduler.flush()
+        assert [m.content for m in await engine.memories.list("42")] == ["I like tea"]
+        assert engine.writer.skipped_turns == 0
+
+
+async def test_an_outage_inside_trustcall_keeps_the_turns_pending(settings):
+    """With existing memories Trustcall swallows model errors; the engine notices and retries later."""
+    model = scripted([ConnectionError("model API unreachable")] * 3)
+    async with running_engine(settings, model) as engine:
+        await engine.memories.add("42", "Has a bike", {"guild_id": "900"})
+        await engine.reply("t", ADA, "I like tea")
+        await engine.scheduler.run("t", "42")
+        assert [p.user_id for p in await engine.ledger.pending()] == ["42"]
+        assert [m.content for m in await engine.memories.list("42")] == ["Has a bike"]
+        await engine.scheduler.flush()  # the API is back
+        assert sorted(m.content for m in await engine.memories.list("42")) == ["Has a bike", "I like tea"]
