@@ -44,6 +44,8 @@ class WriteRequest:
     new: list[TurnText]
     context: list[TurnText] = field(default_factory=list)
     origin: dict[str, Any] = field(default_factory=dict)
+    thread_id: str = ""
+    last_turn_id: int = 0  # the newest inbox row covered: committed with the memory changes (see scheduler)
 
 
 class ExtractionInterrupted(RuntimeError):
@@ -159,6 +161,7 @@ async def apply_results(
         inserts=inserts,
         updates=[(k, c, origin) for k, c in updates.items()],
         deletes=sorted(deletes),
+        watermark=(request.thread_id, request.last_turn_id) if request.thread_id else None,
     )
     if changes:
         log.info(

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 NAMESPACE_ROOT = "memories"
 HISTORY_ROOT = "memory_history"
+WATERMARK_ROOT = "extraction_marks"
 PAGE_SIZE = 500
 
 
@@ -140,6 +141,11 @@ def namespace(user_id: str | int) -> tuple[str, str]:
     return (NAMESPACE_ROOT, str(user_id))
 
 
+def watermark_namespace(user_id: str | int) -> tuple[str, str]:
+    """Per person, per thread: the newest inbox turn whose extraction is committed (no content)."""
+    return (WATERMARK_ROOT, str(user_id))
+
+
 def history_namespace(user_id: str | int) -> tuple[str, str]:
     """The store namespace of one person's change log."""
     return (HISTORY_ROOT, str(user_id))
@@ -188,6 +194,10 @@ class MemoryRepository:
         matches = [m for m in await self.list(user_id) if m.short_id == key_or_prefix or m.key.startswith(key_or_prefix)]
         return matches[0] if len(matches) == 1 else None
 
+    async def watermark(self, user_id: str | int, thread_id: str) -> int:
+        item = await self.store.aget(watermark_namespace(user_id), thread_id)
+        return int(item.value.get("last_turn_id", 0)) if item else 0
+
     async def history(self, user_id: str | int, memory_key: str | None = None) -> list[HistoryEntry]:
         """A person's change log (one memory's, when ``memory_key`` is given), oldest first."""
         filters = {"memory_key": memory_key} if memory_key else {}
@@ -203,10 +213,13 @@ class MemoryRepository:
         updates: Iterable[tuple[str, str, dict]] = (),
         deletes: Iterable[str] = (),
         actor: Actor = EXTRACTION,
+        watermark: tuple[str, int] | None = None,
     ) -> MemoryChanges:
         """Apply inserts ``(content, origin)``, updates ``(key, content, origin)`` and deletes, logged, in one batch.
 
-        Updates and deletes of keys the person does not have are ignored.
+        Updates and deletes of keys the person does not have are ignored. ``watermark`` (thread ID, inbox
+        turn ID) is written in the same transaction, so after a crash the scheduler knows these turns were
+        applied and does not extract them twice.
         """
         ns, hns = namespace(user_id), history_namespace(user_id)
         inserts, updates, deletes = list(inserts), list(updates), list(dict.fromkeys(deletes))
@@ -245,6 +258,8 @@ class MemoryRepository:
             ops.append(PutOp(ns, key, None))
             log(key, "deleted", old.value.get("content"), None, dict(old.value.get("origin") or {}))
             changes.deleted.append(key)
+        if watermark is not None:
+            ops.append(PutOp(watermark_namespace(user_id), watermark[0], {"last_turn_id": watermark[1]}, index=False))
         if ops:
             await self.store.abatch(ops)
         return changes
@@ -278,6 +293,8 @@ class MemoryRepository:
         chosen = {i.key for i in memories if here(i.value)}
         history = [h for h in await self._all(hns) if h.value.get("memory_key") in chosen or here(h.value)]
         ops = [PutOp(ns, k, None) for k in chosen] + [PutOp(hns, h.key, None) for h in history]
+        if guild_id is None:
+            ops += [PutOp(watermark_namespace(user_id), w.key, None) for w in await self._all(watermark_namespace(user_id))]
         if record is not None:
             entry = {"memory_key": "*", "action": "deleted", "actor": record.kind, "actor_id": record.id, "at": _now(),
                      "before": None, "after": None, "origin": {"guild_id": guild_id or "", "erased": len(chosen)}}

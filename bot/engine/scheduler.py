@@ -51,8 +51,10 @@ class ExtractionScheduler:
         after_messages: int,
         context_turns: int,
         on_change: OnChange | None = None,
+        applied_up_to: Callable[[str, str], Awaitable[int]] | None = None,
     ) -> None:
         self.ledger = ledger
+        self.applied_up_to = applied_up_to
         self.run_write = run_write
         self.quiet_seconds = quiet_seconds
         self.after_messages = after_messages
@@ -104,12 +106,23 @@ class ExtractionScheduler:
             before, pending = await self.ledger.batch(thread_id, user_id, self.context_turns)
             if not pending:
                 return None
+            if self.applied_up_to is not None:
+                # Turns whose memory changes were committed before a crash cut the ledger update short.
+                done = await self.applied_up_to(user_id, thread_id)
+                already = [t.id for t in pending if t.id <= done]
+                if already:
+                    await self.ledger.mark_extracted(thread_id, already)
+                    pending = [t for t in pending if t.id > done]
+                    if not pending:
+                        return None
             request = WriteRequest(
                 user_id=user_id,
                 speaker_name=pending[-1].author,
                 new=[_text(t) for t in pending],
                 context=[_text(t) for t in before],
                 origin=pending[-1].origin,
+                thread_id=thread_id,
+                last_turn_id=pending[-1].id,
             )
             key = (thread_id, user_id)
             try:

@@ -92,6 +92,7 @@ class ChatEngine:
             after_messages=mem.extraction_after_messages,
             context_turns=mem.extraction_context_messages,
             on_change=on_memory_change,
+            applied_up_to=self.memories.watermark,
         )
         self._thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._tails: set[asyncio.Task] = set()
