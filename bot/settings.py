@@ -58,6 +58,9 @@ class MemorySection(_Section):
     extraction_max_existing: int = Field(ge=1, le=500, default=40)
     extraction_context_messages: int = Field(ge=0, le=20, default=4)
     dm_memories_in_servers: bool = False
+    embeddings_model: str = ""
+    embeddings_base_url: str = ""
+    embeddings_api_key_env: str = ""
 
 
 class DiscordSection(_Section):
@@ -94,6 +97,7 @@ class Secrets(BaseModel):
     model_config = ConfigDict(frozen=True)
     discord_token: SecretStr | None = None
     model_api_key: SecretStr | None = None
+    embeddings_api_key: SecretStr | None = None
 
 
 class Settings(_Section):
@@ -115,7 +119,7 @@ class Settings(_Section):
     def secret_values(self) -> list[str]:
         """Every secret in clear, so logging can redact them."""
         out = []
-        for s in (self.secrets.discord_token, self.secrets.model_api_key):
+        for s in (self.secrets.discord_token, self.secrets.model_api_key, self.secrets.embeddings_api_key):
             if s is not None and s.get_secret_value():
                 out.append(s.get_secret_value())
         return out
@@ -177,6 +181,11 @@ def load_settings(
     base_url = settings.model.base_url
     if not base_url and settings.model.provider == "deepseek":
         base_url = env.get("DEEPSEEK_API_BASE", "")
+    emb_env = settings.memory.embeddings_api_key_env
+    if settings.memory.embeddings_model and emb_env and need_model and not env.get(emb_env, "").strip():
+        raise ConfigError(f"missing secret '{emb_env}': set it in the environment (memory.embeddings_api_key_env)")
+    if settings.memory.embeddings_model and not settings.memory.embeddings_base_url:
+        raise ConfigError("missing config key 'memory.embeddings_base_url': required with memory.embeddings_model")
     if settings.model.provider == "openai_compatible" and not base_url:
         raise ConfigError("missing config key 'model.base_url': required for provider 'openai_compatible'")
     discord = settings.discord
@@ -189,6 +198,7 @@ def load_settings(
             "secrets": Secrets(
                 discord_token=SecretStr(token) if token else None,
                 model_api_key=SecretStr(key) if key else None,
+                embeddings_api_key=SecretStr(env[emb_env]) if emb_env and env.get(emb_env) else None,
             ),
             "model": settings.model.model_copy(update={"base_url": base_url}),
             "discord": discord.model_copy(update={"api_base": api_base}),

@@ -21,7 +21,8 @@ from langgraph.runtime import Runtime
 from bot.engine import prompts
 from bot.engine.extraction import MemoryWriter, WriteRequest
 from bot.engine.memory import MemoryRepository, StoredMemory
-from bot.engine.ranking import estimate_tokens, select_within_budget
+from bot.engine.ranking import estimate_tokens, fits, select_within_budget
+from bot.engine.semantic import SemanticScorer
 from bot.engine.state import ChatState, Speaker
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class ChatDeps:
     keep_messages: int = 6
     limiter: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(8))
     on_usage: UsageCallback | None = None
+    semantic: SemanticScorer | None = None
 
 
 def author_line(message: BaseMessage) -> str:
@@ -118,7 +120,11 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
         if speaker.use_memories and runtime.store is not None:
             everything = await MemoryRepository(runtime.store).list(speaker.user_id)
             shown = visible_memories(everything, speaker)
-            memories = select_within_budget(shown, _recent_text(state["messages"]), deps.memory_budget_tokens)
+            query = _recent_text(state["messages"])
+            semantic = None
+            if deps.semantic is not None and not fits(shown, deps.memory_budget_tokens):
+                semantic = await deps.semantic.scores(speaker.user_id, shown, query)
+            memories = select_within_budget(shown, query, deps.memory_budget_tokens, semantic)
         system = SystemMessage(content=system_prompt(deps, speaker, memories, state.get("summary", "")))
         reply = await call([system, *for_model(state["messages"])], speaker)
         return {"messages": [AIMessage(content=reply.text, id=reply.id)]}

@@ -38,6 +38,13 @@ CREATE TABLE IF NOT EXISTS prefs (
     reactions INTEGER NOT NULL DEFAULT 1,
     dm_in_servers INTEGER
 );
+CREATE TABLE IF NOT EXISTS embeddings (
+    user_id TEXT NOT NULL,
+    memory_key TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    vector BLOB NOT NULL,
+    PRIMARY KEY (user_id, memory_key)
+);
 CREATE TABLE IF NOT EXISTS usage (
     guild_id TEXT NOT NULL,
     user_id TEXT NOT NULL,
@@ -180,9 +187,23 @@ class Ledger:
                 (thread_id, thread_id, self.context_window),
             )
 
-    async def forget_user(self, user_id: str, *, guild_id: str | None = None) -> int:
-        """Remove a person's inbox rows (all, or those from one server); return the count."""
+    async def vectors(self, user_id: str) -> dict[str, tuple[str, bytes]]:
+        """A person's cached memory embeddings: key -> (text digest, unit float32 vector)."""
+        cur = await self._conn.execute("SELECT memory_key, digest, vector FROM embeddings WHERE user_id=?", (user_id,))
+        return {k: (d, v) for k, d, v in await cur.fetchall()}
+
+    async def store_vectors(self, user_id: str, rows: list[tuple[str, str, bytes]]) -> None:
         async with self._tx() as db:
+            await db.executemany(
+                "INSERT OR REPLACE INTO embeddings (user_id, memory_key, digest, vector) VALUES (?, ?, ?, ?)",
+                [(user_id, k, d, v) for k, d, v in rows],
+            )
+
+    async def forget_user(self, user_id: str, *, guild_id: str | None = None) -> int:
+        """Remove a person's inbox rows (all, or those from one server) and cached vectors; return the count."""
+        async with self._tx() as db:
+            # Vectors are derived from memory text: they go too (recomputed on demand for what remains).
+            await db.execute("DELETE FROM embeddings WHERE user_id=?", (user_id,))
             if guild_id is None:
                 cur = await db.execute("DELETE FROM memory_inbox WHERE user_id=?", (user_id,))
             else:

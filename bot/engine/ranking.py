@@ -62,12 +62,24 @@ def bm25_scores(query: str, documents: Sequence[str], k1: float = 1.5, b: float 
     return scores
 
 
-def rank(memories: Sequence[StoredMemory], query: str, recency_weight: float = 0.25) -> list[StoredMemory]:
-    """Memories ordered by relevance to ``query`` blended with recency, best first."""
+def rank(
+    memories: Sequence[StoredMemory],
+    query: str,
+    recency_weight: float = 0.25,
+    semantic: Sequence[float] | None = None,
+) -> list[StoredMemory]:
+    """Memories ordered by relevance to ``query`` blended with recency, best first.
+
+    Relevance is BM25, or, when ``semantic`` scores (cosine similarities) are given, their average
+    with BM25, so exact words and meaning both count.
+    """
     if not memories:
         return []
     rel = bm25_scores(query, [m.content for m in memories])
     top = max(rel) or 1.0
+    if semantic is not None:
+        rel = [0.5 * (r / top) + 0.5 * max(0.0, s) for r, s in zip(rel, semantic)]
+        top = max(rel) or 1.0
     by_age = sorted(range(len(memories)), key=lambda i: memories[i].updated_at)
     recency = [0.0] * len(memories)
     for pos, i in enumerate(by_age):
@@ -77,16 +89,19 @@ def rank(memories: Sequence[StoredMemory], query: str, recency_weight: float = 0
     return [memories[i] for i in order]
 
 
+def fits(memories: Sequence[StoredMemory], budget_tokens: int) -> bool:
+    return sum(estimate_tokens(m.content) + 2 for m in memories) <= budget_tokens
+
+
 def select_within_budget(
-    memories: Sequence[StoredMemory], query: str, budget_tokens: int
+    memories: Sequence[StoredMemory], query: str, budget_tokens: int, semantic: Sequence[float] | None = None
 ) -> list[StoredMemory]:
     """All memories (oldest first) if they fit the budget; otherwise the best-ranked ones that fit."""
-    cost = [estimate_tokens(m.content) + 2 for m in memories]
-    if sum(cost) <= budget_tokens:
+    if fits(memories, budget_tokens):
         return list(memories)
     chosen: list[StoredMemory] = []
     used = 0
-    for m in rank(memories, query):
+    for m in rank(memories, query, semantic=semantic):
         c = estimate_tokens(m.content) + 2
         if used + c > budget_tokens:
             continue

@@ -24,6 +24,7 @@ from bot.engine.graph import ChatDeps, build_chat_graph, build_memory_graph
 from bot.engine.ledger import Ledger
 from bot.engine.memory import Actor, MemoryRepository
 from bot.engine.scheduler import ExtractionScheduler, OnChange
+from bot.engine.semantic import SemanticScorer
 from bot.engine.state import Speaker
 from bot.settings import Settings
 
@@ -56,6 +57,7 @@ class ChatEngine:
         chat_model,
         memory_model=None,
         on_memory_change: OnChange | None = None,
+        embeddings=None,
     ) -> None:
         self.settings = settings
         self.storage = storage
@@ -74,6 +76,7 @@ class ChatEngine:
             keep_messages=conv.keep_messages,
             limiter=self.limiter,
             on_usage=self._record_usage,
+            semantic=SemanticScorer(embeddings, self.ledger) if embeddings is not None else None,
         )
         self.graph: CompiledStateGraph = build_chat_graph(self.chat_deps).compile(
             checkpointer=self.checkpointer, store=self.store
@@ -253,7 +256,7 @@ class ChatEngine:
 
 def create_engine(settings: Settings, storage, *, chat_model=None, on_memory_change: OnChange | None = None) -> ChatEngine:
     """Build the engine over opened storage, with the configured model unless one is given."""
-    from bot.engine.model import build_chat_model
+    from bot.engine.model import build_chat_model, build_embeddings
 
     model = chat_model or build_chat_model(settings)
     memory_model = chat_model or build_chat_model(settings, streaming=False)
@@ -263,4 +266,5 @@ def create_engine(settings: Settings, storage, *, chat_model=None, on_memory_cha
         chat_model=model,
         memory_model=memory_model,
         on_memory_change=on_memory_change,
+        embeddings=build_embeddings(settings),
     )

@@ -141,6 +141,10 @@ class FakeOpenAIServer:
         self._queue: list[Reply | Handler] = []
         self._runner: web.AppRunner | None = None
         self._ids = itertools.count(1)
+        # Embeddings: ``embed(text) -> list[float]``; ``embed_status`` != 200 makes /embeddings fail.
+        self.embed: Callable[[str], list[float]] = lambda text: [float(len(text) % 7), 1.0, 0.5]
+        self.embed_status = 200
+        self.embedding_requests: list[dict] = []
 
     # -- lifecycle -------------------------------------------------------
     async def start(self) -> "FakeOpenAIServer":
@@ -148,6 +152,7 @@ class FakeOpenAIServer:
         for prefix in ("/v1", ""):
             app.router.add_post(f"{prefix}/chat/completions", self._chat)
             app.router.add_get(f"{prefix}/models", self._models)
+            app.router.add_post(f"{prefix}/embeddings", self._embeddings)
         # handler_cancellation: abandon a sleeping handler when the client times
         # out; short shutdown_timeout so stop() never waits on a stuck delay.
         self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.5,
@@ -240,6 +245,17 @@ class FakeOpenAIServer:
         self.requests.clear()
 
     # -- HTTP handlers ---------------------------------------------------
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        """OpenAI ``/embeddings``: one vector per input string, from ``self.embed``."""
+        body = await request.json()
+        self.embedding_requests.append(body)
+        if self.embed_status != 200:
+            return _error(self.embed_status, "embeddings unavailable")
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = [{"object": "embedding", "index": i, "embedding": self.embed(str(t))} for i, t in enumerate(inputs)]
+        return web.json_response({"object": "list", "data": data, "model": body.get("model", "fake"),
+                                  "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+
     async def _models(self, request: web.Request) -> web.Response:
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in self.models]
         return web.json_response({"object": "list", "data": data})
