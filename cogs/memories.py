@@ -147,10 +147,9 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
             await self.reply(interaction, "Nothing I remember about you matches those words.")
             return
         listing = "\n".join(f"`{m.short_id}` {fmt.clip(m.content, 150)}" for m in matches)
-        ok, button = await confirm(interaction, f"Forget these {len(matches)}?\n{listing}", confirm_label="Forget")
+        ok, button = await confirm(interaction, f"Forget these {len(matches)}?\n{listing}", confirm_label="Forget",
+                                   cancelled="Cancelled: nothing was forgotten.")
         if not ok:
-            if button is not None:
-                await button.response.edit_message(content="Cancelled: nothing was forgotten.", view=None)
             return
         changes = await self.repo.apply(interaction.user.id, deletes=[m.key for m in matches], actor=self.actor(interaction))
         await button.response.edit_message(content=f"Forgotten: {len(changes.deleted)} memories.", view=None)
@@ -166,10 +165,9 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
             f"Erase all {count} things I remember about you, their history, and your messages in my stored "
             "conversations? This cannot be undone.",
             confirm_label="Wipe",
+            cancelled="Cancelled: nothing was deleted.",
         )
         if not ok:
-            if button is not None:
-                await button.response.edit_message(content="Cancelled: nothing was deleted.", view=None)
             return
         await button.response.defer()  # erasing every conversation can take longer than 3 seconds
         result = await self.engine.erase_person(interaction.user.id)

@@ -57,10 +57,9 @@ class Moderation(commands.Cog):
             interaction,
             f"Remove the {len(memories)} memories I learned about {member.mention} in this server? This cannot be undone.",
             confirm_label="Purge",
+            cancelled="Cancelled: nothing was removed.",
         )
         if not ok:
-            if button is not None:
-                await button.response.edit_message(content="Cancelled: nothing was removed.", view=None)
             return
         await button.response.defer()  # erasing every conversation can take longer than 3 seconds
         result = await self.bot.engine.erase_person(

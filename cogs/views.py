@@ -48,11 +48,16 @@ class ConfirmView(OwnedView):
 
 
 async def confirm(
-    interaction: discord.Interaction, question: str, *, confirm_label: str = "Confirm"
+    interaction: discord.Interaction,
+    question: str,
+    *,
+    confirm_label: str = "Confirm",
+    cancelled: str = "Cancelled: nothing was changed.",
 ) -> tuple[bool, discord.Interaction | None]:
-    """Ask ``question`` ephemerally with Confirm/Cancel; return (confirmed, the button's interaction).
+    """Ask ``question`` ephemerally with Confirm/Cancel; return (confirmed, the Confirm button's interaction).
 
-    On timeout the prompt is edited to say nothing happened and (False, None) is returned.
+    On Cancel the prompt is edited to ``cancelled``; on timeout, to say nothing happened. Both return
+    (False, None), so the caller only handles the confirmed case.
     """
     view = ConfirmView(interaction.user.id, confirm_label=confirm_label)
     await interaction.followup.send(question, view=view, ephemeral=True, wait=True)
@@ -60,7 +65,10 @@ async def confirm(
     if timed_out or view.value is None:
         await interaction.edit_original_response(content="Timed out: nothing was changed.", view=None)
         return False, None
-    return bool(view.value), view.interaction
+    if not view.value:
+        await view.interaction.response.edit_message(content=cancelled, view=None)
+        return False, None
+    return True, view.interaction
 
 
 class PagerView(OwnedView):
