@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
 
 import discord
 
@@ -18,6 +20,22 @@ log = logging.getLogger(__name__)
 NO_PINGS = discord.AllowedMentions.none()
 EDIT_INTERVAL = 1.1  # seconds between edits of a streaming message (Discord's edit rate limits)
 CURSOR = " \u258c"
+
+
+@asynccontextmanager
+async def typing_indicator(channel: discord.abc.Messageable) -> AsyncIterator[None]:
+    """"Bot is typing…" while the body runs; a channel that refuses it costs nothing but the indicator."""
+    indicator = channel.typing()
+    try:
+        await indicator.__aenter__()
+    except discord.HTTPException as exc:
+        log.info("no typing indicator in channel %s: %s", getattr(channel, "id", "?"), exc)
+        indicator = None
+    try:
+        yield
+    finally:
+        if indicator is not None:
+            await indicator.__aexit__(None, None, None)
 
 
 class ReplyWriter:

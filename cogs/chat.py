@@ -20,7 +20,7 @@ from discord.ext import commands
 from bot.client import MemoryBot
 from bot.engine.state import Speaker
 from cogs._gate import Cooldown, access_allows
-from cogs._replying import NO_PINGS, ReplyWriter
+from cogs._replying import NO_PINGS, ReplyWriter, typing_indicator
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ class Chat(commands.Cog):
             text = "(the message was empty: they only mentioned you)"
         writer = ReplyWriter(message, streaming=self.streaming)
         try:
-            async with message.channel.typing():
+            async with typing_indicator(message.channel):
                 reply = await asyncio.wait_for(
                     self.engine.reply(str(message.channel.id), speaker, text, on_delta=writer.on_delta),
                     self.deadline,

@@ -172,3 +172,13 @@ async def test_streaming_reply_is_edited_into_place(tmp_path):
     final = r.h.messages[int(sent[0].message["id"])]["content"]
     assert final == "reply to [Alice | user 802] stream please"
     assert all(e.json["allowed_mentions"]["parse"] == [] for e in edits)
+
+
+async def test_a_channel_that_refuses_typing_still_gets_the_answer(r):
+    def refuse(call):
+        raise dh.http_error(403, 50013, "Missing Permissions")
+
+    r.h.on("POST", "/channels/{channel_id}/typing", refuse)
+    await r.h.send_message(r.mentioning(ALICE, "can you hear me?"))
+    (sent,) = r.h.sent_messages(GENERAL)
+    assert sent.content.endswith("can you hear me?")
