@@ -59,7 +59,8 @@ class MemoryBot(commands.Bot):
     async def setup_hook(self) -> None:
         for ext in EXTENSIONS:
             await self.load_extension(ext)
-        await self.engine.start()
+        if not self.force_sync:  # `python -m bot sync` only pushes commands: no memory work, no model calls
+            await self.engine.start()
         await self.sync_commands()
 
     def command_fingerprint(self, guild: discord.abc.Snowflake | None = None) -> str:

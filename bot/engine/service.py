@@ -100,17 +100,20 @@ class ChatEngine:
         self._thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._tails: set[asyncio.Task] = set()
         self._turns_since_prune: dict[str, int] = {}
+        self._started = False
         self.conversations = ConversationEraser(self.graph, self.checkpointer, self._lock, storage.prune_thread)
 
     async def start(self) -> None:
         """Resume pending memory work left by a previous run."""
+        self._started = True
         await self.scheduler.start()
 
     async def close(self) -> None:
-        """Finish in-flight turns, then flush pending memory extraction."""
+        """Finish in-flight turns, then flush pending memory extraction (if this engine was started)."""
         if self._tails:
             await asyncio.gather(*self._tails, return_exceptions=True)
-        await self.scheduler.close()
+        if self._started:
+            await self.scheduler.close()
 
     def _lock(self, thread_id: str) -> asyncio.Lock:
         lock = self._thread_locks.get(thread_id)
