@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import AsyncIterator
@@ -31,6 +32,10 @@ CREATE TABLE IF NOT EXISTS memory_inbox (
 );
 CREATE INDEX IF NOT EXISTS inbox_pending ON memory_inbox (user_id, thread_id, extracted);
 CREATE INDEX IF NOT EXISTS inbox_thread ON memory_inbox (thread_id, id);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS prefs (
     user_id TEXT PRIMARY KEY,
     paused INTEGER NOT NULL DEFAULT 0,
@@ -117,10 +122,16 @@ class Ledger:
         self._conn = conn
         self._lock = asyncio.Lock()
         self.context_window = context_window
-        self._prefs: dict[str, Prefs] = {}  # write-through cache: read on every reply, changed rarely
+        self._prefs: dict[str, Prefs] = {}
+        self.epoch = ""  # write-through cache: read on every reply, changed rarely
 
     async def setup(self) -> None:
         await self._conn.executescript(_SCHEMA)
+        # An identity for this ledger file: extraction watermarks in the memory store are only trusted
+        # for the ledger that wrote them (inbox IDs restart if the file is ever recreated).
+        await self._conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('epoch', ?)", (uuid.uuid4().hex,))
+        cur = await self._conn.execute("SELECT value FROM meta WHERE key='epoch'")
+        (self.epoch,) = await cur.fetchone()
 
     @asynccontextmanager
     async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:

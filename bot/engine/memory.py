@@ -194,9 +194,12 @@ class MemoryRepository:
         matches = [m for m in await self.list(user_id) if m.short_id == key_or_prefix or m.key.startswith(key_or_prefix)]
         return matches[0] if len(matches) == 1 else None
 
-    async def watermark(self, user_id: str | int, thread_id: str) -> int:
+    async def watermark(self, user_id: str | int, thread_id: str, epoch: str) -> int:
+        """The newest inbox turn of this thread whose extraction is committed, for ledger ``epoch``."""
         item = await self.store.aget(watermark_namespace(user_id), thread_id)
-        return int(item.value.get("last_turn_id", 0)) if item else 0
+        if item is None or item.value.get("epoch") != epoch:
+            return 0
+        return int(item.value.get("last_turn_id", 0))
 
     async def history(self, user_id: str | int, memory_key: str | None = None) -> list[HistoryEntry]:
         """A person's change log (one memory's, when ``memory_key`` is given), oldest first."""
@@ -213,12 +216,12 @@ class MemoryRepository:
         updates: Iterable[tuple[str, str, dict]] = (),
         deletes: Iterable[str] = (),
         actor: Actor = EXTRACTION,
-        watermark: tuple[str, int] | None = None,
+        watermark: tuple[str, int, str] | None = None,
     ) -> MemoryChanges:
         """Apply inserts ``(content, origin)``, updates ``(key, content, origin)`` and deletes, logged, in one batch.
 
         Updates and deletes of keys the person does not have are ignored. ``watermark`` (thread ID, inbox
-        turn ID) is written in the same transaction, so after a crash the scheduler knows these turns were
+        turn ID, ledger epoch) is written in the same transaction, so after a crash the scheduler knows these turns were
         applied and does not extract them twice.
         """
         ns, hns = namespace(user_id), history_namespace(user_id)
@@ -259,7 +262,8 @@ class MemoryRepository:
             log(key, "deleted", old.value.get("content"), None, dict(old.value.get("origin") or {}))
             changes.deleted.append(key)
         if watermark is not None:
-            ops.append(PutOp(watermark_namespace(user_id), watermark[0], {"last_turn_id": watermark[1]}, index=False))
+            ops.append(PutOp(watermark_namespace(user_id), watermark[0],
+                             {"last_turn_id": watermark[1], "epoch": watermark[2]}, index=False))
         if ops:
             await self.store.abatch(ops)
         return changes

@@ -51,7 +51,7 @@ class ExtractionScheduler:
         after_messages: int,
         context_turns: int,
         on_change: OnChange | None = None,
-        applied_up_to: Callable[[str, str], Awaitable[int]] | None = None,
+        applied_up_to: Callable[[str, str, str], Awaitable[int]] | None = None,
     ) -> None:
         self.ledger = ledger
         self.applied_up_to = applied_up_to
@@ -108,7 +108,7 @@ class ExtractionScheduler:
                 return None
             if self.applied_up_to is not None:
                 # Turns whose memory changes were committed before a crash cut the ledger update short.
-                done = await self.applied_up_to(user_id, thread_id)
+                done = await self.applied_up_to(user_id, thread_id, self.ledger.epoch)
                 already = [t.id for t in pending if t.id <= done]
                 if already:
                     await self.ledger.mark_extracted(thread_id, already)
@@ -123,6 +123,7 @@ class ExtractionScheduler:
                 origin=pending[-1].origin,
                 thread_id=thread_id,
                 last_turn_id=pending[-1].id,
+                ledger_epoch=self.ledger.epoch,
             )
             key = (thread_id, user_id)
             try:

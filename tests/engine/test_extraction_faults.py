@@ -56,3 +56,21 @@ async def test_an_outage_inside_trustcall_keeps_the_turns_pending(settings):
         assert [m.content for m in await engine.memories.list("42")] == ["Has a bike"]
         await engine.scheduler.flush()  # the API is back
         assert sorted(m.content for m in await engine.memories.list("42")) == ["Has a bike", "I like tea"]
+
+
+async def test_a_recreated_ledger_does_not_trust_old_watermarks(tmp_path):
+    """Inbox IDs restart in a new ledger file; the watermark from the old one must not skip new turns."""
+    from tests.conftest import make_settings
+
+    settings = make_settings(tmp_path)
+    async with running_engine(settings, scripted([])) as engine:
+        for text in ("I like tea", "I like jam", "I like scones"):
+            await engine.reply("t", ADA, text)
+        await engine.scheduler.flush()
+    (tmp_path / "ledger.sqlite").unlink()
+    for suffix in ("-wal", "-shm"):
+        (tmp_path / f"ledger.sqlite{suffix}").unlink(missing_ok=True)
+    async with running_engine(settings, scripted([])) as engine:
+        await engine.reply("t", ADA, "I like honey")
+        await engine.scheduler.flush()
+        assert "I like honey" in [m.content for m in await engine.memories.list("42")]
