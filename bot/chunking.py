@@ -8,7 +8,10 @@ so every part renders as valid Markdown on its own; a block the model left open 
 
 from __future__ import annotations
 
+import re
+
 DISCORD_LIMIT = 2000
+_LANG = re.compile(r"[\w+#.-]{0,20}")
 _FENCE_ROOM = 40  # room for a closing fence and a reopened "```language" line
 
 
@@ -17,7 +20,12 @@ def _fence_after(state: str | None, line: str) -> str | None:
     stripped = line.strip()
     if not stripped.startswith("```"):
         return state
-    return stripped if state is None else None
+    if state is not None:
+        return None
+    # Reopen with the fence and its language only: the opening line may carry content (even a whole
+    # minified document), which must not be repeated at the top of every part.
+    lang = stripped[3:].split(maxsplit=1)[0] if stripped[3:].strip() else ""
+    return "```" + lang if _LANG.fullmatch(lang) else "```"
 
 
 def _wrap(lines: list[str], width: int) -> list[str]:

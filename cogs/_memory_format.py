@@ -67,11 +67,23 @@ def status_line(prefs: Prefs, dm_default: bool) -> str:
             f"**DM memories in servers:** {'shared' if dm else 'kept to DMs'}")
 
 
+EMBED_TEXT_LIMIT = 4096  # Discord's limit for an embed description
+_ROOM = 200  # headroom below it
+
+
 def pages(client: discord.Client, user: discord.abc.User, memories: Sequence[StoredMemory], status: str) -> list[discord.Embed]:
-    chunks = [list(memories[i : i + PAGE_SIZE]) for i in range(0, len(memories), PAGE_SIZE)] or [[]]
+    """At most 10 memories a page, fewer when long ones would overflow the embed description."""
+    chunks: list[list[str]] = [[]]
+    budget = EMBED_TEXT_LIMIT - _ROOM - len(status)
+    for m in memories:
+        line = describe(client, m)
+        used = sum(len(x) + 1 for x in chunks[-1])
+        if chunks[-1] and (len(chunks[-1]) >= PAGE_SIZE or used + len(line) > budget):
+            chunks.append([])
+        chunks[-1].append(line)
     out = []
     for n, chunk in enumerate(chunks, start=1):
-        body = "\n".join(describe(client, m) for m in chunk) or "Nothing yet."
+        body = "\n".join(chunk) or "Nothing yet."
         embed = discord.Embed(title=f"What I remember about {user.display_name}", description=f"{status}\n\n{body}")
         embed.set_footer(text=f"{len(memories)} memories · page {n} of {len(chunks)}")
         out.append(embed)
@@ -88,7 +100,9 @@ def history_embed(client: discord.Client, short_id: str, entries: Sequence[Histo
                   "updated": f"changed from {clip(e.before or '', 100)} to {clip(e.after or '', 100)}",
                   "deleted": f"deleted (was: {clip(e.before or '', 150)})"}[e.action]
         lines.append(f"{when(e.at)} · {ACTOR_WORDS.get(e.actor, e.actor)} · {change} · {where(client, e.origin)}")
+    while lines and sum(len(x) + 1 for x in lines) > EMBED_TEXT_LIMIT - _ROOM:
+        lines.pop(0)  # keep the most recent changes that fit
     embed = discord.Embed(title=f"History of memory {short_id}", description="\n".join(lines) or "No changes recorded.")
-    if len(entries) > 15:
-        embed.set_footer(text=f"showing the last 15 of {len(entries)} changes")
+    if len(lines) < len(entries):
+        embed.set_footer(text=f"showing the last {len(lines)} of {len(entries)} changes")
     return embed

@@ -89,14 +89,15 @@ class Chat(commands.Cog):
     async def _attachment_text(self, attachment: discord.Attachment) -> str:
         kind = attachment.content_type or "unknown type"
         is_text = kind.startswith(TEXT_TYPES) or attachment.filename.lower().endswith(TEXT_SUFFIXES)
+        reason = "too large to read" if is_text else "not a text file"
         if is_text and attachment.size <= self.config.max_attachment_bytes:
             try:
                 data = await attachment.read()
                 body = data.decode("utf-8", errors="replace").replace("```", "'''")
                 return f"\n\n[attached file {attachment.filename}]\n```\n{body}\n```"
-            except (discord.HTTPException, discord.NotFound):
-                log.warning("could not download attachment %s", attachment.id)
-        reason = "too large to read" if is_text else "not a text file"
+            except Exception as exc:  # noqa: BLE001 - a failed download is mentioned, not fatal
+                log.warning("could not download attachment %s: %r", attachment.id, exc)
+                reason = "could not be downloaded"
         return f"\n\n[attached {attachment.filename} ({kind}, {attachment.size} bytes): {reason}, not shown]"
 
     def speaker(self, message: discord.Message) -> Speaker:
@@ -136,26 +137,10 @@ class Chat(commands.Cog):
             log.warning("could not send a notice in channel %s", message.channel.id)
 
     async def answer(self, message: discord.Message) -> None:
-        speaker = self.speaker(message)
-        bucket = await self.engine.budget_exhausted(speaker)
-        if bucket is not None:
-            day = time.strftime("%Y-%m-%d", time.gmtime())
-            if self._budget_noticed.get(bucket) != day:
-                self._budget_noticed[bucket] = day
-                await self.notify(message, OUT_OF_BUDGET)
-            return
-        text = await self.build_input(message)
-        if not text:
-            if self.bot.user not in message.mentions:
-                return  # nothing to answer (a sticker, an embed, whitespace); a bare mention gets a hello
-            text = "(the message was empty: they only mentioned you)"
+        """Answer one message; whatever fails on the way, the person gets one short apology."""
         writer = ReplyWriter(message, streaming=self.streaming)
         try:
-            async with typing_indicator(message.channel):
-                reply = await asyncio.wait_for(
-                    self.engine.reply(str(message.channel.id), speaker, text, on_delta=writer.on_delta),
-                    self.deadline,
-                )
+            reply = await self._think(message, writer)
         except asyncio.TimeoutError:
             log.warning("answering message %s in channel %s took longer than %.0f s", message.id, message.channel.id,
                         self.deadline)
@@ -165,10 +150,33 @@ class Chat(commands.Cog):
             log.error("answering message %s in channel %s failed: %r", message.id, message.channel.id, exc, exc_info=exc)
             await writer.fail(APOLOGY)
             return
+        if reply is None:
+            return
         try:
-            await writer.finish(reply.text)
+            await writer.finish(reply)
         except discord.HTTPException:
             log.exception("sending the reply to message %s failed", message.id)
+
+    async def _think(self, message: discord.Message, writer: ReplyWriter) -> str | None:
+        """The answer's text, or None when the message gets no answer (out of budget, nothing to answer)."""
+        speaker = self.speaker(message)
+        bucket = await self.engine.budget_exhausted(speaker)
+        if bucket is not None:
+            day = time.strftime("%Y-%m-%d", time.gmtime())
+            if self._budget_noticed.get(bucket) != day:
+                self._budget_noticed[bucket] = day
+                await self.notify(message, OUT_OF_BUDGET)
+            return None
+        text = await self.build_input(message)
+        if not text:
+            if self.bot.user not in message.mentions:
+                return None  # nothing to answer (a sticker, an embed, whitespace); a bare mention gets a hello
+            text = "(the message was empty: they only mentioned you)"
+        async with typing_indicator(message.channel):
+            reply = await self.engine.reply(
+                str(message.channel.id), speaker, text, on_delta=writer.on_delta, timeout=self.deadline
+            )
+        return reply.text
 
 
 async def setup(bot: MemoryBot) -> None:

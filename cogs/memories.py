@@ -115,7 +115,9 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         found = await self.find(interaction, memory)
         if found is None:
             return
-        await self.repo.edit(interaction.user.id, found.key, text.strip(), origin_of(interaction), actor=self.actor(interaction))
+        # The place it was learned stays (a DM fact edited in a server stays a DM fact); the source is you.
+        origin = {**found.origin, "source": "user"}
+        await self.repo.edit(interaction.user.id, found.key, text.strip(), origin, actor=self.actor(interaction))
         await self.reply(interaction, f"Updated `{found.short_id}`: {fmt.clip(text)}")
 
     @app_commands.command(name="delete")
@@ -151,8 +153,9 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
                                    cancelled="Cancelled: nothing was forgotten.")
         if not ok:
             return
+        await button.response.defer()
         changes = await self.repo.apply(interaction.user.id, deletes=[m.key for m in matches], actor=self.actor(interaction))
-        await button.response.edit_message(content=f"Forgotten: {len(changes.deleted)} memories.", view=None)
+        await button.edit_original_response(content=f"Forgotten: {len(changes.deleted)} memories.", view=None)
 
     # ---- erasing and importing
     @app_commands.command(name="wipe")

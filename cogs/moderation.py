@@ -8,7 +8,8 @@ member told the bot in DMs or in other servers; the member can wipe everything t
 ``/memories wipe``. The member's change log keeps one content-free line saying a moderator purged N
 memories in this server. The command is a top-level command because Discord ignores default
 permissions on subcommands; it needs Manage Messages both as a default permission (hidden from others
-in the client) and as a real check on every invocation (the client-side setting can be overridden).
+in the client) and as a real check on every invocation (the client-side setting can be overridden),
+and that check wants it server-wide (from roles), not from one channel's overwrite.
 """
 
 from __future__ import annotations
@@ -35,6 +36,18 @@ def in_server(interaction: discord.Interaction) -> bool:
     return True
 
 
+def has_server_wide_manage_messages(interaction: discord.Interaction) -> bool:
+    """Manage Messages from the member's roles in the server, not a channel overwrite.
+
+    ``checks.has_permissions`` looks at the channel's permissions, so a member given Manage Messages in
+    one channel only could purge what the bot learned about someone across the whole server.
+    """
+    member = interaction.user
+    if not isinstance(member, discord.Member) or not member.guild_permissions.manage_messages:
+        raise app_commands.MissingPermissions(["manage_messages"])
+    return True
+
+
 class Moderation(commands.Cog):
     """Moderator tools."""
 
@@ -45,7 +58,7 @@ class Moderation(commands.Cog):
     @app_commands.describe(member="The member whose memories from this server should be removed")
     @app_commands.guild_only()
     @app_commands.default_permissions(manage_messages=True)
-    @app_commands.checks.has_permissions(manage_messages=True)
+    @app_commands.check(has_server_wide_manage_messages)
     @app_commands.check(in_server)
     async def purge_memories(self, interaction: discord.Interaction, member: discord.User) -> None:
         """Remove everything I learned about a member in this server (moderators only)."""

@@ -59,3 +59,15 @@ def test_a_single_huge_line_is_cut_at_spaces():
 
 def test_an_unclosed_fence_is_closed():
     assert split_message("look:\n```js\nlet x = 1") == ["look:\n```js\nlet x = 1\n```"]
+
+
+def test_random_text_never_makes_an_oversize_or_unbalanced_part():
+    """Fuzz: fences with content on the opening line, long lines, blank lines, in any order."""
+    rng = random.Random(11)
+    pieces = ["```", "```python", '```json {"a": ' + "1" * 3000, "word " * 300, "", "x" * 2500, "short line",
+              "```  ", "~~~", "> quote " * 50]
+    for _ in range(2000):
+        text = "\n".join(rng.choice(pieces) for _ in range(rng.randint(1, 12)))
+        for part in split_message(text):
+            assert 0 < len(part) <= 2000
+            assert fences_balanced(part)

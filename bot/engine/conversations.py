@@ -52,9 +52,12 @@ class ConversationEraser:
         snapshot = await self.graph.aget_state(config)
         values = snapshot.values or {}
         messages = values.get("messages", [])
-        thread_guilds = {str(m.additional_kwargs.get("guild_id")) for m in messages if isinstance(m, HumanMessage)}
-        if guild_id is not None and thread_guilds and str(guild_id) not in thread_guilds:
-            return 0
+        thread_guild = values.get("guild_id")
+        if thread_guild is None:  # threads written before the state carried it
+            guilds = {str(m.additional_kwargs.get("guild_id")) for m in messages if isinstance(m, HumanMessage)}
+            thread_guild = guilds.pop() if len(guilds) == 1 else None
+        if guild_id is not None and str(thread_guild) != str(guild_id):
+            return 0  # a purge touches only that server's threads; unknown means not provably theirs
         doomed: list[str] = []
         for i, m in enumerate(messages):
             if isinstance(m, HumanMessage) and str(m.additional_kwargs.get("author_id")) == user_id:

@@ -38,10 +38,10 @@ async def erase_person(
         by: a moderator doing a purge: recorded, without any content, in the person's change log.
     """
     user = str(user_id)
-    count = await MemoryRepository(storage.store).erase(user, guild_id=guild_id, record=by)
-    pending = await storage.ledger.forget_user(user, guild_id=guild_id)
     messages = 0
-    if conversations is not None:
+    if conversations is not None:  # first: it waits for any turn of theirs in flight to finish
         messages = await conversations.erase_author(user, guild_id=guild_id)
+    pending = await storage.ledger.forget_user(user, guild_id=guild_id)
+    count = await MemoryRepository(storage.store).erase(user, guild_id=guild_id, record=by)
     await storage.compact()
     return ErasureResult(memories=count, pending_turns=pending, messages=messages)

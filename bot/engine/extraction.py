@@ -47,6 +47,7 @@ class WriteRequest:
     thread_id: str = ""
     last_turn_id: int = 0  # the newest inbox row covered: committed with the memory changes (see scheduler)
     ledger_epoch: str = ""
+    see_dm_memories: bool = True  # False for a server turn: DM-learned memories are neither shown nor patched
 
 
 class ExtractionInterrupted(RuntimeError):
@@ -103,6 +104,9 @@ class MemoryWriter:
     async def write(self, repo: MemoryRepository, request: WriteRequest) -> MemoryChanges:
         """Extract from ``request`` and apply the results to the person's memories in one batch."""
         memories = await repo.list(request.user_id)
+        if not request.see_dm_memories:
+            # A server conversation must not patch (and so move into the server) a fact told in a DM.
+            memories = [m for m in memories if m.origin.get("guild_id") != "dm"]
         new_text = transcript(request.new)
         candidates = related(memories, new_text, self.max_existing)
         existing = [(m.key, "Memory", {"content": m.content}) for m in candidates]

@@ -127,7 +127,7 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
             memories = select_within_budget(shown, query, deps.memory_budget_tokens, semantic)
         system = SystemMessage(content=system_prompt(deps, speaker, memories, state.get("summary", "")))
         reply = await call([system, *for_model(state["messages"])], speaker)
-        return {"messages": [AIMessage(content=reply.text, id=reply.id)]}
+        return {"messages": [AIMessage(content=reply.text, id=reply.id)], "guild_id": speaker.guild_id}
 
     async def summarize(state: ChatState, runtime: Runtime[Speaker]) -> dict:
         messages = state["messages"]

@@ -9,6 +9,7 @@ turns. Everything is in SQLite, so pending work survives a crash or a restart.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 import uuid
@@ -108,6 +109,16 @@ class UsageRow:
     completion_tokens: int
 
 
+def _shielded(method):
+    """Run a write to completion even if its caller is cancelled (the caller still sees the cancel)."""
+
+    @functools.wraps(method)
+    async def wrapper(self, *args, **kwargs):
+        return await asyncio.shield(method(self, *args, **kwargs))
+
+    return wrapper
+
+
 def _turn(row: tuple) -> InboxTurn:
     return InboxTurn(row[0], row[1], row[2], row[3], row[4], row[5], json.loads(row[6]), row[7])
 
@@ -135,16 +146,24 @@ class Ledger:
 
     @asynccontextmanager
     async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:
-        """One immediate transaction: all of it or none of it."""
+        """One immediate transaction: all of it or none of it.
+
+        Public writers run their transaction in a shielded task (see ``_shielded``), so a caller that is
+        cancelled (a reply deadline) cannot leave the connection inside an open transaction.
+        """
         async with self._lock:
-            await self._conn.execute("BEGIN IMMEDIATE")
+            began = False
             try:
+                await self._conn.execute("BEGIN IMMEDIATE")
+                began = True
                 yield self._conn
             except BaseException:
-                await self._conn.execute("ROLLBACK")
+                if began or self._conn.in_transaction:
+                    await self._conn.execute("ROLLBACK")
                 raise
             await self._conn.execute("COMMIT")
 
+    @_shielded
     async def record_turn(
         self, *, thread_id: str, user_id: str, author: str, human: str, ai: str, origin: dict
     ) -> int:
@@ -186,6 +205,7 @@ class Ledger:
         before = [_turn(r) for r in reversed(await cur.fetchall())]
         return before, pending
 
+    @_shielded
     async def mark_extracted(self, thread_id: str, ids: list[int]) -> None:
         """Mark turns done and trim the thread's extracted turns to the context window."""
         if not ids:
@@ -203,6 +223,7 @@ class Ledger:
         cur = await self._conn.execute("SELECT memory_key, digest, vector FROM embeddings WHERE user_id=?", (user_id,))
         return {k: (d, v) for k, d, v in await cur.fetchall()}
 
+    @_shielded
     async def store_vectors(self, user_id: str, rows: list[tuple[str, str, bytes]]) -> None:
         async with self._tx() as db:
             await db.executemany(
@@ -210,6 +231,7 @@ class Ledger:
                 [(user_id, k, d, v) for k, d, v in rows],
             )
 
+    @_shielded
     async def forget_user(self, user_id: str, *, guild_id: str | None = None) -> int:
         """Remove a person's inbox rows (all, or those from one server) and cached vectors; return the count."""
         async with self._tx() as db:
@@ -243,21 +265,19 @@ class Ledger:
             return Prefs()
         return Prefs(bool(row[0]), bool(row[1]), bool(row[2]), None if row[3] is None else bool(row[3]))
 
+    @_shielded
     async def set_prefs(self, user_id: str, **values: bool | None) -> Prefs:
-        """Change some of a person's settings; return all of them."""
+        """Change some of a person's settings (only those given, in one transaction); return all of them."""
         unknown = set(values) - set(PREF_FIELDS)
         if unknown:
             raise ValueError(f"unknown preference {sorted(unknown)}")
-        current = {**(await self._load_prefs(user_id)).__dict__, **values}
         async with self._tx() as db:
-            await db.execute(
-                "INSERT INTO prefs (user_id, paused, private, reactions, dm_in_servers) VALUES (?, ?, ?, ?, ?)"
-                " ON CONFLICT (user_id) DO UPDATE SET paused=excluded.paused, private=excluded.private,"
-                " reactions=excluded.reactions, dm_in_servers=excluded.dm_in_servers",
-                (user_id, *(current[f] for f in PREF_FIELDS)),
-            )
-        self._prefs[user_id] = Prefs(**current)
-        return self._prefs[user_id]
+            await db.execute("INSERT OR IGNORE INTO prefs (user_id) VALUES (?)", (user_id,))
+            for name, value in values.items():  # names come from PREF_FIELDS, never from users
+                await db.execute(f"UPDATE prefs SET {name}=? WHERE user_id=?", (value, user_id))
+        prefs = await self._load_prefs(user_id)
+        self._prefs[user_id] = prefs
+        return prefs
 
     async def checkpoint(self) -> None:
         """Move the WAL into the database file and truncate it (after an erasure)."""
@@ -265,6 +285,7 @@ class Ledger:
             await self._conn.execute("PRAGMA incremental_vacuum")
             await self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
+    @_shielded
     async def record_usage(self, guild_id: str, user_id: str, prompt_tokens: int, completion_tokens: int) -> None:
         day = time.strftime("%Y-%m-%d", time.gmtime())
         async with self._tx() as db:

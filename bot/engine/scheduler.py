@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Awaitable, Callable
 
 from bot.engine.extraction import TurnText, WriteRequest
 from bot.engine.ledger import InboxTurn, Ledger
@@ -150,13 +151,22 @@ class ExtractionScheduler:
                 log.exception("memory change notification failed")
         return changes
 
-    async def cancel_for(self, user_id: str) -> None:
-        """Forget scheduled work for a person and wait out a running extraction (before erasing them)."""
+    @asynccontextmanager
+    async def hold(self, user_id: str) -> AsyncIterator[None]:
+        """Keep a person's extraction stopped for the duration (an erasure), then resume what is left.
+
+        Timers are cancelled and the person's lock is held throughout, so no extraction reads the data
+        being erased; afterwards their remaining pending turns (other servers, after a purge) are
+        scheduled again.
+        """
         for key in [k for k in self._timers if k[1] == user_id]:
             self._timers.pop(key).cancel()
         lock = self._user_locks.setdefault(user_id, asyncio.Lock())
         async with lock:
-            pass
+            yield
+        for p in await self.ledger.pending():
+            if p.user_id == user_id:
+                self._schedule(p.thread_id, user_id, self.quiet_seconds)
 
     async def flush(self) -> None:
         """Extract everything pending now (used at shutdown and by tests and the console)."""

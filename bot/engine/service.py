@@ -101,6 +101,7 @@ class ChatEngine:
         self._tails: set[asyncio.Task] = set()
         self._turns_since_prune: dict[str, int] = {}
         self._started = False
+        self._erased_at: dict[str, float] = {}  # person -> loop time of their latest erasure
         self.conversations = ConversationEraser(self.graph, self.checkpointer, self._lock, storage.prune_thread)
 
     async def start(self) -> None:
@@ -123,13 +124,21 @@ class ChatEngine:
         return lock
 
     async def reply(
-        self, thread_id: str, speaker: Speaker, text: str, *, on_delta: DeltaCallback | None = None
+        self,
+        thread_id: str,
+        speaker: Speaker,
+        text: str,
+        *,
+        on_delta: DeltaCallback | None = None,
+        timeout: float | None = None,
     ) -> Reply:
         """Answer ``text`` from ``speaker`` in ``thread_id``.
 
         Returns once the answer exists (one model call); raises the model's exception if it failed, in
         which case the thread keeps the question and stays usable. ``on_delta`` receives the text so far
-        while the model streams.
+        while the model streams. ``timeout`` bounds the wait for the answer from the moment this message's
+        turn starts (earlier messages of the thread are answered first and are not on its clock); past it
+        the model call is cancelled and ``TimeoutError`` is raised.
         """
         prefs = await self.ledger.prefs(speaker.user_id)
         speaker = replace(
@@ -139,7 +148,9 @@ class ChatEngine:
         )
         lock = self._lock(thread_id)
         answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(self._turn(lock, thread_id, speaker, text, answered, on_delta, not prefs.paused))
+        task = asyncio.create_task(
+            self._turn(lock, thread_id, speaker, text, answered, on_delta, not prefs.paused, timeout)
+        )
         self._tails.add(task)
         task.add_done_callback(self._tails.discard)
         try:
@@ -150,7 +161,7 @@ class ChatEngine:
             task.cancel()
             raise
 
-    async def _turn(self, lock, thread_id, speaker, text, answered, on_delta, learn: bool) -> None:
+    async def _turn(self, lock, thread_id, speaker, text, answered, on_delta, learn: bool, timeout) -> None:
         message = HumanMessage(
             content=text,
             additional_kwargs={
@@ -161,24 +172,30 @@ class ChatEngine:
             },
         )
         config = {"configurable": {"thread_id": thread_id}}
+        started = asyncio.get_running_loop().time()
         async with lock:
             streamed = ""
             try:
-                async for mode, chunk in self.graph.astream(
-                    {"messages": [message]}, config, context=speaker, stream_mode=["updates", "messages"]
-                ):
-                    if mode == "messages":
-                        piece, meta = chunk
-                        if on_delta and meta.get("langgraph_node") == "respond" and piece.text:
-                            streamed += piece.text
-                            on_delta(streamed)
-                        continue
-                    if "respond" in chunk:
-                        ai: AIMessage = chunk["respond"]["messages"][-1]
-                        if learn:  # a paused person's turns are never queued for extraction
-                            await self._after_answer(thread_id, speaker, text, ai.text)
-                        if not answered.done():  # the caller may have given up waiting
-                            answered.set_result(Reply(text=ai.text))
+                async with asyncio.timeout(None) as clock:
+                    if timeout is not None:
+                        clock.reschedule(asyncio.get_running_loop().time() + timeout)
+                    async for mode, chunk in self.graph.astream(
+                        {"messages": [message]}, config, context=speaker, stream_mode=["updates", "messages"]
+                    ):
+                        if mode == "messages":
+                            piece, meta = chunk
+                            if on_delta and meta.get("langgraph_node") == "respond" and piece.text:
+                                streamed += piece.text
+                                on_delta(streamed)
+                            continue
+                        if "respond" in chunk:
+                            clock.reschedule(None)  # answered: the summary after it is on nobody's clock
+                            ai: AIMessage = chunk["respond"]["messages"][-1]
+                            erased = self._erased_at.get(speaker.user_id, float("-inf")) >= started
+                            if learn and not erased:  # paused or erased meanwhile: never queued for learning
+                                await self._after_answer(thread_id, speaker, text, ai.text)
+                            if not answered.done():  # the caller may have given up waiting
+                                answered.set_result(Reply(text=ai.text))
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, or logged
                 if not answered.done():
                     answered.set_exception(exc)
@@ -221,6 +238,12 @@ class ChatEngine:
         self.scheduler.notify(thread_id, speaker.user_id, count)
 
     async def _write(self, request: WriteRequest) -> dict:
+        prefs = await self.ledger.prefs(request.user_id)
+        if prefs.paused:  # paused after these turns were queued: they are dropped, not learned
+            return {}
+        in_server = str(request.origin.get("guild_id", "dm")) != "dm"
+        shared = self.settings.memory.dm_memories_in_servers if prefs.dm_in_servers is None else prefs.dm_in_servers
+        request = replace(request, see_dm_memories=not in_server or shared)
         result = await self.memory_graph.ainvoke({"request": request})
         return result["changes"]
 
@@ -247,9 +270,15 @@ class ChatEngine:
     async def erase_person(
         self, user_id: str | int, *, guild_id: str | None = None, by: Actor | None = None
     ) -> ErasureResult:
-        """Erase everything held about a person (or what was learned in one server); see bot.engine.erasure."""
-        await self.scheduler.cancel_for(str(user_id))
-        return await erase_person(self.storage, user_id, guild_id=guild_id, conversations=self.conversations, by=by)
+        """Erase everything held about a person (or what was learned in one server); see bot.engine.erasure.
+
+        A turn of theirs already in flight finishes first (erasing a thread takes its lock) and is not
+        queued for learning (it started before the erasure).
+        """
+        user = str(user_id)
+        self._erased_at[user] = asyncio.get_running_loop().time()
+        async with self.scheduler.hold(user):
+            return await erase_person(self.storage, user, guild_id=guild_id, conversations=self.conversations, by=by)
 
     async def thread_state(self, thread_id: str) -> dict:
         """The thread's current state values (messages, summary)."""

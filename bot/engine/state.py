@@ -11,11 +11,12 @@ class ChatState(MessagesState):
     """A thread's conversation: its recent messages plus a running summary of older ones.
 
     ``summary_authors`` lists whose messages were folded into the summary, so erasing a person can drop
-    a summary that contains their words.
+    a summary that contains their words; ``guild_id`` says which server the thread is in.
     """
 
     summary: str
     summary_authors: list[str]
+    guild_id: str  # the server the thread belongs to ("dm" for DMs): scopes a moderator purge
 
 
 @dataclass(frozen=True)

@@ -182,3 +182,24 @@ async def test_a_channel_that_refuses_typing_still_gets_the_answer(r):
     await r.h.send_message(r.mentioning(ALICE, "can you hear me?"))
     (sent,) = r.h.sent_messages(GENERAL)
     assert sent.content.endswith("can you hear me?")
+
+
+async def test_waiting_behind_a_slow_summary_does_not_count_against_the_deadline(tmp_path):
+    import time as _time
+
+    def slow_summary(call: Call):
+        if "Summarize" in call.messages[-1].text or "Extend the summary" in call.messages[-1].text:
+            _time.sleep(1.5)  # in the model's worker thread, like a slow API call
+        return default_script(call)
+
+    async with rig(tmp_path, chat_model=ScriptedChatModel(slow_summary), model={"timeout_seconds": 1.0},
+                   conversation={"summarize_after_messages": 4, "keep_messages": 2}) as r:
+        for text in ("one", "two", "three"):
+            await r.h.send_message(r.mentioning(ALICE, text))
+        r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, "four"))  # queued behind three's summary
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 10
+        while len(r.h.sent_messages(GENERAL)) < 4 and loop.time() < end:
+            await asyncio.sleep(0.05)
+        last = r.h.sent_messages(GENERAL)[-1]
+    assert last.content.endswith("four"), last.content

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from bot.engine.memory import Actor
+
 from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID
 
 
@@ -107,3 +109,18 @@ async def test_memories_work_in_dms(r):
     res = await r.h.invoke_slash("memories view", user=ALICE, channel_id=dm["id"])
     assert "learned in a DM" in json.dumps(res[-1].embeds) and "a DM" in json.dumps(res[-1].embeds)
     assert res[-1].ephemeral
+
+
+async def test_long_memories_never_overflow_an_embed(r):
+    await seed(r, ALICE, [f"{i:02d} " + "long memory text " * 17 for i in range(25)])  # ~290 characters each
+    res = await r.h.invoke_slash("memories view", user=ALICE, channel_id=GENERAL)
+    page = res[-1]
+    assert len(page.embeds[0]["description"]) <= 4096
+    footer = page.embeds[0]["footer"]["text"]
+    assert "25 memories" in footer and "page 1 of" in footer
+    key = (await r.engine.memories.list(str(ALICE["id"])))[0].key
+    for i in range(30):
+        await r.engine.memories.edit(str(ALICE["id"]), key, f"edit {i} " + "x" * 200, {"guild_id": "dm"},
+                                     actor=Actor("user", "802"))
+    hist = await r.h.invoke_slash("memories history", user=ALICE, channel_id=GENERAL, options={"memory": key})
+    assert len(hist[-1].embeds[0]["description"]) <= 4096

@@ -47,3 +47,18 @@ async def test_moderator_cannot_purge_where_they_lack_the_permission(r):
 async def test_purge_is_not_offered_in_dms(r):
     res = await r.h.invoke_slash("purge-memories", user=MOD, channel_id=r.h.dm(MOD)["id"], options={"member": BOB})
     assert res[0].ephemeral and "only works in a server" in res[0].content
+
+
+async def test_manage_messages_in_one_channel_only_is_not_enough(r):
+    from tests.cogs.conftest import ALICE as MEMBER
+    from tests.fakes import discord_harness as dh
+
+    channel = dh.text_channel(4242, GUILD_ID, "helpdesk", permission_overwrites=[
+        dh.overwrite(MEMBER["id"], member=True, allow=1 << 13)])  # Manage Messages here only
+    r.h.feed("CHANNEL_CREATE", channel)
+    await seed(r, BOB, ["bob-server-fact"])
+    res = await r.h.invoke_slash("purge-memories", user=MEMBER, channel_id=4242, options={"member": BOB})
+    assert res.interaction["member"]["permissions"] != "0"
+    assert int(res.interaction["member"]["permissions"]) & (1 << 13)  # Discord would send it for this channel
+    assert "Manage Messages" in res[0].content
+    assert len(await r.engine.memories.list(str(BOB["id"]))) == 1

@@ -379,6 +379,8 @@ class DiscordHarness:
             self.guilds[int(data['id'])] = data
             self.channels.update({int(c['id']): dict(c, guild_id=data['id'])
                                   for c in data.get('channels', []) + data.get('threads', [])})
+        elif event in ('CHANNEL_CREATE', 'THREAD_CREATE') and data.get('guild_id'):
+            self.channels[int(data['id'])] = data
         elif event == 'MESSAGE_CREATE':
             self.messages[int(data['id'])] = data
         elif event == 'INTERACTION_CREATE':
