@@ -77,7 +77,11 @@ async def test_dm_memories_stay_out_of_servers_until_the_person_opts_in(r):
 async def test_unauthorized_purge_attempts_are_all_refused(r):
     await seed(r, BOB, ["bob-server-fact"])
     await seed(r, BOB, ["bob-other-server-fact"], guild=str(OTHER_GUILD))
+    helpdesk = dh.text_channel(4343, GUILD_ID, "helpdesk", permission_overwrites=[
+        dh.overwrite(ALICE["id"], member=True, allow=1 << 13)])  # Manage Messages in this channel only
+    r.h.feed("CHANNEL_CREATE", helpdesk)
     attempts = [
+        (ALICE, 4343, None),                          # channel-only Manage Messages
         (ALICE, GENERAL, None),                       # plain member
         (BOB, GENERAL, None),                         # the member himself, without the permission
         (MOD, OTHER_CHANNEL, None),                   # a moderator elsewhere, not in that server
