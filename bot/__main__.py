@@ -62,6 +62,7 @@ async def _console(settings: Settings, user: str, thread: str) -> int:
 
 
 async def _memories(settings: Settings, action: str, user: str, yes: bool) -> int:
+    from bot.engine.export import export_memories
     from bot.engine.memory import MemoryRepository
     from bot.engine.service import create_engine
 
@@ -73,7 +74,7 @@ async def _memories(settings: Settings, action: str, user: str, yes: bool) -> in
                 _out(f"{m.short_id}  {m.updated_at:%Y-%m-%d}  {m.origin.get('guild_id', '?'):>20}  {m.content}")
             _out(f"{len(memories)} memories for user {user}")
         elif action == "export":
-            _out(json.dumps(export_document(user, memories), indent=2, ensure_ascii=False))
+            _out(json.dumps(export_memories(user, memories), indent=2, ensure_ascii=False))
         else:
             if not yes:
                 sys.stdout.write(f"Delete all {len(memories)} memories of user {user}? Type 'yes': ")
@@ -87,12 +88,6 @@ async def _memories(settings: Settings, action: str, user: str, yes: bool) -> in
         return 0
 
     return await _with_storage(settings, go)
-
-
-def export_document(user: str, memories) -> dict:
-    from bot.engine.export import export_memories
-
-    return export_memories(user, memories)
 
 
 async def _stats(settings: Settings) -> int:

@@ -111,11 +111,6 @@ class Settings(_Section):
     storage: StorageSection = StorageSection()
     secrets: Secrets = Secrets()
 
-    @property
-    def model_base_url(self) -> str | None:
-        """The model endpoint: config wins, then ``DEEPSEEK_API_BASE`` (as langchain-deepseek does)."""
-        return self.model.base_url or None
-
     def secret_values(self) -> list[str]:
         """Every secret in clear, so logging can redact them."""
         out = []

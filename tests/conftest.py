@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 import pytest
 from pydantic import Field
@@ -16,6 +16,9 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from bot.settings import Settings
+
+if TYPE_CHECKING:
+    from bot.engine.service import ChatEngine
 
 
 @dataclass

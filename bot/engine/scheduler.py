@@ -65,7 +65,6 @@ class ExtractionScheduler:
         self._user_locks: dict[str, asyncio.Lock] = {}
         self._failures: dict[tuple[str, str], int] = {}
         self._closed = False
-        self.runs = 0
 
     async def start(self) -> None:
         """Resume the work a previous process left pending."""
@@ -143,7 +142,6 @@ class ExtractionScheduler:
                 changes = {}
             self._failures.pop(key, None)
             await self.ledger.mark_extracted(thread_id, [t.id for t in pending])
-            self.runs += 1
         if changes and any(changes.values()) and self.on_change is not None:
             try:
                 await self.on_change(request, changes)

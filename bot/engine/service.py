@@ -12,7 +12,7 @@ import asyncio
 import logging
 import weakref
 from dataclasses import dataclass, replace
-from typing import Awaitable, Callable
+from typing import Callable
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.graph.state import CompiledStateGraph

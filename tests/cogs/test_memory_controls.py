@@ -3,7 +3,6 @@ erasure that leaves no byte behind, and export/import round trips."""
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 

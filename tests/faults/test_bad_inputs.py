@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from tests.cogs.conftest import ALICE, GENERAL, GUILD_ID, rig
+from tests.cogs.conftest import ALICE, GENERAL, rig
 from tests.conftest import Call, ScriptedChatModel, default_script, record_figure
 from tests.fakes import discord_harness as dh
 
