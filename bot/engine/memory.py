@@ -1,9 +1,13 @@
 """Memories: one store namespace per person, one item per fact, every change logged in the same batch.
 
-A memory's value is ``{"content", "origin", "created_at", "updated_at"}``. ``origin`` says where the
-current text was learned: ``guild_id`` (a server ID, or ``"dm"``), ``channel_id``, ``message_id`` and
-``source``. The timestamps live in the value (ISO 8601, UTC) rather than only in the store's own columns
-so that an export can be imported back exactly.
+A memory's value is ``{"content", "origin", "sources", "created_at", "updated_at"}``. ``origin`` says
+where the current text was learned: ``guild_id`` (a server ID, or ``"dm"``), ``channel_id``,
+``message_id`` and ``source``. ``sources`` lists *every* message (or command) that contributed to the
+memory, oldest first: the one that created it and each that patched or edited it, de-duplicated by
+message. A memory remembers all the places it came from, not only the last, so that per-place rules
+(DM facts stay out of servers, a purge in one server) and the deletion of one message can find every
+memory it touched. The timestamps live in the value (ISO 8601, UTC) rather than only in the store's own
+columns so that an export can be imported back exactly.
 
 Every insert, update and delete also writes a change-log entry into ``("memory_history", user_id)``: the
 action, who did it (extraction, the person, a moderator, an import), when, the text before and after, and
@@ -46,6 +50,27 @@ class Actor:
 EXTRACTION = Actor("extraction")
 
 
+def _source_id(source: dict[str, Any]) -> tuple:
+    """What makes two sources the same: the message, or (for commands) the place and the actor kind."""
+    message = source.get("message_id")
+    if message:
+        return ("message", str(message))
+    return ("place", str(source.get("guild_id")), str(source.get("channel_id")), str(source.get("source")))
+
+
+def merge_sources(*lists: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Concatenate source lists, oldest first, keeping the first occurrence of each source."""
+    seen: set[tuple] = set()
+    out: list[dict[str, Any]] = []
+    for sources in lists:
+        for source in sources:
+            ident = _source_id(source)
+            if ident not in seen:
+                seen.add(ident)
+                out.append(dict(source))
+    return out
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
@@ -66,6 +91,7 @@ class StoredMemory:
     origin: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    sources: tuple[dict[str, Any], ...] = ()
 
     @property
     def short_id(self) -> str:
@@ -75,13 +101,24 @@ class StoredMemory:
     @classmethod
     def from_item(cls, item: Item) -> "StoredMemory":
         value = item.value or {}
+        origin = dict(value.get("origin") or {})
+        sources = value.get("sources") or ([origin] if origin else [])
         return cls(
             key=item.key,
             content=str(value.get("content", "")),
-            origin=dict(value.get("origin") or {}),
+            origin=origin,
             created_at=_parse(value.get("created_at"), item.created_at),
             updated_at=_parse(value.get("updated_at"), item.updated_at),
+            sources=tuple(dict(s) for s in sources),
         )
+
+    def places(self) -> set[str]:
+        """Every ``guild_id`` (a server ID, or ``"dm"``) that contributed to this memory."""
+        return {str(s.get("guild_id")) for s in self.sources if s.get("guild_id") is not None}
+
+    def message_ids(self) -> set[str]:
+        """Every Discord message ID this memory was learned or changed from."""
+        return {str(s["message_id"]) for s in self.sources if s.get("message_id")}
 
 
 @dataclass(frozen=True)
@@ -212,21 +249,25 @@ class MemoryRepository:
         self,
         user_id: str | int,
         *,
-        inserts: Iterable[tuple[str, dict]] = (),
-        updates: Iterable[tuple[str, str, dict]] = (),
+        inserts: Iterable[tuple[str, dict] | tuple[str, dict, list[dict]]] = (),
+        updates: Iterable[tuple[str, str, dict] | tuple[str, str, dict, list[dict]]] = (),
         deletes: Iterable[str] = (),
         actor: Actor = EXTRACTION,
         watermark: tuple[str, int, str] | None = None,
     ) -> MemoryChanges:
-        """Apply inserts ``(content, origin)``, updates ``(key, content, origin)`` and deletes, logged, in one batch.
+        """Apply inserts ``(content, origin[, sources])``, updates ``(key, content, origin[, sources])`` and
+        deletes, logged, in one batch.
 
-        Updates and deletes of keys the person does not have are ignored. ``watermark`` (thread ID, inbox
-        turn ID, ledger epoch) is written in the same transaction, so after a crash the scheduler knows these turns were
-        applied and does not extract them twice.
+        ``sources`` (the messages a change came from) default to ``[origin]``; an update appends them to
+        the memory's existing sources. Updates and deletes of keys the person does not have are ignored.
+        ``watermark`` (thread ID, inbox turn ID, ledger epoch) is written in the same transaction, so after
+        a crash the scheduler knows these turns were applied and does not extract them twice.
         """
         ns, hns = namespace(user_id), history_namespace(user_id)
-        inserts, updates, deletes = list(inserts), list(updates), list(dict.fromkeys(deletes))
-        touched = [k for k, _, _ in updates] + deletes
+        inserts = [(i[0], i[1], list(i[2]) if len(i) > 2 else [i[1]]) for i in inserts]
+        updates = [(u[0], u[1], u[2], list(u[3]) if len(u) > 3 else [u[2]]) for u in updates]
+        deletes = list(dict.fromkeys(deletes))
+        touched = [u[0] for u in updates] + deletes
         current: dict[str, Item] = {}
         if touched:
             found = await self.store.abatch([GetOp(ns, k) for k in touched])
@@ -241,15 +282,19 @@ class MemoryRepository:
                      "at": now, "before": before, "after": after, "origin": origin}
             ops.append(PutOp(hns, next(log_keys), entry, index=False))
 
-        for (content, origin), key in zip(inserts, time_ordered_keys(len(inserts))):
-            ops.append(PutOp(ns, key, {"content": content, "origin": origin, "created_at": now, "updated_at": now}, index=False))
+        for (content, origin, sources), key in zip(inserts, time_ordered_keys(len(inserts))):
+            value = {"content": content, "origin": origin, "sources": merge_sources(sources),
+                     "created_at": now, "updated_at": now}
+            ops.append(PutOp(ns, key, value, index=False))
             log(key, "created", None, content, origin)
             changes.inserted.append(key)
-        for key, content, origin in updates:
+        for key, content, origin, sources in updates:
             old = current.get(key)
             if old is None or key in deletes:
                 continue
-            value = {**old.value, "content": content, "origin": origin, "updated_at": now}
+            before = StoredMemory.from_item(old).sources
+            value = {**old.value, "content": content, "origin": origin, "sources": merge_sources(before, sources),
+                     "updated_at": now}
             value.setdefault("created_at", old.created_at.isoformat())
             ops.append(PutOp(ns, key, value, index=False))
             log(key, "updated", old.value.get("content"), content, origin)
@@ -311,8 +356,9 @@ class MemoryRepository:
         """Write exported memories and log entries back under their own keys, in one batch."""
         ns, hns = namespace(user_id), history_namespace(user_id)
         ops = [
-            PutOp(ns, m["id"], {"content": m["content"], "origin": m["origin"], "created_at": m["created_at"],
-                                "updated_at": m["updated_at"]}, index=False)
+            PutOp(ns, m["id"], {"content": m["content"], "origin": m["origin"],
+                                "sources": merge_sources(m.get("sources") or [m["origin"]]),
+                                "created_at": m["created_at"], "updated_at": m["updated_at"]}, index=False)
             for m in memories
         ]
         ops += [PutOp(hns, h["key"], {k: v for k, v in h.items() if k != "key"}, index=False) for h in history]
