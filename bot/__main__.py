@@ -92,7 +92,7 @@ async def _memories(settings: Settings, action: str, user: str, yes: bool) -> in
 
 async def _stats(settings: Settings) -> int:
     async def go(storage) -> int:
-        rows = await storage.ledger.usage()
+        rows = await storage.usage.totals()
         _out(f"{'server':>20}  {'user':>20}  {'calls':>7}  {'prompt':>10}  {'completion':>10}")
         for r in rows:
             _out(f"{r.guild_id:>20}  {r.user_id:>20}  {r.calls:>7}  {r.prompt_tokens:>10}  {r.completion_tokens:>10}")

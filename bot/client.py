@@ -19,7 +19,8 @@ from discord.ext import commands
 
 from bot.engine.service import ChatEngine, create_engine
 from bot.settings import Settings
-from bot.storage import Storage, open_storage
+from bot.engine.stores import Storage
+from bot.storage import open_storage
 
 log = logging.getLogger(__name__)
 

@@ -67,7 +67,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         """See what I remember about you, and your memory settings (only you can see this)."""
         await interaction.response.defer(ephemeral=True, thinking=True)
         memories = await self.repo.list(interaction.user.id)
-        prefs = await self.engine.ledger.prefs(str(interaction.user.id))
+        prefs = await self.engine.prefs.get(str(interaction.user.id))
         status = fmt.status_line(prefs, self.bot.settings.memory.dm_memories_in_servers)
         pages = fmt.pages(self.bot, interaction.user, memories, status)
         view = PagerView(interaction.user.id, pages) if len(pages) > 1 else discord.utils.MISSING
@@ -197,7 +197,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
     # ---- settings
     async def set_pref(self, interaction: discord.Interaction, message: str, **values: bool) -> None:
         await interaction.response.defer(ephemeral=True, thinking=True)
-        await self.engine.ledger.set_prefs(str(interaction.user.id), **values)
+        await self.engine.prefs.set(str(interaction.user.id), **values)
         await self.reply(interaction, message)
 
     @app_commands.command(name="pause")

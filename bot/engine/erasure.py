@@ -2,9 +2,9 @@
 
 "Erased" means erased from disk, not hidden: the person's memories and their change log, their turns
 waiting for extraction, their own messages in every stored conversation (and the bot's replies to them),
-and any running summary that was built from their messages. Superseded checkpoints are pruned, SQLite
-overwrites deleted content (``secure_delete``) and the write-ahead logs are checkpointed and truncated,
-so a phrase the person typed is left in no file of the data directory.
+and any running summary that was built from their messages. Superseded checkpoints are pruned and the
+backend compacts what was deleted (``Maintenance.compact``: on SQLite ``secure_delete`` plus a truncated
+write-ahead log), so a phrase the person typed is left in no file of the data directory.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 
 from bot.engine.memory import Actor, MemoryRepository
+from bot.engine.stores import Storage
 
 log = logging.getLogger(__name__)
 
@@ -25,12 +26,12 @@ class ErasureResult:
 
 
 async def erase_person(
-    storage, user_id: str | int, *, guild_id: str | None = None, conversations=None, by: Actor | None = None
+    storage: Storage, user_id: str | int, *, guild_id: str | None = None, conversations=None, by: Actor | None = None
 ) -> ErasureResult:
     """Erase a person's data (all of it, or what was learned in ``guild_id``); see the module docstring.
 
     Args:
-        storage: the opened :class:`bot.storage.Storage`.
+        storage: the opened storage (see :class:`bot.engine.stores.Storage`).
         user_id: whose data.
         guild_id: limit to one server (a moderator purge).
         conversations: the engine's :class:`~bot.engine.conversations.ConversationEraser`, when the
@@ -41,7 +42,7 @@ async def erase_person(
     messages = 0
     if conversations is not None:  # first: it waits for any turn of theirs in flight to finish
         messages = await conversations.erase_author(user, guild_id=guild_id)
-    pending = await storage.ledger.forget_user(user, guild_id=guild_id)
+    pending = await storage.maintenance.erase_person_rows(user, guild_id=guild_id)
     count = await MemoryRepository(storage.store).erase(user, guild_id=guild_id, record=by)
-    await storage.compact()
+    await storage.maintenance.compact()
     return ErasureResult(memories=count, pending_turns=pending, messages=messages)

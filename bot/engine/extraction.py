@@ -46,7 +46,7 @@ class WriteRequest:
     origin: dict[str, Any] = field(default_factory=dict)
     thread_id: str = ""
     last_turn_id: int = 0  # the newest inbox row covered: committed with the memory changes (see scheduler)
-    ledger_epoch: str = ""
+    inbox_epoch: str = ""
     see_dm_memories: bool = True  # False for a server turn: DM-learned memories are neither shown nor patched
 
 
@@ -166,7 +166,7 @@ async def apply_results(
         inserts=inserts,
         updates=[(k, c, origin) for k, c in updates.items()],
         deletes=sorted(deletes),
-        watermark=(request.thread_id, request.last_turn_id, request.ledger_epoch) if request.thread_id else None,
+        watermark=(request.thread_id, request.last_turn_id, request.inbox_epoch) if request.thread_id else None,
     )
     if changes:
         log.info(

@@ -232,7 +232,7 @@ class MemoryRepository:
         return matches[0] if len(matches) == 1 else None
 
     async def watermark(self, user_id: str | int, thread_id: str, epoch: str) -> int:
-        """The newest inbox turn of this thread whose extraction is committed, for ledger ``epoch``."""
+        """The newest inbox turn of this thread whose extraction is committed, for inbox ``epoch``."""
         item = await self.store.aget(watermark_namespace(user_id), thread_id)
         if item is None or item.value.get("epoch") != epoch:
             return 0
@@ -260,7 +260,7 @@ class MemoryRepository:
 
         ``sources`` (the messages a change came from) default to ``[origin]``; an update appends them to
         the memory's existing sources. Updates and deletes of keys the person does not have are ignored.
-        ``watermark`` (thread ID, inbox turn ID, ledger epoch) is written in the same transaction, so after
+        ``watermark`` (thread ID, inbox turn ID, inbox epoch) is written in the same transaction, so after
         a crash the scheduler knows these turns were applied and does not extract them twice.
         """
         ns, hns = namespace(user_id), history_namespace(user_id)

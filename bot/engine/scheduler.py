@@ -1,8 +1,8 @@
 """Background memory extraction, debounced per (thread, person), off the reply path.
 
-A turn is recorded in the ledger before its reply is returned; this scheduler later runs the memory graph
+A turn is recorded in the inbox before its reply is returned; this scheduler later runs the memory graph
 for that pair when the conversation has been quiet for ``quiet_seconds`` or when ``after_messages`` turns
-are waiting, whichever comes first. Pending work is in SQLite, so ``start()`` resumes whatever a previous
+are waiting, whichever comes first. Pending work is in storage, so ``start()`` resumes whatever a previous
 process left, and ``close()`` flushes what is waiting. One person never has two extractions at once.
 """
 
@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator, Awaitable, Callable
 
 from bot.engine.extraction import TurnText, WriteRequest
-from bot.engine.ledger import InboxTurn, Ledger
+from bot.engine.stores import Inbox, InboxTurn
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class ExtractionScheduler:
 
     def __init__(
         self,
-        ledger: Ledger,
+        inbox: Inbox,
         run_write: RunWrite,
         *,
         quiet_seconds: float,
@@ -54,7 +54,7 @@ class ExtractionScheduler:
         on_change: OnChange | None = None,
         applied_up_to: Callable[[str, str, str], Awaitable[int]] | None = None,
     ) -> None:
-        self.ledger = ledger
+        self.inbox = inbox
         self.applied_up_to = applied_up_to
         self.run_write = run_write
         self.quiet_seconds = quiet_seconds
@@ -68,7 +68,7 @@ class ExtractionScheduler:
 
     async def start(self) -> None:
         """Resume the work a previous process left pending."""
-        pending = await self.ledger.pending()
+        pending = await self.inbox.pending()
         now = time.time()
         for p in pending:
             self._schedule(p.thread_id, p.user_id, max(0.0, p.last_created + self.quiet_seconds - now))
@@ -103,15 +103,15 @@ class ExtractionScheduler:
         """Extract a pair's pending turns now; return the changes (None when nothing was pending)."""
         lock = self._user_locks.setdefault(user_id, asyncio.Lock())
         async with lock:
-            before, pending = await self.ledger.batch(thread_id, user_id, self.context_turns)
+            before, pending = await self.inbox.batch(thread_id, user_id, self.context_turns)
             if not pending:
                 return None
             if self.applied_up_to is not None:
-                # Turns whose memory changes were committed before a crash cut the ledger update short.
-                done = await self.applied_up_to(user_id, thread_id, self.ledger.epoch)
+                # Turns whose memory changes were committed before a crash cut the inbox update short.
+                done = await self.applied_up_to(user_id, thread_id, self.inbox.epoch)
                 already = [t.id for t in pending if t.id <= done]
                 if already:
-                    await self.ledger.mark_extracted(thread_id, already)
+                    await self.inbox.mark_extracted(thread_id, already)
                     pending = [t for t in pending if t.id > done]
                     if not pending:
                         return None
@@ -123,7 +123,7 @@ class ExtractionScheduler:
                 origin=pending[-1].origin,
                 thread_id=thread_id,
                 last_turn_id=pending[-1].id,
-                ledger_epoch=self.ledger.epoch,
+                inbox_epoch=self.inbox.epoch,
             )
             key = (thread_id, user_id)
             try:
@@ -132,7 +132,7 @@ class ExtractionScheduler:
                 failures = self._failures.get(key, 0) + 1
                 self._failures[key] = failures
                 if is_transient(exc) or failures < MAX_FAILURES:
-                    # The model API is down or busy: the turns stay pending (in SQLite) and are retried
+                    # The model API is down or busy: the turns stay pending (in storage) and are retried
                     # with a growing delay for as long as it takes. Nothing is dropped for an outage.
                     log.warning("memory extraction failed for user %s (attempt %d): %r; will retry",
                                 user_id, failures, exc)
@@ -141,7 +141,7 @@ class ExtractionScheduler:
                 log.exception("memory extraction failed %d times for user %s; skipping these turns", failures, user_id)
                 changes = {}
             self._failures.pop(key, None)
-            await self.ledger.mark_extracted(thread_id, [t.id for t in pending])
+            await self.inbox.mark_extracted(thread_id, [t.id for t in pending])
         if changes and any(changes.values()) and self.on_change is not None:
             try:
                 await self.on_change(request, changes)
@@ -162,7 +162,7 @@ class ExtractionScheduler:
         lock = self._user_locks.setdefault(user_id, asyncio.Lock())
         async with lock:
             yield
-        for p in await self.ledger.pending():
+        for p in await self.inbox.pending():
             if p.user_id == user_id:
                 self._schedule(p.thread_id, user_id, self.quiet_seconds)
 
@@ -171,11 +171,11 @@ class ExtractionScheduler:
         for task in list(self._timers.values()):
             task.cancel()
         self._timers.clear()
-        for p in await self.ledger.pending():
+        for p in await self.inbox.pending():
             await self.run(p.thread_id, p.user_id)
 
     async def close(self, timeout: float = 30.0) -> None:
-        """Stop scheduling and flush pending work, within ``timeout``; what is left stays in the ledger."""
+        """Stop scheduling and flush pending work, within ``timeout``; what is left stays in the inbox."""
         self._closed = True
         try:
             await asyncio.wait_for(self.flush(), timeout)

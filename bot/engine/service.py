@@ -21,11 +21,11 @@ from bot.engine.conversations import ConversationEraser
 from bot.engine.erasure import ErasureResult, erase_person
 from bot.engine.extraction import MemoryWriter, WriteRequest
 from bot.engine.graph import ChatDeps, build_chat_graph, build_memory_graph
-from bot.engine.ledger import Ledger
 from bot.engine.memory import Actor, MemoryRepository
 from bot.engine.scheduler import ExtractionScheduler, OnChange
 from bot.engine.semantic import SemanticScorer
 from bot.engine.state import Speaker
+from bot.engine.stores import Storage
 from bot.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class ChatEngine:
         self,
         *,
         settings: Settings,
-        storage,
+        storage: Storage,
         chat_model,
         memory_model=None,
         on_memory_change: OnChange | None = None,
@@ -63,7 +63,9 @@ class ChatEngine:
         self.storage = storage
         self.store = storage.store
         self.checkpointer = storage.checkpointer
-        self.ledger: Ledger = storage.ledger
+        self.inbox = storage.inbox
+        self.prefs = storage.prefs
+        self.usage = storage.usage
         self.memories = MemoryRepository(self.store)
         self.limiter = asyncio.Semaphore(settings.model.max_concurrent_calls)
         conv, mem = settings.conversation, settings.memory
@@ -76,7 +78,7 @@ class ChatEngine:
             keep_messages=conv.keep_messages,
             limiter=self.limiter,
             on_usage=self._record_usage,
-            semantic=SemanticScorer(embeddings, self.ledger) if embeddings is not None else None,
+            semantic=SemanticScorer(embeddings, storage.vectors) if embeddings is not None else None,
         )
         self.graph: CompiledStateGraph = build_chat_graph(self.chat_deps).compile(
             checkpointer=self.checkpointer, store=self.store
@@ -89,7 +91,7 @@ class ChatEngine:
         )
         self.memory_graph: CompiledStateGraph = build_memory_graph(self.writer).compile(store=self.store)
         self.scheduler = ExtractionScheduler(
-            self.ledger,
+            self.inbox,
             self._write,
             quiet_seconds=mem.extraction_quiet_seconds,
             after_messages=mem.extraction_after_messages,
@@ -102,7 +104,7 @@ class ChatEngine:
         self._turns_since_prune: dict[str, int] = {}
         self._started = False
         self._erased_at: dict[str, float] = {}  # person -> loop time of their latest erasure
-        self.conversations = ConversationEraser(self.graph, self.checkpointer, self._lock, storage.prune_thread)
+        self.conversations = ConversationEraser(self.graph, self.checkpointer, self._lock, storage.maintenance.prune_thread)
 
     async def start(self) -> None:
         """Resume pending memory work left by a previous run."""
@@ -140,7 +142,7 @@ class ChatEngine:
         turn starts (earlier messages of the thread are answered first and are not on its clock); past it
         the model call is cancelled and ``TimeoutError`` is raised.
         """
-        prefs = await self.ledger.prefs(speaker.user_id)
+        prefs = await self.prefs.get(speaker.user_id)
         speaker = replace(
             speaker,
             use_memories=speaker.use_memories and not prefs.private,
@@ -217,14 +219,14 @@ class ChatEngine:
                 self._turns_since_prune[thread_id] = turns
             return
         try:
-            await self.storage.prune_thread(thread_id)
+            await self.storage.maintenance.prune_thread(thread_id)
         except Exception:  # noqa: BLE001 - pruning is housekeeping; a later turn tries again
             log.exception("pruning thread %s failed", thread_id)
 
     async def _after_answer(self, thread_id: str, speaker: Speaker, human: str, ai: str) -> None:
         """Record the turn for background extraction (before the reply is handed out: nothing is lost)."""
         try:
-            count = await self.ledger.record_turn(
+            count = await self.inbox.record(
                 thread_id=thread_id,
                 user_id=speaker.user_id,
                 author=speaker.name,
@@ -238,7 +240,7 @@ class ChatEngine:
         self.scheduler.notify(thread_id, speaker.user_id, count)
 
     async def _write(self, request: WriteRequest) -> dict:
-        prefs = await self.ledger.prefs(request.user_id)
+        prefs = await self.prefs.get(request.user_id)
         if prefs.paused:  # paused after these turns were queued: they are dropped, not learned
             return {}
         in_server = str(request.origin.get("guild_id", "dm")) != "dm"
@@ -249,21 +251,21 @@ class ChatEngine:
 
     async def _record_usage(self, speaker: Speaker, message: BaseMessage) -> None:
         p, c = _usage(message)
-        await self.ledger.record_usage(speaker.guild_id, speaker.user_id, p, c)
+        await self.usage.record(speaker.guild_id, speaker.user_id, p, c)
 
     async def _record_extraction_usage(self, request: WriteRequest, message: BaseMessage) -> None:
         p, c = _usage(message)
         if p or c:
-            await self.ledger.record_usage(str(request.origin.get("guild_id", "dm")), request.user_id, p, c)
+            await self.usage.record(str(request.origin.get("guild_id", "dm")), request.user_id, p, c)
 
     async def budget_exhausted(self, speaker: Speaker) -> str | None:
         """The budget bucket (a server, or a person's DMs) that has no tokens left today, if any."""
         limits = self.settings.limits
         if speaker.in_dm:
-            if limits.dm_daily_tokens and await self.ledger.tokens_today("dm", speaker.user_id) >= limits.dm_daily_tokens:
+            if limits.dm_daily_tokens and await self.usage.tokens_today("dm", speaker.user_id) >= limits.dm_daily_tokens:
                 return f"dm:{speaker.user_id}"
             return None
-        if limits.guild_daily_tokens and await self.ledger.tokens_today(speaker.guild_id) >= limits.guild_daily_tokens:
+        if limits.guild_daily_tokens and await self.usage.tokens_today(speaker.guild_id) >= limits.guild_daily_tokens:
             return f"guild:{speaker.guild_id}"
         return None
 
@@ -286,7 +288,7 @@ class ChatEngine:
         return dict(snapshot.values)
 
 
-def create_engine(settings: Settings, storage, *, chat_model=None, on_memory_change: OnChange | None = None) -> ChatEngine:
+def create_engine(settings: Settings, storage: Storage, *, chat_model=None, on_memory_change: OnChange | None = None) -> ChatEngine:
     """Build the engine over opened storage, with the configured model unless one is given."""
     from bot.engine.model import build_chat_model, build_embeddings
 
