@@ -46,3 +46,40 @@ async def erase_person(
     count = await MemoryRepository(storage.store).erase(user, guild_id=guild_id, record=by)
     await storage.maintenance.compact()
     return ErasureResult(memories=count, pending_turns=pending, messages=messages)
+
+
+@dataclass(frozen=True)
+class MessageErasure:
+    """What deleting some Discord messages removed."""
+
+    messages: int  # stored conversation messages (theirs and the bot's answers to them)
+    pending_turns: int
+    memories: int
+
+
+async def erase_messages(storage: Storage, thread_id: str, message_ids: set[str], *, conversations) -> MessageErasure:
+    """Erase deleted Discord messages: from the conversation (with the answers to them and any summary
+    built from them), from the learning queue, and every memory learned only from them; then compact,
+    so their words are in no file, as after a wipe. Unknown IDs cost a lookup and write nothing.
+    """
+    ids = {str(i) for i in message_ids}
+    messages = await conversations.erase_messages(thread_id, ids)
+    pending = await storage.inbox.forget_messages(ids)
+    repo = MemoryRepository(storage.store)
+    memories = 0
+    for user, keys in (await repo.learned_only_from(ids)).items():
+        memories += await repo.erase_keys(user, keys)
+    if messages or pending or memories:
+        await storage.maintenance.compact()
+        log.info("deleted messages erased from thread %s: %d stored messages, %d pending turns, %d memories",
+                 thread_id, messages, pending, memories)
+    return MessageErasure(messages=messages, pending_turns=pending, memories=memories)
+
+
+async def erase_thread(storage: Storage, thread_id: str, *, conversations) -> bool:
+    """A channel or thread was deleted: its stored conversation goes, and its pending turns."""
+    gone = await conversations.erase_thread(thread_id)
+    pending = await storage.inbox.forget_thread(thread_id)
+    if gone or pending:
+        await storage.maintenance.compact()
+    return gone

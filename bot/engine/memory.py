@@ -352,6 +352,35 @@ class MemoryRepository:
             await self.store.abatch(ops)
         return len(chosen)
 
+    async def learned_only_from(self, message_ids: set[str]) -> dict[str, list[str]]:
+        """Memories (of anyone) whose every source is one of ``message_ids``: user ID -> keys.
+
+        Such a memory's latest origin is necessarily one of those messages, so the store is asked by
+        ``origin.message_id`` (the author of an uncached deleted message is not known) and the sources
+        are checked here.
+        """
+        found: dict[str, list[str]] = {}
+        for message_id in sorted(message_ids):
+            for item in await self._all((NAMESPACE_ROOT,), **{"origin.message_id": message_id}):
+                memory = StoredMemory.from_item(item)
+                ids = memory.message_ids()
+                if ids and ids <= message_ids and len(item.namespace) == 2:
+                    found.setdefault(item.namespace[1], []).append(item.key)
+        return found
+
+    async def erase_keys(self, user_id: str | int, keys: Iterable[str]) -> int:
+        """Erase some memories and their change log without a trace (a deleted message took them away)."""
+        keys = set(keys)
+        if not keys:
+            return 0
+        ns, hns = namespace(user_id), history_namespace(user_id)
+        existing = [i.key for i in await self.store.abatch([GetOp(ns, k) for k in sorted(keys)]) if i is not None]
+        history = [h for h in await self._all(hns) if h.value.get("memory_key") in keys]
+        ops = [PutOp(ns, k, None) for k in existing] + [PutOp(hns, h.key, None) for h in history]
+        if ops:
+            await self.store.abatch(ops)
+        return len(existing)
+
     async def restore(self, user_id: str | int, memories: list[dict], history: list[dict]) -> int:
         """Write exported memories and log entries back under their own keys, in one batch."""
         ns, hns = namespace(user_id), history_namespace(user_id)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -18,13 +19,13 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.graph.state import CompiledStateGraph
 
 from bot.engine.conversations import ConversationEraser
-from bot.engine.erasure import ErasureResult, erase_person
+from bot.engine.erasure import ErasureResult, MessageErasure, erase_messages, erase_person, erase_thread
 from bot.engine.extraction import MemoryWriter, WriteRequest
-from bot.engine.graph import ChatDeps, build_chat_graph, build_memory_graph
+from bot.engine.graph import ChatDeps, build_chat_graph, build_memory_graph, pending_start
 from bot.engine.memory import Actor, MemoryRepository
 from bot.engine.scheduler import ExtractionScheduler, OnChange
 from bot.engine.semantic import SemanticScorer
-from bot.engine.state import Speaker
+from bot.engine.state import Incoming, Speaker
 from bot.engine.stores import Storage
 from bot.settings import Settings
 
@@ -39,6 +40,7 @@ class Reply:
     """The answer to one message."""
 
     text: str
+    message_id: str = ""  # the answer's ID in the thread (see ChatEngine.attach_sent)
 
 
 def _usage(message: BaseMessage) -> tuple[int, int]:
@@ -134,45 +136,106 @@ class ChatEngine:
         on_delta: DeltaCallback | None = None,
         timeout: float | None = None,
     ) -> Reply:
-        """Answer ``text`` from ``speaker`` in ``thread_id``.
+        """Answer ``text`` from ``speaker`` in ``thread_id`` (one message; see :meth:`reply_to`)."""
+        return await self.reply_to(thread_id, [Incoming(speaker, text)], on_delta=on_delta, timeout=timeout)
 
-        Returns once the answer exists (one model call); raises the model's exception if it failed, in
-        which case the thread keeps the question and stays usable. ``on_delta`` receives the text so far
-        while the model streams. ``timeout`` bounds the wait for the answer from the moment this message's
-        turn starts (earlier messages of the thread are answered first and are not on its clock); past it
-        the model call is cancelled and ``TimeoutError`` is raised.
+    async def reply_to(
+        self,
+        thread_id: str,
+        incoming: list[Incoming],
+        *,
+        on_delta: DeltaCallback | None = None,
+        timeout: float | None = None,
+    ) -> Reply:
+        """Answer the messages of one turn together, with one model call, as the last answered speaker.
+
+        ``incoming`` is in arrival order; the model sees every message under its own author's header. The
+        answer is addressed to the author of the last message with ``answer`` set (their memories, their
+        place); messages without it were heard over a limit and are part of the conversation all the same.
+        A message whose ``message_id`` is already waiting unanswered in the thread (a turn restarted to
+        take in follow-ups) replaces it instead of being added twice.
+
+        Returns once the answer exists; raises the model's exception if it failed, in which case the
+        thread keeps the messages and stays usable. ``on_delta`` receives the text so far while the model
+        streams. ``timeout`` bounds the wait for the answer from the moment this turn starts (earlier
+        turns of the thread are answered first and are not on its clock); past it the model call is
+        cancelled and ``TimeoutError`` is raised.
         """
-        prefs = await self.prefs.get(speaker.user_id)
-        speaker = replace(
-            speaker,
-            use_memories=speaker.use_memories and not prefs.private,
-            dm_in_servers=self.settings.memory.dm_memories_in_servers if prefs.dm_in_servers is None else prefs.dm_in_servers,
-        )
+        if not incoming:
+            raise ValueError("a turn needs at least one message")
+        answering = next((m.speaker for m in reversed(incoming) if m.answer), incoming[-1].speaker)
+        speaker, _ = await self._resolved(answering)
+        speaker = replace(speaker, quotes=await self._shown_quotes(speaker))
         lock = self._lock(thread_id)
         answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(
-            self._turn(lock, thread_id, speaker, text, answered, on_delta, not prefs.paused, timeout)
-        )
+        task = asyncio.create_task(self._turn(lock, thread_id, speaker, incoming, answered, on_delta, timeout))
         self._tails.add(task)
         task.add_done_callback(self._tails.discard)
         try:
             return await answered
         except asyncio.CancelledError:
-            # The caller gave up (its deadline passed): stop the model call too, so the thread does not
-            # keep an answer nobody saw. The question stays in the thread; the thread stays usable.
+            # The caller gave up (its deadline passed, or it restarts the turn with follow-ups): stop the
+            # model call too, so the thread never keeps an answer nobody saw. The messages stay in the
+            # thread; the thread stays usable.
             task.cancel()
             raise
 
-    async def _turn(self, lock, thread_id, speaker, text, answered, on_delta, learn: bool, timeout) -> None:
-        message = HumanMessage(
-            content=text,
-            additional_kwargs={
-                "author_id": speaker.user_id,
-                "author_name": speaker.name,
-                "message_id": speaker.message_id,
-                "guild_id": speaker.guild_id,
-            },
-        )
+    async def hear(self, thread_id: str, incoming: list[Incoming]) -> None:
+        """Record messages in the conversation without answering them (a rate limit or a full queue).
+
+        They are in the thread for the next answer and queued for learning like any other message, so
+        what someone said over a limit is never lost; no model is called.
+        """
+        if not incoming:
+            return
+        async with self._lock(thread_id):
+            started = asyncio.get_running_loop().time()
+            messages = await self._human_messages(thread_id, incoming)
+            config = {"configurable": {"thread_id": thread_id}}
+            await self.graph.aupdate_state(config, {"messages": messages}, as_node="summarize")  # routes to END
+            await self._queue_for_learning(thread_id, incoming, None, started)
+
+    async def _resolved(self, speaker: Speaker) -> tuple[Speaker, bool]:
+        """The speaker with their privacy settings applied, and whether they may be learned from."""
+        prefs = await self.prefs.get(speaker.user_id)
+        shared = self.settings.memory.dm_memories_in_servers if prefs.dm_in_servers is None else prefs.dm_in_servers
+        speaker = replace(speaker, use_memories=speaker.use_memories and not prefs.private, dm_in_servers=shared)
+        return speaker, not prefs.paused
+
+    async def _shown_quotes(self, speaker: Speaker) -> tuple:
+        """Context quotes minus those of people in private mode (their words are not used for others)."""
+        shown = []
+        for q in speaker.quotes:
+            if q.author_id != speaker.user_id and not q.is_bot and (await self.prefs.get(q.author_id)).private:
+                continue
+            shown.append(q)
+        return tuple(shown)
+
+    async def _human_messages(self, thread_id: str, incoming: list[Incoming]) -> list[HumanMessage]:
+        """The turn's messages for the thread; IDs reused for messages already waiting unanswered there."""
+        waiting: dict[str, str] = {}
+        if len(incoming) > 1 or not incoming[0].answer:
+            snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread_id}})
+            stored = (snapshot.values or {}).get("messages", [])
+            for m in stored[pending_start(stored):]:
+                if m.additional_kwargs.get("message_id"):
+                    waiting[str(m.additional_kwargs["message_id"])] = m.id
+        out = []
+        for item in incoming:
+            sp = item.speaker
+            out.append(HumanMessage(
+                content=item.text,
+                id=waiting.get(sp.message_id) if sp.message_id else None,
+                additional_kwargs={
+                    "author_id": sp.user_id,
+                    "author_name": sp.name,
+                    "message_id": sp.message_id,
+                    "guild_id": sp.guild_id,
+                },
+            ))
+        return out
+
+    async def _turn(self, lock, thread_id, speaker, incoming, answered, on_delta, timeout) -> None:
         config = {"configurable": {"thread_id": thread_id}}
         started = asyncio.get_running_loop().time()
         async with lock:
@@ -181,8 +244,9 @@ class ChatEngine:
                 async with asyncio.timeout(None) as clock:
                     if timeout is not None:
                         clock.reschedule(asyncio.get_running_loop().time() + timeout)
+                    messages = await self._human_messages(thread_id, incoming)
                     async for mode, chunk in self.graph.astream(
-                        {"messages": [message]}, config, context=speaker, stream_mode=["updates", "messages"]
+                        {"messages": messages}, config, context=speaker, stream_mode=["updates", "messages"]
                     ):
                         if mode == "messages":
                             piece, meta = chunk
@@ -193,11 +257,9 @@ class ChatEngine:
                         if "respond" in chunk:
                             clock.reschedule(None)  # answered: the summary after it is on nobody's clock
                             ai: AIMessage = chunk["respond"]["messages"][-1]
-                            erased = self._erased_at.get(speaker.user_id, float("-inf")) >= started
-                            if learn and not erased:  # paused or erased meanwhile: never queued for learning
-                                await self._after_answer(thread_id, speaker, text, ai.text)
+                            await self._queue_for_learning(thread_id, incoming, ai.text, started)
                             if not answered.done():  # the caller may have given up waiting
-                                answered.set_result(Reply(text=ai.text))
+                                answered.set_result(Reply(text=ai.text, message_id=ai.id or ""))
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, or logged
                 if not answered.done():
                     answered.set_exception(exc)
@@ -223,21 +285,34 @@ class ChatEngine:
         except Exception:  # noqa: BLE001 - pruning is housekeeping; a later turn tries again
             log.exception("pruning thread %s failed", thread_id)
 
-    async def _after_answer(self, thread_id: str, speaker: Speaker, human: str, ai: str) -> None:
-        """Record the turn for background extraction (before the reply is handed out: nothing is lost)."""
-        try:
-            count = await self.inbox.record(
-                thread_id=thread_id,
-                user_id=speaker.user_id,
-                author=speaker.name,
-                human=human,
-                ai=ai,
-                origin=speaker.origin(),
-            )
-        except Exception:  # noqa: BLE001 - the reply still goes out; the log says what was not recorded
-            log.exception("could not record a turn for memory extraction in thread %s", thread_id)
-            return
-        self.scheduler.notify(thread_id, speaker.user_id, count)
+    async def _queue_for_learning(self, thread_id: str, incoming: list[Incoming], ai: str | None, started: float) -> None:
+        """Record a turn's messages for background extraction (before the reply is handed out).
+
+        One inbox row per message, under its own author: the bot's answer goes with the last message it
+        answers (the others carry none). People who paused learning, or were erased since the turn
+        started, are left out.
+        """
+        last_answered = max((i for i, m in enumerate(incoming) if m.answer), default=len(incoming) - 1)
+        counts: dict[str, int] = {}
+        for i, item in enumerate(incoming):
+            sp = item.speaker
+            if self._erased_at.get(sp.user_id, float("-inf")) >= started:
+                continue
+            if (await self.prefs.get(sp.user_id)).paused:
+                continue
+            try:
+                counts[sp.user_id] = await self.inbox.record(
+                    thread_id=thread_id,
+                    user_id=sp.user_id,
+                    author=sp.name,
+                    human=item.text,
+                    ai=(ai or "") if i == last_answered and ai is not None else "",
+                    origin=sp.origin(),
+                )
+            except Exception:  # noqa: BLE001 - the reply still goes out; the log says what was not recorded
+                log.exception("could not record a turn for memory extraction in thread %s", thread_id)
+        for user_id, count in counts.items():
+            self.scheduler.notify(thread_id, user_id, count)
 
     async def _write(self, request: WriteRequest) -> dict:
         prefs = await self.prefs.get(request.user_id)
@@ -281,6 +356,32 @@ class ChatEngine:
         self._erased_at[user] = asyncio.get_running_loop().time()
         async with self.scheduler.hold(user):
             return await erase_person(self.storage, user, guild_id=guild_id, conversations=self.conversations, by=by)
+
+    async def forget_messages(self, thread_id: str, message_ids: set[str] | list[str]) -> MessageErasure:
+        """Discord messages were deleted: erase them everywhere (see :func:`bot.engine.erasure.erase_messages`).
+
+        Extraction for their authors is held meanwhile, so nothing learned from them is written back.
+        """
+        ids = {str(i) for i in message_ids}
+        state = await self.thread_state(thread_id)
+        authors = sorted({str(m.additional_kwargs.get("author_id")) for m in state.get("messages", [])
+                          if isinstance(m, HumanMessage) and str(m.additional_kwargs.get("message_id")) in ids})
+        async with AsyncExitStack() as stack:
+            for user in authors:  # a turn of theirs in this thread finishes first (the thread's lock)
+                await stack.enter_async_context(self.scheduler.hold(user))
+            return await erase_messages(self.storage, thread_id, ids, conversations=self.conversations)
+
+    async def edit_message(self, thread_id: str, message_id: str, text: str) -> bool:
+        """A stored message was edited: the thread holds the new text from now on (see conversations)."""
+        return await self.conversations.edit_message(thread_id, str(message_id), text)
+
+    async def attach_sent(self, thread_id: str, reply: Reply, discord_ids: list[str]) -> None:
+        """Remember which Discord messages carry ``reply``, so a moderator deleting one removes it."""
+        await self.conversations.attach_sent(thread_id, reply.message_id, discord_ids)
+
+    async def forget_thread(self, thread_id: str) -> bool:
+        """Its channel or thread was deleted: delete the stored conversation."""
+        return await erase_thread(self.storage, thread_id, conversations=self.conversations)
 
     async def thread_state(self, thread_id: str) -> dict:
         """The thread's current state values (messages, summary)."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
-from bot.engine.stores import Inbox, Maintenance, PrefsStore, UsageStore, VectorCache
+from bot.engine.stores import Inbox, Maintenance, PrefsStore, RemovedGuilds, UsageStore, VectorCache
 
 
 @dataclass
@@ -22,3 +22,4 @@ class OpenStorage:
     usage: UsageStore
     vectors: VectorCache
     maintenance: Maintenance
+    removed_guilds: RemovedGuilds

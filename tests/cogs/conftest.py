@@ -71,7 +71,8 @@ class Rig:
 @asynccontextmanager
 async def rig(tmp_path: Path, chat_model: ScriptedChatModel | None = None, **sections: dict) -> AsyncIterator[Rig]:
     sections.setdefault("model", {}).setdefault("streaming", False)
-    sections.setdefault("limits", {}).setdefault("cooldown_seconds", 0)  # tests send messages back to back
+    sections.setdefault("limits", {}).setdefault("burst", 0)  # tests send messages back to back
+    sections.setdefault("discord", {}).setdefault("gather_seconds", 0)  # and expect each answered at once
     discord_cfg = sections.setdefault("discord", {})
     discord_cfg.setdefault("respond_channels", [LISTED])
     discord_cfg.setdefault("mod_log_channel_id", MODLOG)

@@ -542,6 +542,7 @@ class DiscordHarness:
         routes = [
             ('POST', ch + '/messages', lambda c: self._new_message(int(c.params['channel_id']), c)),
             ('POST', ch + '/typing', None),
+            ('GET', ch + '/messages', self._history),
             ('PUT', msg + '/reactions/{emoji}/@me', None),
             ('DELETE', msg + '/reactions/{emoji}/@me', None),
             ('GET', ch, lambda c: self._find(self.channels.values(), c.params['channel_id'], 10003, 'Channel')),
@@ -576,6 +577,18 @@ class DiscordHarness:
             if _split(item)[0]['id'] == str(id):
                 return item
         raise http_error(404, code, f'Unknown {what}')
+
+    def _history(self, c: Call) -> List[dict]:
+        """GET /channels/{id}/messages as Discord answers it: newest first, ``before``/``after``/``limit``."""
+        self._find(self.channels.values(), c.params['channel_id'], 10003, 'Channel')
+        q = c.query or {}
+        found = [m for m in self.messages.values() if m['channel_id'] == c.params['channel_id']]
+        if q.get('before'):
+            found = [m for m in found if int(m['id']) < int(q['before'])]
+        if q.get('after'):
+            found = [m for m in found if int(m['id']) > int(q['after'])]
+        found.sort(key=lambda m: int(m['id']), reverse=True)
+        return found[:int(q.get('limit', 50))]
 
     def _stored(self, message_id: Optional[int]) -> dict:
         if message_id not in self.messages:

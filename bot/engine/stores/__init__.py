@@ -29,11 +29,12 @@ from langgraph.store.base import BaseStore
 from bot.engine.stores.inbox import Inbox, InboxTurn, PendingKey
 from bot.engine.stores.maintenance import Maintenance
 from bot.engine.stores.prefs import PREF_FIELDS, Prefs, PrefsStore
+from bot.engine.stores.removed_guilds import RemovedGuilds
 from bot.engine.stores.usage import UsageRow, UsageStore
 from bot.engine.stores.vectors import VectorCache
 
 __all__ = [
-    "Inbox", "InboxTurn", "PendingKey", "Maintenance", "PREF_FIELDS", "Prefs", "PrefsStore", "Storage",
+    "Inbox", "InboxTurn", "PendingKey", "Maintenance", "PREF_FIELDS", "Prefs", "PrefsStore", "RemovedGuilds", "Storage",
     "UsageRow", "UsageStore", "VectorCache",
 ]
 
@@ -52,3 +53,4 @@ class Storage(Protocol):
     usage: UsageStore
     vectors: VectorCache
     maintenance: Maintenance
+    removed_guilds: RemovedGuilds

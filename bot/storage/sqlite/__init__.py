@@ -22,6 +22,7 @@ from bot.storage.sqlite.connection import LedgerDb, connect
 from bot.storage.sqlite.inbox import SqliteInbox
 from bot.storage.sqlite.maintenance import SqliteMaintenance
 from bot.storage.sqlite.prefs import SqlitePrefs
+from bot.storage.sqlite.removed_guilds import SqliteRemovedGuilds
 from bot.storage.sqlite.usage import SqliteUsage
 from bot.storage.sqlite.vectors import SqliteVectors
 
@@ -59,6 +60,7 @@ async def open_sqlite(settings: Settings) -> AsyncIterator[OpenStorage]:
             usage=SqliteUsage(ledger),
             vectors=SqliteVectors(ledger),
             maintenance=SqliteMaintenance(checkpointer, store, ledger),
+            removed_guilds=SqliteRemovedGuilds(ledger),
         )
     finally:
         for conn in (ledger_conn, mem_conn, conv_conn):
