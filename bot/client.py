@@ -24,7 +24,8 @@ from bot.storage import open_storage
 
 log = logging.getLogger(__name__)
 
-EXTENSIONS = ("cogs.errors", "cogs.chat", "cogs.memories", "cogs.memory_signal", "cogs.moderation")
+EXTENSIONS = ("cogs.errors", "cogs.chat", "cogs.message_events", "cogs.memories", "cogs.memory_signal",
+              "cogs.moderation")
 FINGERPRINT_FILE = "commands.sha256"
 
 

@@ -216,6 +216,26 @@ class Chat(commands.Cog):
         except discord.HTTPException:
             log.warning("could not send a notice in channel %s", message.channel.id)
 
+    # ---- edits and deletions of messages still waiting (cogs.message_events calls these)
+    def edited(self, channel_id: int, message_id: int, content: str) -> None:
+        """A waiting message was edited: its turn answers the new text."""
+        turns = self.channels.get(channel_id)
+        for item in turns.items() if turns is not None else []:
+            if item.message.id == message_id:
+                item.content = content
+
+    def deleted(self, channel_id: int, message_ids: set[int]) -> None:
+        """Deleted messages leave the turns that were waiting to answer them."""
+        turns = self.channels.get(channel_id)
+        if turns is not None:
+            turns.remove(lambda item: item.message.id in message_ids)
+
+    def channel_gone(self, channel_id: int) -> None:
+        turns = self.channels.pop(channel_id, None)
+        if turns is not None:
+            turns.remove(lambda item: True)
+        self.starters.forget(channel_id)
+
     # ---- answering one turn
     async def answer_turn(self, turn: Turn[Pending]) -> None:
         """Answer a turn's messages with one reply; whatever fails on the way, one short apology."""

@@ -83,3 +83,20 @@ async def erase_thread(storage: Storage, thread_id: str, *, conversations) -> bo
     if gone or pending:
         await storage.maintenance.compact()
     return gone
+
+
+async def erase_guild(storage: Storage, guild_id: str, *, conversations) -> int:
+    """The bot was removed from a server for good: its conversations, its learning queue and every memory
+    learned there go (a memory other places also contributed to is handled as a moderator purge of that
+    server handles it). Returns how many memories were erased.
+    """
+    for thread_id in await conversations.threads_of_guild(guild_id):
+        await conversations.erase_thread(thread_id)
+    await storage.inbox.forget_guild(guild_id)
+    repo = MemoryRepository(storage.store)
+    memories = 0
+    for user in await repo.people():
+        memories += await repo.erase(user, guild_id=guild_id)
+    await storage.maintenance.compact()
+    log.info("deleted what was kept from server %s: %d memories", guild_id, memories)
+    return memories

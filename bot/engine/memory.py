@@ -368,6 +368,17 @@ class MemoryRepository:
                     found.setdefault(item.namespace[1], []).append(item.key)
         return found
 
+    async def people(self) -> list[str]:
+        """Everyone who has memories (user IDs), for sweeps over all of them."""
+        out: list[str] = []
+        offset = 0
+        while True:
+            page = await self.store.alist_namespaces(prefix=(NAMESPACE_ROOT,), max_depth=2, limit=PAGE_SIZE, offset=offset)
+            out += [ns[1] for ns in page if len(ns) == 2]
+            if len(page) < PAGE_SIZE:
+                return out
+            offset += PAGE_SIZE
+
     async def erase_keys(self, user_id: str | int, keys: Iterable[str]) -> int:
         """Erase some memories and their change log without a trace (a deleted message took them away)."""
         keys = set(keys)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
@@ -19,7 +20,14 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.graph.state import CompiledStateGraph
 
 from bot.engine.conversations import ConversationEraser
-from bot.engine.erasure import ErasureResult, MessageErasure, erase_messages, erase_person, erase_thread
+from bot.engine.erasure import (
+    ErasureResult,
+    MessageErasure,
+    erase_guild,
+    erase_messages,
+    erase_person,
+    erase_thread,
+)
 from bot.engine.extraction import MemoryWriter, WriteRequest
 from bot.engine.graph import ChatDeps, build_chat_graph, build_memory_graph, pending_start
 from bot.engine.memory import Actor, MemoryRepository
@@ -33,6 +41,7 @@ log = logging.getLogger(__name__)
 
 DeltaCallback = Callable[[str], None]
 PRUNE_EVERY = 8  # a thread keeps at most this many superseded checkpoints between prunes
+SWEEP_EVERY = 3600.0  # seconds between sweeps for servers whose retention ran out
 
 
 @dataclass(frozen=True)
@@ -105,16 +114,23 @@ class ChatEngine:
         self._tails: set[asyncio.Task] = set()
         self._turns_since_prune: dict[str, int] = {}
         self._started = False
+        self._sweeper: asyncio.Task | None = None
         self._erased_at: dict[str, float] = {}  # person -> loop time of their latest erasure
         self.conversations = ConversationEraser(self.graph, self.checkpointer, self._lock, storage.maintenance.prune_thread)
 
     async def start(self) -> None:
-        """Resume pending memory work left by a previous run."""
+        """Resume pending memory work left by a previous run, and the sweep of removed servers."""
         self._started = True
         await self.scheduler.start()
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="removed-server-sweep")
 
     async def close(self) -> None:
         """Finish in-flight turns, then flush pending memory extraction (if this engine was started)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+            self._sweeper = None
         if self._tails:
             await asyncio.gather(*self._tails, return_exceptions=True)
         if self._started:
@@ -363,17 +379,59 @@ class ChatEngine:
         Extraction for their authors is held meanwhile, so nothing learned from them is written back.
         """
         ids = {str(i) for i in message_ids}
-        state = await self.thread_state(thread_id)
-        authors = sorted({str(m.additional_kwargs.get("author_id")) for m in state.get("messages", [])
-                          if isinstance(m, HumanMessage) and str(m.additional_kwargs.get("message_id")) in ids})
+        authors = sorted(await self._authors_in_thread(thread_id, ids))
         async with AsyncExitStack() as stack:
             for user in authors:  # a turn of theirs in this thread finishes first (the thread's lock)
                 await stack.enter_async_context(self.scheduler.hold(user))
             return await erase_messages(self.storage, thread_id, ids, conversations=self.conversations)
 
     async def edit_message(self, thread_id: str, message_id: str, text: str) -> bool:
-        """A stored message was edited: the thread holds the new text from now on (see conversations)."""
-        return await self.conversations.edit_message(thread_id, str(message_id), text)
+        """A stored message was edited: from now on only the new text is kept, answered from and learned.
+
+        The thread and the learning queue get the new text (a summary folded from the old one is
+        dropped). Memories already learned from it are learned again from the new text: a memory learned
+        only from this message is erased without a trace (the pre-edit words are kept nowhere) and the
+        edited message is queued once more, so extraction learns what it says now; a memory that other
+        messages contributed to stays, and the re-queued message is shown to the extractor next to it
+        to be patched. Returns whether anything held the message.
+        """
+        message_id = str(message_id)
+        in_thread = await self.conversations.edit_message(thread_id, message_id, text)
+        rows = await self.inbox.edit_message(message_id, text)
+        authors = {r.user_id for r in rows} | await self._authors_in_thread(thread_id, {message_id})
+        repo = MemoryRepository(self.store)
+        learned: dict[str, list] = {}
+        for user in authors:
+            hits = [m for m in await repo.list(user) if message_id in m.message_ids()]
+            if hits:
+                learned[user] = hits
+        if not authors:  # an old message nobody holds any more: look it up by where memories came from
+            for user, keys in (await repo.learned_only_from({message_id})).items():
+                learned[user] = [m for m in await repo.list(user) if m.key in keys]
+        for user, memories in learned.items():
+            async with self.scheduler.hold(user):
+                only = [m.key for m in memories if m.message_ids() <= {message_id}]
+                await repo.erase_keys(user, only)
+                origin = next((dict(m.origin) for m in memories if m.origin.get("message_id") == message_id),
+                              dict(memories[0].sources[-1]) if memories[0].sources else {})
+                origin = {k: v for k, v in origin.items() if k in ("guild_id", "channel_id", "message_id")}
+                origin["message_id"] = message_id
+                author = next((r.author for r in rows if r.user_id == user), user)
+                where = str(origin.get("channel_id") or thread_id)
+                _, pending = await self.inbox.batch(where, user, 0)
+                queued = any(str(t.origin.get("message_id")) == message_id for t in pending)
+                if not queued and not (await self.prefs.get(user)).paused:
+                    count = await self.inbox.record(thread_id=where, user_id=user, author=author, human=text, ai="",
+                                                    origin=origin)
+                    self.scheduler.notify(where, user, count)
+            if any(m.message_ids() <= {message_id} for m in memories):
+                await self.storage.maintenance.compact()
+        return bool(in_thread or rows or learned)
+
+    async def _authors_in_thread(self, thread_id: str, message_ids: set[str]) -> set[str]:
+        state = await self.thread_state(thread_id)
+        return {str(m.additional_kwargs.get("author_id")) for m in state.get("messages", [])
+                if isinstance(m, HumanMessage) and str(m.additional_kwargs.get("message_id")) in message_ids}
 
     async def attach_sent(self, thread_id: str, reply: Reply, discord_ids: list[str]) -> None:
         """Remember which Discord messages carry ``reply``, so a moderator deleting one removes it."""
@@ -382,6 +440,37 @@ class ChatEngine:
     async def forget_thread(self, thread_id: str) -> bool:
         """Its channel or thread was deleted: delete the stored conversation."""
         return await erase_thread(self.storage, thread_id, conversations=self.conversations)
+
+    async def server_removed(self, guild_id: str, *, at: float | None = None) -> None:
+        """The bot was removed from a server: its data goes after ``retention.removed_server_days``."""
+        await self.storage.removed_guilds.mark(str(guild_id), time.time() if at is None else at)
+        if self.settings.retention.removed_server_days == 0:
+            await self.sweep_removed_servers()
+
+    async def server_back(self, guild_id: str) -> None:
+        """The bot is in the server (again): nothing of it is deleted."""
+        if await self.storage.removed_guilds.unmark(str(guild_id)):
+            log.info("server %s added the bot back before its data was deleted", guild_id)
+
+    async def sweep_removed_servers(self, *, now: float | None = None) -> list[str]:
+        """Delete the data of servers removed longer ago than the retention; return their IDs."""
+        now = time.time() if now is None else now
+        cutoff = now - self.settings.retention.removed_server_days * 86400
+        swept = []
+        for guild_id in await self.storage.removed_guilds.due(cutoff):
+            await erase_guild(self.storage, guild_id, conversations=self.conversations)
+            await self.storage.removed_guilds.done(guild_id)
+            swept.append(guild_id)
+        return swept
+
+    async def _sweep_forever(self) -> None:
+        """Run the removed-server sweep at start and then every ``SWEEP_EVERY`` seconds (it survives restarts)."""
+        while True:
+            try:
+                await self.sweep_removed_servers()
+            except Exception:  # noqa: BLE001 - retried at the next round
+                log.exception("sweeping removed servers failed; will retry")
+            await asyncio.sleep(SWEEP_EVERY)
 
     async def thread_state(self, thread_id: str) -> dict:
         """The thread's current state values (messages, summary)."""
