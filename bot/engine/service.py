@@ -424,8 +424,8 @@ class ChatEngine:
                     count = await self.inbox.record(thread_id=where, user_id=user, author=author, human=text, ai="",
                                                     origin=origin)
                     self.scheduler.notify(where, user, count)
-            if any(m.message_ids() <= {message_id} for m in memories):
-                await self.storage.maintenance.compact()
+        if in_thread or rows or learned:
+            await self.storage.maintenance.compact()  # the pre-edit words are kept in no file
         return bool(in_thread or rows or learned)
 
     async def _authors_in_thread(self, thread_id: str, message_ids: set[str]) -> set[str]:

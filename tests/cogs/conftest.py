@@ -69,7 +69,8 @@ class Rig:
 
 
 @asynccontextmanager
-async def rig(tmp_path: Path, chat_model: ScriptedChatModel | None = None, **sections: dict) -> AsyncIterator[Rig]:
+async def rig(tmp_path: Path, chat_model: ScriptedChatModel | None = None, *, guilds: tuple = (GUILD, GUILD2),
+              **sections: dict) -> AsyncIterator[Rig]:
     sections.setdefault("model", {}).setdefault("streaming", False)
     sections.setdefault("limits", {}).setdefault("burst", 0)  # tests send messages back to back
     sections.setdefault("discord", {}).setdefault("gather_seconds", 0)  # and expect each answered at once
@@ -81,7 +82,7 @@ async def rig(tmp_path: Path, chat_model: ScriptedChatModel | None = None, **sec
     async with open_storage(settings) as storage:
         engine = create_engine(settings, storage, chat_model=model)
         bot = MemoryBot(settings=settings, engine=engine, storage=storage)
-        h = await dh.start(bot, guilds=[GUILD, GUILD2])
+        h = await dh.start(bot, guilds=list(guilds))
         try:
             yield Rig(h=h, bot=bot, model=model, data_dir=settings.bot.data_dir)
         finally:

@@ -383,6 +383,13 @@ class DiscordHarness:
             self.channels[int(data['id'])] = data
         elif event == 'MESSAGE_CREATE':
             self.messages[int(data['id'])] = data
+        elif event == 'MESSAGE_UPDATE' and int(data['id']) in self.messages:
+            self.messages[int(data['id'])].update(data)
+        elif event == 'MESSAGE_DELETE':
+            self.messages.pop(int(data['id']), None)
+        elif event == 'MESSAGE_DELETE_BULK':
+            for i in data['ids']:
+                self.messages.pop(int(i), None)
         elif event == 'INTERACTION_CREATE':
             self.interactions[int(data['id'])] = data
         self.bot.dispatch('socket_event_type', event)
