@@ -33,10 +33,9 @@ def access_allows(message: discord.Message, access: AccessSection) -> bool:
 class TokenBucket:
     """Per person: ``burst`` messages at once, then one more every ``refill_seconds``.
 
-    ``take`` says whether a message may be answered and whether to send the one notice of this burst:
-    a person over the limit hears about it once, not once per message, until a message of theirs is let
-    through again. Messages over the limit are still recorded by the caller (heard, not answered). The
-    map is bounded: people whose bucket is full again are forgotten first.
+    ``take`` says whether a message may be answered. Messages over the limit are still recorded by the
+    caller (heard, not answered), which also sends the one notice per burst. The map is bounded: people
+    whose bucket is full again are forgotten first.
     """
 
     def __init__(self, burst: int, refill_seconds: float, *, clock=time.monotonic, max_people: int = 100_000) -> None:
@@ -45,7 +44,6 @@ class TokenBucket:
         self.clock = clock
         self.max_people = max_people
         self._level: dict[int, tuple[float, float]] = {}  # person -> (tokens, at)
-        self._noticed: set[int] = set()
 
     def _tokens(self, user_id: int, now: float) -> float:
         tokens, at = self._level.get(user_id, (float(self.burst), now))
@@ -53,25 +51,19 @@ class TokenBucket:
             return float(self.burst)
         return min(float(self.burst), tokens + (now - at) / self.refill_seconds)
 
-    def take(self, user_id: int) -> tuple[bool, bool]:
-        """Return (allowed, send_notice) for a message from ``user_id`` now."""
+    def take(self, user_id: int) -> bool:
+        """Whether a message from ``user_id`` may be answered now (it uses one token if so)."""
         if self.burst <= 0:
-            return True, False
+            return True
         now = self.clock()
         tokens = self._tokens(user_id, now)
-        if tokens >= 1.0:
-            self._remember(user_id, tokens - 1.0, now)
-            self._noticed.discard(user_id)
-            return True, False
-        self._remember(user_id, tokens, now)
-        notice = user_id not in self._noticed
-        self._noticed.add(user_id)
-        return False, notice
+        allowed = tokens >= 1.0
+        self._remember(user_id, tokens - 1.0 if allowed else tokens, now)
+        return allowed
 
     def _remember(self, user_id: int, tokens: float, now: float) -> None:
         if user_id not in self._level and len(self._level) >= self.max_people:
             full = [u for u in self._level if self._tokens(u, now) >= self.burst]
             for u in full or list(self._level)[: len(self._level) // 2]:
                 self._level.pop(u, None)
-                self._noticed.discard(u)
         self._level[user_id] = (tokens, now)

@@ -69,7 +69,7 @@ class Chat(commands.Cog):
         self.channels: dict[int, ChannelTurns[Pending]] = {}
         self.starters = StarterCache()
         self._budget_noticed: dict[str, str] = {}  # budget bucket -> UTC day a notice was sent
-        self._busy_noticed: set[tuple[int, int]] = set()  # (channel, person) told the channel is full
+        self._noticed: set[int] = set()  # people told they are over a limit, until next answered
 
     # ---- who is answered
     def should_answer(self, message: discord.Message) -> bool:
@@ -177,17 +177,19 @@ class Chat(commands.Cog):
     async def on_message(self, message: discord.Message) -> None:
         if not self.should_answer(message) or not access_allows(message, self.access):
             return
-        allowed, notice = self.bucket.take(message.author.id)
+        allowed = self.bucket.take(message.author.id)
         if allowed and self.turns_for(message.channel.id).offer(message.author.id, Pending(message)):
-            self._busy_noticed.discard((message.channel.id, message.author.id))
             return
-        if allowed:  # the channel's queue is full
-            key = (message.channel.id, message.author.id)
-            notice = key not in self._busy_noticed
-            if len(self._busy_noticed) > 100_000:
-                self._busy_noticed.clear()
-            self._busy_noticed.add(key)
-        await self.hear(message, BUSY if allowed else SLOW_DOWN if notice else None)
+        await self.hear(message, self._notice_once(message.author.id, SLOW_DOWN if not allowed else BUSY))
+
+    def _notice_once(self, user_id: int, text: str) -> str | None:
+        """One notice per burst: none again until one of the person's turns has been answered."""
+        if user_id in self._noticed:
+            return None
+        if len(self._noticed) > 100_000:
+            self._noticed.clear()
+        self._noticed.add(user_id)
+        return text
 
     def turns_for(self, channel_id: int) -> ChannelTurns[Pending]:
         turns = self.channels.get(channel_id)
@@ -260,6 +262,7 @@ class Chat(commands.Cog):
             await writer.fail(APOLOGY)
             return
         turn.delivered = True
+        self._noticed.discard(turn.author_id)
         if reply is None:
             await writer.discard()
             return

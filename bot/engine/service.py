@@ -350,7 +350,7 @@ class ChatEngine:
             await self.usage.record(str(request.origin.get("guild_id", "dm")), request.user_id, p, c)
 
     async def budget_exhausted(self, speaker: Speaker) -> str | None:
-        """The budget bucket (a server, or a person's DMs) that has no tokens left today, if any."""
+        """The budget bucket (a server, a member in it, or a person's DMs) with no tokens left today, if any."""
         limits = self.settings.limits
         if speaker.in_dm:
             if limits.dm_daily_tokens and await self.usage.tokens_today("dm", speaker.user_id) >= limits.dm_daily_tokens:
@@ -358,6 +358,10 @@ class ChatEngine:
             return None
         if limits.guild_daily_tokens and await self.usage.tokens_today(speaker.guild_id) >= limits.guild_daily_tokens:
             return f"guild:{speaker.guild_id}"
+        if limits.member_daily_tokens and (
+            await self.usage.tokens_today(speaker.guild_id, speaker.user_id) >= limits.member_daily_tokens
+        ):
+            return f"member:{speaker.guild_id}:{speaker.user_id}"
         return None
 
     async def erase_person(

@@ -309,6 +309,7 @@ class DiscordHarness:
         self._originals: Dict[str, int] = {}  # interaction token -> @original message id
         self._overrides: List[tuple] = []
         self._baseline: set = set()
+        self.idle_check: Callable[[], bool] = lambda: True  # the bot's own "nothing in flight" (set by tests)
         self._log_handler = logging.Handler(logging.ERROR)
         self._log_handler.emit = self.errors.append
 
@@ -407,7 +408,7 @@ class DiscordHarness:
             sig, now = (len(self.calls), frozenset(busy)), loop.time()
             if sig != last:
                 last, since = sig, now
-            elif not busy or now - since >= quiet:
+            elif (not busy or now - since >= quiet) and self.idle_check():
                 return
             if now > deadline:
                 raise asyncio.TimeoutError(f'bot did not settle; busy tasks: {busy}')
