@@ -197,6 +197,10 @@ class MemoryRepository:
     def __init__(self, store: BaseStore) -> None:
         self.store = store
 
+    async def items(self, ns: tuple[str, ...], **filters: Any) -> list[Item]:
+        """Every item of a namespace (paged), optionally filtered on value fields."""
+        return await self._all(ns, **filters)
+
     async def _all(self, ns: tuple[str, ...], **filters: Any) -> list[Item]:
         items: list[Item] = []
         offset = 0
@@ -326,31 +330,14 @@ class MemoryRepository:
         return bool((await self.apply(user_id, deletes=[key], actor=actor)).deleted)
 
     async def erase(self, user_id: str | int, *, guild_id: str | None = None, record: Actor | None = None) -> int:
-        """Erase memories and their change log, leaving no trace; return how many memories there were.
+        """Erase memories and their change log, leaving no trace; return how many memories were removed.
 
-        ``guild_id`` limits it to what was learned in that server (memories whose origin is there, and
-        every log entry of those memories or with that origin). Unlike ``delete``, nothing is logged:
-        erasure is for when the text must be gone. ``record`` (a moderator) leaves one content-free entry
-        saying who erased how many memories from which server, so the person can see that it happened.
+        See :func:`bot.engine.memory_erasure.erase_memories` (a purge reduces memories that were also
+        learned elsewhere instead of deleting them).
         """
-        ns, hns = namespace(user_id), history_namespace(user_id)
-        memories = await self._all(ns)
+        from bot.engine.memory_erasure import erase_memories
 
-        def here(value: dict) -> bool:
-            return guild_id is None or str((value.get("origin") or {}).get("guild_id")) == str(guild_id)
-
-        chosen = {i.key for i in memories if here(i.value)}
-        history = [h for h in await self._all(hns) if h.value.get("memory_key") in chosen or here(h.value)]
-        ops = [PutOp(ns, k, None) for k in chosen] + [PutOp(hns, h.key, None) for h in history]
-        if guild_id is None:
-            ops += [PutOp(watermark_namespace(user_id), w.key, None) for w in await self._all(watermark_namespace(user_id))]
-        if record is not None:
-            entry = {"memory_key": "*", "action": "deleted", "actor": record.kind, "actor_id": record.id, "at": _now(),
-                     "before": None, "after": None, "origin": {"guild_id": guild_id or "", "erased": len(chosen)}}
-            ops.append(PutOp(hns, time_ordered_keys(1)[0], entry, index=False))
-        if ops:
-            await self.store.abatch(ops)
-        return len(chosen)
+        return (await erase_memories(self, user_id, guild_id=guild_id, record=record)).deleted
 
     async def restore(self, user_id: str | int, memories: list[dict], history: list[dict]) -> int:
         """Write exported memories and log entries back under their own keys, in one batch."""

@@ -18,7 +18,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.graph.state import CompiledStateGraph
 
 from bot.engine.conversations import ConversationEraser
-from bot.engine.erasure import ErasureResult, erase_person
+from bot.engine.erasure import Eraser, ErasureResult
 from bot.engine.extraction import MemoryWriter, WriteRequest
 from bot.engine.graph import ChatDeps, build_chat_graph, build_memory_graph
 from bot.engine.memory import Actor, MemoryRepository
@@ -39,6 +39,42 @@ class Reply:
     """The answer to one message."""
 
     text: str
+
+
+@dataclass(eq=False)
+class _Ticket:
+    user_id: str
+    erased: bool = False
+
+
+class InflightTurns:
+    """The turns being answered right now, per person: an erasure marks them so none is learned from.
+
+    Only turns in flight are held (each is removed when it ends), so the map is bounded by concurrency,
+    not by how many people ever spoke or were erased.
+    """
+
+    def __init__(self) -> None:
+        self._by_user: dict[str, set[_Ticket]] = {}
+
+    def open(self, user_id: str) -> _Ticket:
+        ticket = _Ticket(user_id)
+        self._by_user.setdefault(user_id, set()).add(ticket)
+        return ticket
+
+    def close(self, ticket: _Ticket) -> None:
+        tickets = self._by_user.get(ticket.user_id)
+        if tickets is not None:
+            tickets.discard(ticket)
+            if not tickets:
+                del self._by_user[ticket.user_id]
+
+    def mark_erased(self, user_id: str) -> None:
+        for ticket in self._by_user.get(user_id, ()):
+            ticket.erased = True
+
+    def __len__(self) -> int:
+        return sum(len(t) for t in self._by_user.values())
 
 
 def _usage(message: BaseMessage) -> tuple[int, int]:
@@ -103,8 +139,9 @@ class ChatEngine:
         self._tails: set[asyncio.Task] = set()
         self._turns_since_prune: dict[str, int] = {}
         self._started = False
-        self._erased_at: dict[str, float] = {}  # person -> loop time of their latest erasure
+        self._inflight = InflightTurns()
         self.conversations = ConversationEraser(self.graph, self.checkpointer, self._lock, storage.maintenance.prune_thread)
+        self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold)
 
     async def start(self) -> None:
         """Resume pending memory work left by a previous run."""
@@ -174,7 +211,8 @@ class ChatEngine:
             },
         )
         config = {"configurable": {"thread_id": thread_id}}
-        started = asyncio.get_running_loop().time()
+        ticket = self._inflight.open(speaker.user_id)  # an erasure from now on means: don't learn this turn
+        asyncio.current_task().add_done_callback(lambda _task: self._inflight.close(ticket))
         async with lock:
             streamed = ""
             try:
@@ -193,8 +231,7 @@ class ChatEngine:
                         if "respond" in chunk:
                             clock.reschedule(None)  # answered: the summary after it is on nobody's clock
                             ai: AIMessage = chunk["respond"]["messages"][-1]
-                            erased = self._erased_at.get(speaker.user_id, float("-inf")) >= started
-                            if learn and not erased:  # paused or erased meanwhile: never queued for learning
+                            if learn and not ticket.erased:  # paused or erased meanwhile: never queued for learning
                                 await self._after_answer(thread_id, speaker, text, ai.text)
                             if not answered.done():  # the caller may have given up waiting
                                 answered.set_result(Reply(text=ai.text))
@@ -277,10 +314,8 @@ class ChatEngine:
         A turn of theirs already in flight finishes first (erasing a thread takes its lock) and is not
         queued for learning (it started before the erasure).
         """
-        user = str(user_id)
-        self._erased_at[user] = asyncio.get_running_loop().time()
-        async with self.scheduler.hold(user):
-            return await erase_person(self.storage, user, guild_id=guild_id, conversations=self.conversations, by=by)
+        self._inflight.mark_erased(str(user_id))
+        return await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
 
     async def thread_state(self, thread_id: str) -> dict:
         """The thread's current state values (messages, summary)."""
