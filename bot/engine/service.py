@@ -26,6 +26,7 @@ from bot.engine.scheduler import ExtractionScheduler, OnChange
 from bot.engine.semantic import SemanticScorer
 from bot.engine.state import Speaker
 from bot.engine.stores import Storage
+from bot.engine.visibility import resolve_visibility
 from bot.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -180,11 +181,7 @@ class ChatEngine:
         the model call is cancelled and ``TimeoutError`` is raised.
         """
         prefs = await self.prefs.get(speaker.user_id)
-        speaker = replace(
-            speaker,
-            use_memories=speaker.use_memories and not prefs.private,
-            dm_in_servers=self.settings.memory.dm_memories_in_servers if prefs.dm_in_servers is None else prefs.dm_in_servers,
-        )
+        speaker = replace(speaker, visibility=resolve_visibility(prefs, self.settings.memory, speaker.guild_id))
         lock = self._lock(thread_id)
         answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(
@@ -280,9 +277,8 @@ class ChatEngine:
         prefs = await self.prefs.get(request.user_id)
         if prefs.paused:  # paused after these turns were queued: they are dropped, not learned
             return {}
-        in_server = str(request.origin.get("guild_id", "dm")) != "dm"
-        shared = self.settings.memory.dm_memories_in_servers if prefs.dm_in_servers is None else prefs.dm_in_servers
-        request = replace(request, see_dm_memories=not in_server or shared)
+        place = str(request.origin.get("guild_id", "dm"))
+        request = replace(request, visibility=resolve_visibility(prefs, self.settings.memory, place, for_reply=False))
         result = await self.memory_graph.ainvoke({"request": request})
         return result["changes"]
 
