@@ -49,6 +49,7 @@ class WriteRequest:
     last_turn_id: int = 0  # the newest inbox row covered: committed with the memory changes (see scheduler)
     inbox_epoch: str = ""
     visibility: Visibility | None = None  # the person's policy where this was said: what may be shown/patched
+    max_memories: int = 0  # the per-person cap (0: none); at the cap the least recently used make room
 
 
 class ExtractionInterrupted(RuntimeError):
@@ -168,6 +169,7 @@ async def apply_results(
         updates=[(k, c, origin) for k, c in updates.items()],
         deletes=sorted(deletes),
         watermark=(request.thread_id, request.last_turn_id, request.inbox_epoch) if request.thread_id else None,
+        cap=request.max_memories or None,
     )
     if changes:
         log.info(

@@ -17,6 +17,7 @@ in one transaction: an extraction's changes land all together, with their histor
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
@@ -258,6 +259,7 @@ class MemoryRepository:
         deletes: Iterable[str] = (),
         actor: Actor = EXTRACTION,
         watermark: tuple[str, int, str] | None = None,
+        cap: int | None = None,
     ) -> MemoryChanges:
         """Apply inserts ``(content, origin[, sources])``, updates ``(key, content, origin[, sources])`` and
         deletes, logged, in one batch.
@@ -266,11 +268,14 @@ class MemoryRepository:
         the memory's existing sources. Updates and deletes of keys the person does not have are ignored.
         ``watermark`` (thread ID, inbox turn ID, inbox epoch) is written in the same transaction, so after
         a crash the scheduler knows these turns were applied and does not extract them twice.
+        ``cap`` (the most memories one person may have) makes room for inserts (see :meth:`_make_room`).
         """
         ns, hns = namespace(user_id), history_namespace(user_id)
         inserts = [(i[0], i[1], list(i[2]) if len(i) > 2 else [i[1]]) for i in inserts]
         updates = [(u[0], u[1], u[2], list(u[3]) if len(u) > 3 else [u[2]]) for u in updates]
         deletes = list(dict.fromkeys(deletes))
+        if cap is not None and inserts:
+            inserts, deletes = await self._make_room(user_id, cap, inserts, updates, deletes)
         touched = [u[0] for u in updates] + deletes
         current: dict[str, Item] = {}
         if touched:
@@ -316,6 +321,35 @@ class MemoryRepository:
         if ops:
             await self.store.abatch(ops)
         return changes
+
+    async def _make_room(self, user_id, cap: int, inserts: list, updates: list, deletes: list) -> tuple[list, list]:
+        """Keep a person at ``cap`` memories when extraction learns more: drop the least recently used.
+
+        "Used" is when a memory was last learned or confirmed (``updated_at``). Only memories learned by
+        extraction make room; what the person wrote themselves (``remember``, ``edit``, an import) is never
+        dropped to make room for something the bot inferred: when nothing else can go, the newest inserts
+        are dropped instead. Either way the log says how many (never which text, at INFO).
+        """
+        items = [StoredMemory.from_item(i) for i in await self._all(namespace(user_id))]
+        kept = [m for m in items if m.key not in set(deletes)]
+        over = len(kept) + len(inserts) - cap
+        if over <= 0:
+            return inserts, deletes
+        touched = {u[0] for u in updates}
+        evictable = sorted((m for m in kept if m.key not in touched and m.origin.get("source", "extraction") == "extraction"),
+                           key=lambda m: (m.updated_at, m.key))
+        evicted = [m.key for m in evictable[:over]]
+        dropped = max(0, over - len(evicted))
+        if dropped:
+            inserts = inserts[: len(inserts) - dropped]
+        logging.getLogger(__name__).warning(
+            "user %s is at the cap of %d memories: dropped %d least recently used, skipped %d new",
+            user_id, cap, len(evicted), dropped)
+        return inserts, deletes + evicted
+
+    async def room(self, user_id: str | int, cap: int) -> int:
+        """How many more memories a person may have under ``cap`` (0 when full)."""
+        return max(0, cap - await self.count(user_id))
 
     async def add(self, user_id: str | int, content: str, origin: dict, *, actor: Actor = EXTRACTION) -> str:
         """Insert one memory and return its key."""

@@ -17,6 +17,7 @@ from typing import Callable
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.graph.state import CompiledStateGraph
 
+from bot.engine.bounds import RateLimiter
 from bot.engine.conversations import ConversationEraser
 from bot.engine.erasure import Eraser, ErasureResult
 from bot.engine.extraction import MemoryWriter, WriteRequest
@@ -141,6 +142,8 @@ class ChatEngine:
         self._turns_since_prune: dict[str, int] = {}
         self._started = False
         self._inflight = InflightTurns()
+        # /memories remember and import, per person per hour: bounded like every map keyed by person.
+        self.memory_commands: RateLimiter[str] = RateLimiter(settings.limits.memory_commands_per_hour, 3600.0)
         self.conversations = ConversationEraser(self.graph, self.checkpointer, self._lock, storage.maintenance.prune_thread)
         self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold)
 
@@ -278,7 +281,8 @@ class ChatEngine:
         if prefs.paused:  # paused after these turns were queued: they are dropped, not learned
             return {}
         place = str(request.origin.get("guild_id", "dm"))
-        request = replace(request, visibility=resolve_visibility(prefs, self.settings.memory, place, for_reply=False))
+        request = replace(request, visibility=resolve_visibility(prefs, self.settings.memory, place, for_reply=False),
+                          max_memories=self.settings.memory.max_per_person)
         result = await self.memory_graph.ainvoke({"request": request})
         return result["changes"]
 
