@@ -8,7 +8,7 @@ from bot.engine.extraction import WriteRequest, TurnText
 from bot.engine.memory import StoredMemory
 from bot.engine.state import Speaker
 from bot.engine.visibility import Visibility, allowed_here, resolve_visibility
-from bot.engine.ledger import Prefs
+from bot.engine.stores import Prefs
 from bot.settings import MemorySection
 from tests.conftest import ScriptedChatModel, default_script, running_engine
 
