@@ -58,6 +58,8 @@ class MemorySection(_Section):
     extraction_max_existing: int = Field(ge=1, le=500, default=40)
     extraction_context_messages: int = Field(ge=0, le=20, default=4)
     dm_memories_in_servers: bool = False
+    scope: Literal["global", "server"] = "server"  # where server-learned memories may be used
+    max_per_person: int = Field(ge=1, le=100_000, default=1000)
     embeddings_model: str = ""
     embeddings_base_url: str = ""
     embeddings_api_key_env: str = ""
@@ -82,6 +84,7 @@ class LimitsSection(_Section):
     burst: int = Field(ge=0, le=1000, default=5)
     refill_seconds: float = Field(ge=0, le=3600, default=3.0)
     max_waiting_turns: int = Field(ge=1, le=1000, default=10)
+    memory_commands_per_hour: int = Field(ge=0, le=10_000, default=30)
 
 
 class RetentionSection(_Section):

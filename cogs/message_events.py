@@ -56,7 +56,7 @@ class MessageEvents(commands.Cog):
             text = content
             if chat is not None:
                 text = await chat.build_input(payload.message, content)
-            changed = await self.engine.edit_message(str(payload.channel_id), str(payload.message_id), text)
+            changed = await self.engine.changes.edit_message(str(payload.channel_id), str(payload.message_id), text)
         except Exception:  # noqa: BLE001 - one failed edit must not stop the others
             log.exception("applying the edit of message %s failed", payload.message_id)
             return
@@ -76,7 +76,7 @@ class MessageEvents(commands.Cog):
         if chat is not None:
             chat.deleted(channel_id, message_ids)
         try:
-            await self.engine.forget_messages(str(channel_id), {str(i) for i in message_ids})
+            await self.engine.changes.forget_messages(str(channel_id), {str(i) for i in message_ids})
         except Exception:  # noqa: BLE001 - logged; the next delete is handled all the same
             log.exception("erasing %d deleted messages in channel %s failed", len(message_ids), channel_id)
 
@@ -93,7 +93,7 @@ class MessageEvents(commands.Cog):
         if chat is not None:
             chat.channel_gone(channel_id)
         try:
-            await self.engine.forget_thread(str(channel_id))
+            await self.engine.changes.forget_thread(str(channel_id))
         except Exception:  # noqa: BLE001
             log.exception("deleting the conversation of channel %s failed", channel_id)
 
@@ -102,17 +102,17 @@ class MessageEvents(commands.Cog):
         """A real removal (discord.py sends ``guild_unavailable`` instead for an outage)."""
         log.info("removed from server %s; its data is deleted after the retention period", guild.id)
         try:
-            await self.engine.server_removed(str(guild.id))
+            await self.engine.changes.server_removed(str(guild.id))
         except Exception:  # noqa: BLE001
             log.exception("recording the removal from server %s failed", guild.id)
 
     @commands.Cog.listener()
     async def on_guild_join(self, guild: discord.Guild) -> None:
-        await self.engine.server_back(str(guild.id))
+        await self.engine.changes.server_back(str(guild.id))
 
     @commands.Cog.listener()
     async def on_guild_available(self, guild: discord.Guild) -> None:
-        await self.engine.server_back(str(guild.id))
+        await self.engine.changes.server_back(str(guild.id))
 
 
 async def setup(bot: MemoryBot) -> None:

@@ -1,51 +1,32 @@
-"""Erase what the bot holds about one person: the single place every wipe and purge goes through.
+"""Erase what the bot holds about one person: the single place every wipe, purge and deletion goes through.
 
 "Erased" means erased from disk, not hidden: the person's memories and their change log, their turns
 waiting for extraction, their own messages in every stored conversation (and the bot's replies to them),
-and any running summary that was built from their messages. Superseded checkpoints are pruned and the
-backend compacts what was deleted (``Maintenance.compact``: on SQLite ``secure_delete`` plus a truncated
-write-ahead log), so a phrase the person typed is left in no file of the data directory.
+and any running summary that was built from their messages. Superseded checkpoints are pruned, SQLite
+overwrites deleted content (``secure_delete``) and the write-ahead logs are checkpointed and truncated,
+so a phrase the person typed is left in no file of the data directory.
+
+Their words also go from wherever the bot repeated them (the quote rule, ``bot.engine.quotes``): its
+answers to other people, summaries, other people's messages and pending turns, other people's memories.
+The words to look for are gathered *before* anything is deleted, from everything the erasure removes.
+A deleted message (``erase_messages``) goes through the same rule, and so do a deleted channel or thread
+(``erase_thread``) and a server the bot was removed from (``erase_guild``).
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, nullcontext
 from dataclasses import dataclass
+from typing import Callable, Iterable
 
+from bot.engine.conversations import ConversationEraser
 from bot.engine.memory import Actor, MemoryRepository
+from bot.engine.memory_erasure import erase_keys, erase_memories, memory_texts, redact_quotes_in_memories
+from bot.engine.quotes import QuoteRule
 from bot.engine.stores import Storage
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ErasureResult:
-    memories: int
-    pending_turns: int
-    messages: int
-
-
-async def erase_person(
-    storage: Storage, user_id: str | int, *, guild_id: str | None = None, conversations=None, by: Actor | None = None
-) -> ErasureResult:
-    """Erase a person's data (all of it, or what was learned in ``guild_id``); see the module docstring.
-
-    Args:
-        storage: the opened storage (see :class:`bot.engine.stores.Storage`).
-        user_id: whose data.
-        guild_id: limit to one server (a moderator purge).
-        conversations: the engine's :class:`~bot.engine.conversations.ConversationEraser`, when the
-            person's messages should be removed from conversation state too.
-        by: a moderator doing a purge: recorded, without any content, in the person's change log.
-    """
-    user = str(user_id)
-    messages = 0
-    if conversations is not None:  # first: it waits for any turn of theirs in flight to finish
-        messages = await conversations.erase_author(user, guild_id=guild_id)
-    pending = await storage.maintenance.erase_person_rows(user, guild_id=guild_id)
-    count = await MemoryRepository(storage.store).erase(user, guild_id=guild_id, record=by)
-    await storage.maintenance.compact()
-    return ErasureResult(memories=count, pending_turns=pending, messages=messages)
 
 
 @dataclass(frozen=True)
@@ -55,48 +36,154 @@ class MessageErasure:
     messages: int  # stored conversation messages (theirs and the bot's answers to them)
     pending_turns: int
     memories: int
+    quotes: int = 0
 
 
-async def erase_messages(storage: Storage, thread_id: str, message_ids: set[str], *, conversations) -> MessageErasure:
-    """Erase deleted Discord messages: from the conversation (with the answers to them and any summary
-    built from them), from the learning queue, and every memory learned only from them; then compact,
-    so their words are in no file, as after a wipe. Unknown IDs cost a lookup and write nothing.
-    """
-    ids = {str(i) for i in message_ids}
-    messages = await conversations.erase_messages(thread_id, ids)
-    pending = await storage.inbox.forget_messages(ids)
-    repo = MemoryRepository(storage.store)
-    memories = 0
-    for user, keys in (await repo.learned_only_from(ids)).items():
-        memories += await repo.erase_keys(user, keys)
-    if messages or pending or memories:
-        await storage.maintenance.compact()
-        log.info("deleted messages erased from thread %s: %d stored messages, %d pending turns, %d memories",
-                 thread_id, messages, pending, memories)
-    return MessageErasure(messages=messages, pending_turns=pending, memories=memories)
+@dataclass(frozen=True)
+class ErasureResult:
+    memories: int
+    pending_turns: int
+    messages: int
+    reduced: int = 0  # memories of a purge that were also learned elsewhere and were cut back, not deleted
+    quotes: int = 0  # texts elsewhere (answers, summaries, other people's messages and memories) redacted
 
 
-async def erase_thread(storage: Storage, thread_id: str, *, conversations) -> bool:
-    """A channel or thread was deleted: its stored conversation goes, and its pending turns."""
-    gone = await conversations.erase_thread(thread_id)
-    pending = await storage.inbox.forget_thread(thread_id)
-    if gone or pending:
-        await storage.maintenance.compact()
-    return gone
+Hold = Callable[[str], AbstractAsyncContextManager]
 
 
-async def erase_guild(storage: Storage, guild_id: str, *, conversations) -> int:
-    """The bot was removed from a server for good: its conversations, its learning queue and every memory
-    learned there go (a memory other places also contributed to is handled as a moderator purge of that
-    server handles it). Returns how many memories were erased.
-    """
-    for thread_id in await conversations.threads_of_guild(guild_id):
-        await conversations.erase_thread(thread_id)
-    await storage.inbox.forget_guild(guild_id)
-    repo = MemoryRepository(storage.store)
-    memories = 0
-    for user in await repo.people():
-        memories += await repo.erase(user, guild_id=guild_id)
-    await storage.maintenance.compact()
-    log.info("deleted what was kept from server %s: %d memories", guild_id, memories)
-    return memories
+class Eraser:
+    """Runs erasures: gathers the words to erase, then removes and redacts them everywhere, then compacts."""
+
+    def __init__(
+        self, storage: Storage, conversations: ConversationEraser | None, *, hold: Hold | None = None
+    ) -> None:
+        self.storage = storage
+        self.conversations = conversations
+        self.memories = MemoryRepository(storage.store)
+        self.hold = hold or (lambda _user: nullcontext())
+
+    async def words_of(self, user: str, guild_id: str | None) -> QuoteRule:
+        """The quote rule for everything of ``user`` an erasure is about to remove."""
+        texts: list[str] = []
+        if self.conversations is not None:
+            texts += await self.conversations.texts_of(user, guild_id=guild_id)
+        texts += await memory_texts(self.memories, user, guild_id)
+        texts += await self._pending_texts(user, guild_id)
+        return QuoteRule.from_texts(texts)
+
+    async def _pending_texts(self, user: str, guild_id: str | None) -> list[str]:
+        texts = []
+        for key in await self.storage.inbox.pending():
+            if key.user_id != user:
+                continue
+            _, turns = await self.storage.inbox.batch(key.thread_id, user, 0)
+            texts += [t.human for t in turns if guild_id is None or str(t.origin.get("guild_id")) == str(guild_id)]
+        return texts
+
+    async def erase_person(
+        self, user_id: str | int, *, guild_id: str | None = None, by: Actor | None = None
+    ) -> ErasureResult:
+        """Erase a person's data (all of it, or what was learned in ``guild_id``); see the module docstring.
+
+        Args:
+            user_id: whose data.
+            guild_id: limit to one server (a moderator purge).
+            by: a moderator doing a purge: recorded, without any content, in the person's change log.
+        """
+        user = str(user_id)
+        async with self.hold(user):
+            quotes = await self.words_of(user, guild_id)
+            messages = redacted = 0
+            if self.conversations is not None:  # first: it waits for any turn of theirs in flight to finish
+                messages, redacted = await self.conversations.erase_author(user, guild_id=guild_id, quotes=quotes)
+            pending = await self.storage.maintenance.erase_person_rows(user, guild_id=guild_id)
+            erased = await erase_memories(self.memories, user, guild_id=guild_id, record=by)
+            redacted += await redact_quotes_in_memories(self.memories, quotes, skip_user=user)
+            await self.storage.maintenance.compact()
+        return ErasureResult(memories=erased.deleted, pending_turns=pending, messages=messages,
+                             reduced=erased.reduced, quotes=redacted)
+
+    async def erase_quotes(self, texts: Iterable[str], *, author: str | None = None) -> int:
+        """Cut runs copied from ``texts`` (deleted messages) out of everything else; return how many texts.
+
+        ``author``'s own messages and memories are left alone (removing those is the caller's decision).
+        """
+        quotes = QuoteRule.from_texts(texts)
+        if not quotes:
+            return 0
+        redacted = 0
+        if self.conversations is not None:
+            _, redacted = await self.conversations.erase_author(None, quotes=quotes)
+        redacted += await redact_quotes_in_memories(self.memories, quotes, skip_user=author)
+        await self.storage.maintenance.compact()
+        return redacted
+
+    async def erase_messages(self, thread_id: str, message_ids: set[str], *, authors: Iterable[str] = ()) -> MessageErasure:
+        """Erase deleted Discord messages: from the conversation (with the answers to them and any summary
+        built from them), from the learning queue, every memory learned only from them, and their words
+        wherever the bot repeated them; then compact, as after a wipe. Unknown IDs write nothing.
+
+        Extraction of the ``authors`` known beforehand is held throughout (and of anyone else whose
+        memories turn out to be learned from them, while those go), so nothing is written back.
+        """
+        ids = {str(i) for i in message_ids}
+        async with AsyncExitStack() as stack:
+            held = set(authors)
+            for user in sorted(held):
+                await stack.enter_async_context(self.hold(user))
+            texts = await self._pending_texts_of(ids)
+            removed = 0
+            if self.conversations is not None:
+                removed, said = await self.conversations.erase_messages(thread_id, ids)
+                texts += said
+            pending = await self.storage.inbox.forget_messages(ids)
+            memories = 0
+            for user, keys in (await self.memories.learned_only_from(ids)).items():
+                async with (nullcontext() if user in held else self.hold(user)):
+                    texts += [m.content for m in await self.memories.list(user) if m.key in keys]
+                    memories += await erase_keys(self.memories, user, keys)
+            quotes = await self.erase_quotes(texts) if texts else 0  # compacts when it cut anything
+            if removed or pending or memories:
+                await self.storage.maintenance.compact()
+                log.info("deleted messages erased from thread %s: %d stored messages, %d pending turns, %d memories",
+                         thread_id, removed, pending, memories)
+        return MessageErasure(messages=removed, pending_turns=pending, memories=memories, quotes=quotes)
+
+    async def _pending_texts_of(self, message_ids: set[str]) -> list[str]:
+        texts = []
+        for key in await self.storage.inbox.pending():
+            _, turns = await self.storage.inbox.batch(key.thread_id, key.user_id, 0)
+            texts += [t.human for t in turns if str(t.origin.get("message_id")) in message_ids]
+        return texts
+
+    async def erase_thread(self, thread_id: str) -> bool:
+        """A channel or thread was deleted: its stored conversation goes, and its pending turns."""
+        gone = await self.conversations.erase_thread(thread_id) if self.conversations is not None else False
+        pending = await self.storage.inbox.forget_thread(thread_id)
+        if gone or pending:
+            await self.storage.maintenance.compact()
+        return gone
+
+    async def erase_guild(self, guild_id: str) -> int:
+        """The bot was removed from a server for good: its conversations, its learning queue and what was
+        learned there go (judged over all of a memory's sources, as a moderator purge of that server is).
+        Returns how many memories were erased.
+        """
+        if self.conversations is not None:
+            for thread_id in await self.conversations.threads_of_guild(guild_id):
+                await self.conversations.erase_thread(thread_id)
+        await self.storage.inbox.forget_guild(guild_id)
+        memories = 0
+        for user in await self.memories.people():
+            async with self.hold(user):
+                memories += (await erase_memories(self.memories, user, guild_id=guild_id)).deleted
+        await self.storage.maintenance.compact()
+        log.info("deleted what was kept from server %s: %d memories", guild_id, memories)
+        return memories
+
+
+async def erase_person(
+    storage: Storage, user_id: str | int, *, guild_id: str | None = None, conversations=None, by: Actor | None = None
+) -> ErasureResult:
+    """Erase a person's data without an engine (see :class:`Eraser`)."""
+    return await Eraser(storage, conversations).erase_person(user_id, guild_id=guild_id, by=by)

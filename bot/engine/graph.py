@@ -24,6 +24,7 @@ from bot.engine.memory import MemoryRepository, StoredMemory
 from bot.engine.ranking import estimate_tokens, fits, select_within_budget
 from bot.engine.semantic import SemanticScorer
 from bot.engine.state import ChatState, Quote, Speaker
+from bot.engine.visibility import allowed_here
 
 log = logging.getLogger(__name__)
 
@@ -109,13 +110,6 @@ def for_model(messages: list[AnyMessage], *, summary: str = "", quotes: tuple[Qu
     return out
 
 
-def visible_memories(memories: list[StoredMemory], speaker: Speaker) -> list[StoredMemory]:
-    """Memories learned in DMs stay out of server prompts unless the person (or config) allows them."""
-    if speaker.in_dm or speaker.dm_in_servers:
-        return memories
-    return [m for m in memories if m.origin.get("guild_id") != "dm"]
-
-
 def system_prompt(deps: ChatDeps, speaker: Speaker, memories: list[StoredMemory]) -> str:
     """Persona, how to read the conversation, and the speaker's own memories: nobody else's words."""
     if not speaker.use_memories:
@@ -164,7 +158,7 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
         memories: list[StoredMemory] = []
         if speaker.use_memories and runtime.store is not None:
             everything = await MemoryRepository(runtime.store).list(speaker.user_id)
-            shown = visible_memories(everything, speaker)
+            shown = allowed_here(everything, speaker.policy)
             query = _recent_text(state["messages"])
             semantic = None
             if deps.semantic is not None and not fits(shown, deps.memory_budget_tokens):

@@ -14,6 +14,7 @@ import time
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Awaitable, Callable
 
+from bot.engine.bounds import BoundedDict, KeyedLocks
 from bot.engine.extraction import TurnText, WriteRequest
 from bot.engine.stores import Inbox, InboxTurn
 
@@ -62,8 +63,8 @@ class ExtractionScheduler:
         self.context_turns = context_turns
         self.on_change = on_change
         self._timers: dict[tuple[str, str], asyncio.Task] = {}
-        self._user_locks: dict[str, asyncio.Lock] = {}
-        self._failures: dict[tuple[str, str], int] = {}
+        self._user_locks: KeyedLocks[str] = KeyedLocks()  # only while held: bounded by work in flight
+        self._failures: BoundedDict[tuple[str, str], int] = BoundedDict(10_000)
         self._closed = False
 
     async def start(self) -> None:
@@ -101,8 +102,7 @@ class ExtractionScheduler:
 
     async def run(self, thread_id: str, user_id: str) -> dict | None:
         """Extract a pair's pending turns now; return the changes (None when nothing was pending)."""
-        lock = self._user_locks.setdefault(user_id, asyncio.Lock())
-        async with lock:
+        async with self._user_locks.hold(user_id):
             before, pending = await self.inbox.batch(thread_id, user_id, self.context_turns)
             if not pending:
                 return None
@@ -159,8 +159,7 @@ class ExtractionScheduler:
         """
         for key in [k for k in self._timers if k[1] == user_id]:
             self._timers.pop(key).cancel()
-        lock = self._user_locks.setdefault(user_id, asyncio.Lock())
-        async with lock:
+        async with self._user_locks.hold(user_id):
             yield
         for p in await self.inbox.pending():
             if p.user_id == user_id:

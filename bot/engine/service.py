@@ -10,24 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import weakref
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from typing import Callable
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.graph.state import CompiledStateGraph
 
+from bot.engine.bounds import RateLimiter
 from bot.engine.conversations import ConversationEraser
-from bot.engine.erasure import (
-    ErasureResult,
-    MessageErasure,
-    erase_guild,
-    erase_messages,
-    erase_person,
-    erase_thread,
-)
+from bot.engine.changes import DiscordChanges
+from bot.engine.erasure import Eraser, ErasureResult
 from bot.engine.extraction import MemoryWriter, WriteRequest
 from bot.engine.graph import ChatDeps, build_chat_graph, build_memory_graph, pending_start
 from bot.engine.memory import Actor, MemoryRepository
@@ -35,13 +28,13 @@ from bot.engine.scheduler import ExtractionScheduler, OnChange
 from bot.engine.semantic import SemanticScorer
 from bot.engine.state import Incoming, Speaker
 from bot.engine.stores import Storage
+from bot.engine.visibility import resolve_visibility
 from bot.settings import Settings
 
 log = logging.getLogger(__name__)
 
 DeltaCallback = Callable[[str], None]
 PRUNE_EVERY = 8  # a thread keeps at most this many superseded checkpoints between prunes
-SWEEP_EVERY = 3600.0  # seconds between sweeps for servers whose retention ran out
 
 
 @dataclass(frozen=True)
@@ -50,6 +43,42 @@ class Reply:
 
     text: str
     message_id: str = ""  # the answer's ID in the thread (see ChatEngine.attach_sent)
+
+
+@dataclass(eq=False)
+class _Ticket:
+    user_id: str
+    erased: bool = False
+
+
+class InflightTurns:
+    """The turns being answered right now, per person: an erasure marks them so none is learned from.
+
+    Only turns in flight are held (each is removed when it ends), so the map is bounded by concurrency,
+    not by how many people ever spoke or were erased.
+    """
+
+    def __init__(self) -> None:
+        self._by_user: dict[str, set[_Ticket]] = {}
+
+    def open(self, user_id: str) -> _Ticket:
+        ticket = _Ticket(user_id)
+        self._by_user.setdefault(user_id, set()).add(ticket)
+        return ticket
+
+    def close(self, ticket: _Ticket) -> None:
+        tickets = self._by_user.get(ticket.user_id)
+        if tickets is not None:
+            tickets.discard(ticket)
+            if not tickets:
+                del self._by_user[ticket.user_id]
+
+    def mark_erased(self, user_id: str) -> None:
+        for ticket in self._by_user.get(user_id, ()):
+            ticket.erased = True
+
+    def __len__(self) -> int:
+        return sum(len(t) for t in self._by_user.values())
 
 
 def _usage(message: BaseMessage) -> tuple[int, int]:
@@ -114,23 +143,24 @@ class ChatEngine:
         self._tails: set[asyncio.Task] = set()
         self._turns_since_prune: dict[str, int] = {}
         self._started = False
-        self._sweeper: asyncio.Task | None = None
-        self._erased_at: dict[str, float] = {}  # person -> loop time of their latest erasure
+        self._inflight = InflightTurns()
+        # /memories remember and import, per person per hour: bounded like every map keyed by person.
+        self.memory_commands: RateLimiter[str] = RateLimiter(settings.limits.memory_commands_per_hour, 3600.0)
         self.conversations = ConversationEraser(self.graph, self.checkpointer, self._lock, storage.maintenance.prune_thread)
+        self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold)
+        self.changes = DiscordChanges(storage=storage, conversations=self.conversations, eraser=self.eraser,
+                                      scheduler=self.scheduler, thread_state=self.thread_state,
+                                      removed_server_days=settings.retention.removed_server_days)
 
     async def start(self) -> None:
         """Resume pending memory work left by a previous run, and the sweep of removed servers."""
         self._started = True
         await self.scheduler.start()
-        if self._sweeper is None:
-            self._sweeper = asyncio.create_task(self._sweep_forever(), name="removed-server-sweep")
+        self.changes.start()
 
     async def close(self) -> None:
         """Finish in-flight turns, then flush pending memory extraction (if this engine was started)."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            await asyncio.gather(self._sweeper, return_exceptions=True)
-            self._sweeper = None
+        await self.changes.close()
         if self._tails:
             await asyncio.gather(*self._tails, return_exceptions=True)
         if self._started:
@@ -180,7 +210,9 @@ class ChatEngine:
         if not incoming:
             raise ValueError("a turn needs at least one message")
         answering = next((m.speaker for m in reversed(incoming) if m.answer), incoming[-1].speaker)
-        speaker, _ = await self._resolved(answering)
+        prefs = await self.prefs.get(answering.user_id)
+        visibility = resolve_visibility(prefs, self.settings.memory, answering.guild_id)
+        speaker = replace(answering, visibility=visibility)
         speaker = replace(speaker, quotes=await self._shown_quotes(speaker))
         lock = self._lock(thread_id)
         answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
@@ -204,19 +236,12 @@ class ChatEngine:
         """
         if not incoming:
             return
+        tickets = self._open_tickets(incoming)
         async with self._lock(thread_id):
-            started = asyncio.get_running_loop().time()
             messages = await self._human_messages(thread_id, incoming)
             config = {"configurable": {"thread_id": thread_id}}
             await self.graph.aupdate_state(config, {"messages": messages}, as_node="summarize")  # routes to END
-            await self._queue_for_learning(thread_id, incoming, None, started)
-
-    async def _resolved(self, speaker: Speaker) -> tuple[Speaker, bool]:
-        """The speaker with their privacy settings applied, and whether they may be learned from."""
-        prefs = await self.prefs.get(speaker.user_id)
-        shared = self.settings.memory.dm_memories_in_servers if prefs.dm_in_servers is None else prefs.dm_in_servers
-        speaker = replace(speaker, use_memories=speaker.use_memories and not prefs.private, dm_in_servers=shared)
-        return speaker, not prefs.paused
+            await self._queue_for_learning(thread_id, incoming, None, tickets)
 
     async def _shown_quotes(self, speaker: Speaker) -> tuple:
         """Context quotes minus those of people in private mode (their words are not used for others)."""
@@ -253,7 +278,7 @@ class ChatEngine:
 
     async def _turn(self, lock, thread_id, speaker, incoming, answered, on_delta, timeout) -> None:
         config = {"configurable": {"thread_id": thread_id}}
-        started = asyncio.get_running_loop().time()
+        tickets = self._open_tickets(incoming)  # an erasure from now on means: don't learn from that person
         async with lock:
             streamed = ""
             try:
@@ -273,7 +298,7 @@ class ChatEngine:
                         if "respond" in chunk:
                             clock.reschedule(None)  # answered: the summary after it is on nobody's clock
                             ai: AIMessage = chunk["respond"]["messages"][-1]
-                            await self._queue_for_learning(thread_id, incoming, ai.text, started)
+                            await self._queue_for_learning(thread_id, incoming, ai.text, tickets)
                             if not answered.done():  # the caller may have given up waiting
                                 answered.set_result(Reply(text=ai.text, message_id=ai.id or ""))
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, or logged
@@ -301,7 +326,20 @@ class ChatEngine:
         except Exception:  # noqa: BLE001 - pruning is housekeeping; a later turn tries again
             log.exception("pruning thread %s failed", thread_id)
 
-    async def _queue_for_learning(self, thread_id: str, incoming: list[Incoming], ai: str | None, started: float) -> None:
+    def _open_tickets(self, incoming: list[Incoming]) -> dict[str, "_Ticket"]:
+        """One in-flight ticket per author of the turn, closed when the current task ends."""
+        tickets = {sp: self._inflight.open(sp) for sp in dict.fromkeys(m.speaker.user_id for m in incoming)}
+
+        def close(_task) -> None:
+            for ticket in tickets.values():
+                self._inflight.close(ticket)
+
+        asyncio.current_task().add_done_callback(close)
+        return tickets
+
+    async def _queue_for_learning(
+        self, thread_id: str, incoming: list[Incoming], ai: str | None, tickets: dict[str, "_Ticket"]
+    ) -> None:
         """Record a turn's messages for background extraction (before the reply is handed out).
 
         One inbox row per message, under its own author: the bot's answer goes with the last message it
@@ -312,7 +350,7 @@ class ChatEngine:
         counts: dict[str, int] = {}
         for i, item in enumerate(incoming):
             sp = item.speaker
-            if self._erased_at.get(sp.user_id, float("-inf")) >= started:
+            if tickets[sp.user_id].erased:
                 continue
             if (await self.prefs.get(sp.user_id)).paused:
                 continue
@@ -334,9 +372,9 @@ class ChatEngine:
         prefs = await self.prefs.get(request.user_id)
         if prefs.paused:  # paused after these turns were queued: they are dropped, not learned
             return {}
-        in_server = str(request.origin.get("guild_id", "dm")) != "dm"
-        shared = self.settings.memory.dm_memories_in_servers if prefs.dm_in_servers is None else prefs.dm_in_servers
-        request = replace(request, see_dm_memories=not in_server or shared)
+        place = str(request.origin.get("guild_id", "dm"))
+        request = replace(request, visibility=resolve_visibility(prefs, self.settings.memory, place, for_reply=False),
+                          max_memories=self.settings.memory.max_per_person)
         result = await self.memory_graph.ainvoke({"request": request})
         return result["changes"]
 
@@ -372,109 +410,12 @@ class ChatEngine:
         A turn of theirs already in flight finishes first (erasing a thread takes its lock) and is not
         queued for learning (it started before the erasure).
         """
-        user = str(user_id)
-        self._erased_at[user] = asyncio.get_running_loop().time()
-        async with self.scheduler.hold(user):
-            return await erase_person(self.storage, user, guild_id=guild_id, conversations=self.conversations, by=by)
-
-    async def forget_messages(self, thread_id: str, message_ids: set[str] | list[str]) -> MessageErasure:
-        """Discord messages were deleted: erase them everywhere (see :func:`bot.engine.erasure.erase_messages`).
-
-        Extraction for their authors is held meanwhile, so nothing learned from them is written back.
-        """
-        ids = {str(i) for i in message_ids}
-        authors = sorted(await self._authors_in_thread(thread_id, ids))
-        async with AsyncExitStack() as stack:
-            for user in authors:  # a turn of theirs in this thread finishes first (the thread's lock)
-                await stack.enter_async_context(self.scheduler.hold(user))
-            return await erase_messages(self.storage, thread_id, ids, conversations=self.conversations)
-
-    async def edit_message(self, thread_id: str, message_id: str, text: str) -> bool:
-        """A stored message was edited: from now on only the new text is kept, answered from and learned.
-
-        The thread and the learning queue get the new text (a summary folded from the old one is
-        dropped). Memories already learned from it are learned again from the new text: a memory learned
-        only from this message is erased without a trace (the pre-edit words are kept nowhere) and the
-        edited message is queued once more, so extraction learns what it says now; a memory that other
-        messages contributed to stays, and the re-queued message is shown to the extractor next to it
-        to be patched. Returns whether anything held the message.
-        """
-        message_id = str(message_id)
-        in_thread = await self.conversations.edit_message(thread_id, message_id, text)
-        rows = await self.inbox.edit_message(message_id, text)
-        authors = {r.user_id for r in rows} | await self._authors_in_thread(thread_id, {message_id})
-        repo = MemoryRepository(self.store)
-        learned: dict[str, list] = {}
-        for user in authors:
-            hits = [m for m in await repo.list(user) if message_id in m.message_ids()]
-            if hits:
-                learned[user] = hits
-        if not authors:  # an old message nobody holds any more: look it up by where memories came from
-            for user, keys in (await repo.learned_only_from({message_id})).items():
-                learned[user] = [m for m in await repo.list(user) if m.key in keys]
-        for user, memories in learned.items():
-            async with self.scheduler.hold(user):
-                only = [m.key for m in memories if m.message_ids() <= {message_id}]
-                await repo.erase_keys(user, only)
-                origin = next((dict(m.origin) for m in memories if m.origin.get("message_id") == message_id),
-                              dict(memories[0].sources[-1]) if memories[0].sources else {})
-                origin = {k: v for k, v in origin.items() if k in ("guild_id", "channel_id", "message_id")}
-                origin["message_id"] = message_id
-                author = next((r.author for r in rows if r.user_id == user), user)
-                where = str(origin.get("channel_id") or thread_id)
-                _, pending = await self.inbox.batch(where, user, 0)
-                queued = any(str(t.origin.get("message_id")) == message_id for t in pending)
-                if not queued and not (await self.prefs.get(user)).paused:
-                    count = await self.inbox.record(thread_id=where, user_id=user, author=author, human=text, ai="",
-                                                    origin=origin)
-                    self.scheduler.notify(where, user, count)
-        if in_thread or rows or learned:
-            await self.storage.maintenance.compact()  # the pre-edit words are kept in no file
-        return bool(in_thread or rows or learned)
-
-    async def _authors_in_thread(self, thread_id: str, message_ids: set[str]) -> set[str]:
-        state = await self.thread_state(thread_id)
-        return {str(m.additional_kwargs.get("author_id")) for m in state.get("messages", [])
-                if isinstance(m, HumanMessage) and str(m.additional_kwargs.get("message_id")) in message_ids}
+        self._inflight.mark_erased(str(user_id))
+        return await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
 
     async def attach_sent(self, thread_id: str, reply: Reply, discord_ids: list[str]) -> None:
         """Remember which Discord messages carry ``reply``, so a moderator deleting one removes it."""
         await self.conversations.attach_sent(thread_id, reply.message_id, discord_ids)
-
-    async def forget_thread(self, thread_id: str) -> bool:
-        """Its channel or thread was deleted: delete the stored conversation."""
-        return await erase_thread(self.storage, thread_id, conversations=self.conversations)
-
-    async def server_removed(self, guild_id: str, *, at: float | None = None) -> None:
-        """The bot was removed from a server: its data goes after ``retention.removed_server_days``."""
-        await self.storage.removed_guilds.mark(str(guild_id), time.time() if at is None else at)
-        if self.settings.retention.removed_server_days == 0:
-            await self.sweep_removed_servers()
-
-    async def server_back(self, guild_id: str) -> None:
-        """The bot is in the server (again): nothing of it is deleted."""
-        if await self.storage.removed_guilds.unmark(str(guild_id)):
-            log.info("server %s added the bot back before its data was deleted", guild_id)
-
-    async def sweep_removed_servers(self, *, now: float | None = None) -> list[str]:
-        """Delete the data of servers removed longer ago than the retention; return their IDs."""
-        now = time.time() if now is None else now
-        cutoff = now - self.settings.retention.removed_server_days * 86400
-        swept = []
-        for guild_id in await self.storage.removed_guilds.due(cutoff):
-            await erase_guild(self.storage, guild_id, conversations=self.conversations)
-            await self.storage.removed_guilds.done(guild_id)
-            swept.append(guild_id)
-        return swept
-
-    async def _sweep_forever(self) -> None:
-        """Run the removed-server sweep at start and then every ``SWEEP_EVERY`` seconds (it survives restarts)."""
-        while True:
-            try:
-                await self.sweep_removed_servers()
-            except Exception:  # noqa: BLE001 - retried at the next round
-                log.exception("sweeping removed servers failed; will retry")
-            await asyncio.sleep(SWEEP_EVERY)
 
     async def thread_state(self, thread_id: str) -> dict:
         """The thread's current state values (messages, summary)."""

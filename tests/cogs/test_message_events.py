@@ -197,9 +197,9 @@ async def test_an_outage_keeps_everything_and_a_removal_deletes_after_the_retent
         await settle(r)
         assert await contents(r, ALICE) == ["I like server_canary_1"]  # kept for the retention period
     async with rig(tmp_path, guilds=(GUILD2,)) as r:  # a restart, without that server: the removal is on record
-        assert await r.engine.sweep_removed_servers() == []  # not yet due
+        assert await r.engine.changes.sweep_removed_servers() == []  # not yet due
         later = time.time() + 8 * 86400
-        assert await r.engine.sweep_removed_servers(now=later) == [str(GUILD_ID)]
+        assert await r.engine.changes.sweep_removed_servers(now=later) == [str(GUILD_ID)]
         assert await contents(r, ALICE) == []
         assert await humans(r) == []
     assert files_containing(tmp_path / "data", "server_canary_1") == []
@@ -214,7 +214,7 @@ async def test_removal_with_zero_retention_is_immediate_and_a_return_cancels_it(
         assert await contents(r, ALICE) == []
         assert files_containing(r.data_dir, "server_canary_2") == []
     async with rig(tmp_path) as r:
-        await r.engine.server_removed(str(GUILD_ID))
+        await r.engine.changes.server_removed(str(GUILD_ID))
         r.h.feed("GUILD_CREATE", GUILD)  # invited back before the deadline
         await settle(r)
         assert await r.engine.storage.removed_guilds.due(time.time() + 10**9) == []
