@@ -188,6 +188,13 @@ class ConversationEraser:
                                                    as_node="summarize")
                     return
 
+    async def drop_answer(self, thread_id: str, answer_id: str) -> None:
+        """Remove an answer nobody saw (its turn was cancelled right after it was written)."""
+        async with self.lock_for(thread_id):
+            values = await self._values(thread_id)
+            if any(m.id == answer_id for m in values.get("messages", [])):
+                await self._rewrite(thread_id, [answer_id], False)
+
     async def erase_thread(self, thread_id: str) -> bool:
         """Delete a thread's whole stored conversation (its channel or thread was deleted)."""
         async with self.lock_for(thread_id):

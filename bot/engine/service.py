@@ -226,6 +226,11 @@ class ChatEngine:
             # model call too, so the thread never keeps an answer nobody saw. The messages stay in the
             # thread; the thread stays usable.
             task.cancel()
+            if answered.done() and not answered.cancelled() and answered.exception() is None:
+                # The answer was written just as the caller gave up: take it back out of the thread.
+                unseen = asyncio.create_task(self.conversations.drop_answer(thread_id, answered.result().message_id))
+                self._tails.add(unseen)
+                unseen.add_done_callback(self._tails.discard)
             raise
 
     async def hear(self, thread_id: str, incoming: list[Incoming]) -> None:
@@ -242,6 +247,7 @@ class ChatEngine:
             config = {"configurable": {"thread_id": thread_id}}
             await self.graph.aupdate_state(config, {"messages": messages}, as_node="summarize")  # routes to END
             await self._queue_for_learning(thread_id, incoming, None, tickets)
+            await self._maybe_prune(thread_id)  # a flood of heard messages must not pile up checkpoints
 
     async def _shown_quotes(self, speaker: Speaker) -> tuple:
         """Context quotes minus those of people in private mode (their words are not used for others)."""
