@@ -91,6 +91,17 @@ class StorageSection(_Section):
     backend: Literal["sqlite"] = "sqlite"
 
 
+class MonitoringSection(_Section):
+    """The operators' HTTP endpoint: Prometheus metrics and a container health check (both off by default)."""
+
+    metrics: bool = False
+    health: bool = False
+    host: str = Field(min_length=1, default="127.0.0.1")
+    port: int = Field(ge=0, le=65535, default=9108)  # 0 picks a free port (tests)
+    health_timeout_seconds: float = Field(gt=0, le=60, default=3.0)
+    active_channel_seconds: float = Field(gt=0, le=7 * 86400, default=3600.0)
+
+
 class Secrets(BaseModel):
     """Secrets read from the environment; never printed (``SecretStr``)."""
 
@@ -109,6 +120,7 @@ class Settings(_Section):
     limits: LimitsSection = LimitsSection()
     access: AccessSection = AccessSection()
     storage: StorageSection = StorageSection()
+    monitoring: MonitoringSection = MonitoringSection()
     secrets: Secrets = Secrets()
 
     def secret_values(self) -> list[str]:

@@ -92,7 +92,9 @@ class MemoryWriter:
         max_existing: int = 40,
         limiter: asyncio.Semaphore | None = None,
         on_usage: Callable[[WriteRequest, Any], Awaitable[None]] | None = None,
+        callbacks: list | None = None,
     ) -> None:
+        self.callbacks = list(callbacks or [])  # e.g. the metrics' model-call observer
         self.extractor = create_extractor(
             model, tools=[Memory], tool_choice="Memory", enable_inserts=True, enable_deletes=True
         )
@@ -120,7 +122,7 @@ class MemoryWriter:
         for attempt in (1, 2):  # a malformed tool call is retried once, then the batch is skipped
             watcher = CallWatcher()
             async with self.limiter:
-                result = await self.extractor.ainvoke(payload, config={"callbacks": [watcher]})
+                result = await self.extractor.ainvoke(payload, config={"callbacks": [watcher, *self.callbacks]})
             if self.on_usage is not None:
                 for msg in result.get("messages", []):
                     await self.on_usage(request, msg)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -26,6 +27,7 @@ from bot.engine.memory import Actor, MemoryRepository
 from bot.engine.scheduler import ExtractionScheduler, OnChange
 from bot.engine.semantic import SemanticScorer
 from bot.engine.state import Speaker
+from bot.metrics import Backlog, Metrics
 from bot.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -58,8 +60,11 @@ class ChatEngine:
         memory_model=None,
         on_memory_change: OnChange | None = None,
         embeddings=None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics if metrics is not None else Metrics()
+        self._chat_observer = self.metrics.observer()
         self.storage = storage
         self.store = storage.store
         self.checkpointer = storage.checkpointer
@@ -86,6 +91,7 @@ class ChatEngine:
             max_existing=mem.extraction_max_existing,
             limiter=self.limiter,
             on_usage=self._record_extraction_usage,
+            callbacks=[self.metrics.observer("extraction")],
         )
         self.memory_graph: CompiledStateGraph = build_memory_graph(self.writer).compile(store=self.store)
         self.scheduler = ExtractionScheduler(
@@ -140,6 +146,7 @@ class ChatEngine:
         turn starts (earlier messages of the thread are answered first and are not on its clock); past it
         the model call is cancelled and ``TimeoutError`` is raised.
         """
+        timer = self.metrics.reply_timer()
         prefs = await self.ledger.prefs(speaker.user_id)
         speaker = replace(
             speaker,
@@ -149,17 +156,23 @@ class ChatEngine:
         lock = self._lock(thread_id)
         answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(
-            self._turn(lock, thread_id, speaker, text, answered, on_delta, not prefs.paused, timeout)
+            self._turn(lock, thread_id, speaker, text, answered, timer.wrap(on_delta), not prefs.paused, timeout)
         )
         self._tails.add(task)
         task.add_done_callback(self._tails.discard)
         try:
-            return await answered
+            reply = await answered
         except asyncio.CancelledError:
             # The caller gave up (its deadline passed): stop the model call too, so the thread does not
             # keep an answer nobody saw. The question stays in the thread; the thread stays usable.
             task.cancel()
             raise
+        except Exception as exc:
+            timer.failed(exc)
+            raise
+        timer.answered()
+        self.metrics.note_channel(thread_id)
+        return reply
 
     async def _turn(self, lock, thread_id, speaker, text, answered, on_delta, learn: bool, timeout) -> None:
         message = HumanMessage(
@@ -171,7 +184,7 @@ class ChatEngine:
                 "guild_id": speaker.guild_id,
             },
         )
-        config = {"configurable": {"thread_id": thread_id}}
+        config = {"configurable": {"thread_id": thread_id}, "callbacks": [self._chat_observer]}
         started = asyncio.get_running_loop().time()
         async with lock:
             streamed = ""
@@ -278,7 +291,27 @@ class ChatEngine:
         user = str(user_id)
         self._erased_at[user] = asyncio.get_running_loop().time()
         async with self.scheduler.hold(user):
-            return await erase_person(self.storage, user, guild_id=guild_id, conversations=self.conversations, by=by)
+            result = await erase_person(self.storage, user, guild_id=guild_id, conversations=self.conversations, by=by)
+        self.metrics.erasure("person" if guild_id is None else "server")
+        return result
+
+    async def learning_backlog(self) -> Backlog:
+        """Turns waiting to be learned from (in every process sharing this storage), and the oldest's age."""
+        pending = await self.ledger.pending()
+        if not pending:
+            return Backlog(turns=0, oldest_age_seconds=0.0)
+        oldest = min(p.last_created for p in pending)
+        return Backlog(turns=sum(p.count for p in pending), oldest_age_seconds=time.time() - oldest)
+
+    async def storage_answers(self) -> bool:
+        """Whether the databases answer a read right now (the health check's storage half)."""
+        await self.store.aget(("health",), "ping")
+        await self.ledger.tokens_today("health")
+        return True
+
+    async def sample_backlog(self) -> None:
+        """Refresh the backlog gauges from storage (run before each metrics scrape)."""
+        self.metrics.set_backlog(await self.learning_backlog())
 
     async def thread_state(self, thread_id: str) -> dict:
         """The thread's current state values (messages, summary)."""
@@ -286,7 +319,14 @@ class ChatEngine:
         return dict(snapshot.values)
 
 
-def create_engine(settings: Settings, storage, *, chat_model=None, on_memory_change: OnChange | None = None) -> ChatEngine:
+def create_engine(
+    settings: Settings,
+    storage,
+    *,
+    chat_model=None,
+    on_memory_change: OnChange | None = None,
+    metrics: Metrics | None = None,
+) -> ChatEngine:
     """Build the engine over opened storage, with the configured model unless one is given."""
     from bot.engine.model import build_chat_model, build_embeddings
 
@@ -299,4 +339,5 @@ def create_engine(settings: Settings, storage, *, chat_model=None, on_memory_cha
         memory_model=memory_model,
         on_memory_change=on_memory_change,
         embeddings=build_embeddings(settings),
+        metrics=metrics,
     )
