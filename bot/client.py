@@ -25,7 +25,7 @@ from bot.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)
 
-EXTENSIONS = ("cogs.errors", "cogs.chat", "cogs.memories", "cogs.memory_signal", "cogs.moderation")
+EXTENSIONS = ("cogs.errors", "cogs.chat", "cogs.memories", "cogs.memory_signal", "cogs.moderation", "cogs.settings")
 FINGERPRINT_FILE = "commands.sha256"
 
 

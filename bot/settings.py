@@ -102,6 +102,13 @@ class MonitoringSection(_Section):
     active_channel_seconds: float = Field(gt=0, le=7 * 86400, default=3600.0)
 
 
+class ServerSettingsSection(_Section):
+    """Limits on what server admins may choose with /settings (the budgets' caps are in [limits])."""
+
+    max_persona_chars: int = Field(ge=0, le=4000, default=1000)
+    cache_seconds: float = Field(ge=0, le=3600, default=60.0)
+
+
 class Secrets(BaseModel):
     """Secrets read from the environment; never printed (``SecretStr``)."""
 
@@ -121,6 +128,7 @@ class Settings(_Section):
     access: AccessSection = AccessSection()
     storage: StorageSection = StorageSection()
     monitoring: MonitoringSection = MonitoringSection()
+    server_settings: ServerSettingsSection = ServerSettingsSection()
     secrets: Secrets = Secrets()
 
     def secret_values(self) -> list[str]:

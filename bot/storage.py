@@ -39,6 +39,7 @@ class Storage:
     store: BaseStore
     ledger: Ledger
     data_dir: Path
+    guild_settings: object = None
 
     async def compact(self) -> None:
         """Flush the write-ahead logs into the databases and truncate them, reclaiming free pages.
@@ -137,8 +138,12 @@ async def open_storage(settings: Settings) -> AsyncIterator[Storage]:
         await store.setup()
         ledger = Ledger(ledger_conn)
         await ledger.setup()
+        from bot._tmp_sqlite_guild_settings import SCHEMA, LedgerDb, SqliteGuildSettings
+
+        await ledger_conn.executescript(SCHEMA)
         log.info("storage open in %s", data_dir)
-        yield Storage(checkpointer=checkpointer, store=store, ledger=ledger, data_dir=data_dir)
+        yield Storage(checkpointer=checkpointer, store=store, ledger=ledger, data_dir=data_dir,
+                      guild_settings=SqliteGuildSettings(LedgerDb(ledger)))
     finally:
         for conn in (ledger_conn, mem_conn, conv_conn):
             try:

@@ -71,7 +71,12 @@ def visible_memories(memories: list[StoredMemory], speaker: Speaker) -> list[Sto
 
 
 def system_prompt(deps: ChatDeps, speaker: Speaker, memories: list[StoredMemory], summary: str) -> str:
-    if not speaker.use_memories:
+    persona = deps.persona
+    if speaker.persona_addition:  # the server's instructions (/settings), after the operator's persona
+        persona = prompts.SERVER_PERSONA.format(persona=persona, addition=speaker.persona_addition)
+    if speaker.memories_off_here:
+        block = prompts.SERVER_MEMORIES_OFF_BLOCK
+    elif not speaker.use_memories:
         block = prompts.MEMORY_DISABLED_BLOCK.format(speaker=speaker.name)
     elif memories:
         lines = "\n".join(f"- {m.content}" for m in memories)
@@ -80,7 +85,7 @@ def system_prompt(deps: ChatDeps, speaker: Speaker, memories: list[StoredMemory]
         block = prompts.NO_MEMORY_BLOCK.format(speaker=speaker.name)
     summary_block = prompts.SUMMARY_BLOCK.format(summary=summary) if summary else ""
     return prompts.REPLY_SYSTEM.format(
-        persona=deps.persona,
+        persona=persona,
         place=speaker.place,
         speaker=speaker.name,
         speaker_id=speaker.user_id,

@@ -22,6 +22,7 @@ from bot.engine.conversations import ConversationEraser
 from bot.engine.erasure import ErasureResult, erase_person
 from bot.engine.extraction import MemoryWriter, WriteRequest
 from bot.engine.graph import ChatDeps, build_chat_graph, build_memory_graph
+from bot.engine.guild_settings import GuildPolicy, GuildSettingsService, OperatorDefaults
 from bot.engine.ledger import Ledger
 from bot.engine.memory import Actor, MemoryRepository
 from bot.engine.scheduler import ExtractionScheduler, OnChange
@@ -70,6 +71,11 @@ class ChatEngine:
         self.checkpointer = storage.checkpointer
         self.ledger: Ledger = storage.ledger
         self.memories = MemoryRepository(self.store)
+        self.guild_settings = GuildSettingsService(
+            storage.guild_settings,
+            OperatorDefaults.from_settings(settings),
+            cache_seconds=settings.server_settings.cache_seconds,
+        )
         self.limiter = asyncio.Semaphore(settings.model.max_concurrent_calls)
         conv, mem = settings.conversation, settings.memory
         self.chat_deps = ChatDeps(
@@ -137,6 +143,7 @@ class ChatEngine:
         *,
         on_delta: DeltaCallback | None = None,
         timeout: float | None = None,
+        policy: GuildPolicy | None = None,
     ) -> Reply:
         """Answer ``text`` from ``speaker`` in ``thread_id``.
 
@@ -144,19 +151,24 @@ class ChatEngine:
         which case the thread keeps the question and stays usable. ``on_delta`` receives the text so far
         while the model streams. ``timeout`` bounds the wait for the answer from the moment this message's
         turn starts (earlier messages of the thread are answered first and are not on its clock); past it
-        the model call is cancelled and ``TimeoutError`` is raised.
+        the model call is cancelled and ``TimeoutError`` is raised. ``policy`` is the server's effective
+        settings as the caller resolved them for this message (looked up when not given).
         """
         timer = self.metrics.reply_timer()
+        policy = policy or await self.guild_policy(speaker.guild_id)
         prefs = await self.ledger.prefs(speaker.user_id)
         speaker = replace(
             speaker,
-            use_memories=speaker.use_memories and not prefs.private,
+            persona_addition=policy.persona_addition,
+            memories_off_here=not policy.use_memories,
+            use_memories=speaker.use_memories and not prefs.private and policy.use_memories,
             dm_in_servers=self.settings.memory.dm_memories_in_servers if prefs.dm_in_servers is None else prefs.dm_in_servers,
         )
         lock = self._lock(thread_id)
         answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(
-            self._turn(lock, thread_id, speaker, text, answered, timer.wrap(on_delta), not prefs.paused, timeout)
+            self._turn(lock, thread_id, speaker, text, answered, timer.wrap(on_delta),
+                       not prefs.paused and policy.learning, timeout)
         )
         self._tails.add(task)
         task.add_done_callback(self._tails.discard)
@@ -254,6 +266,8 @@ class ChatEngine:
         prefs = await self.ledger.prefs(request.user_id)
         if prefs.paused:  # paused after these turns were queued: they are dropped, not learned
             return {}
+        if not (await self.guild_policy(request.origin.get("guild_id", "dm"))).learning:
+            return {}  # the server turned learning off after these turns were queued: dropped too
         in_server = str(request.origin.get("guild_id", "dm")) != "dm"
         shared = self.settings.memory.dm_memories_in_servers if prefs.dm_in_servers is None else prefs.dm_in_servers
         request = replace(request, see_dm_memories=not in_server or shared)
@@ -269,15 +283,30 @@ class ChatEngine:
         if p or c:
             await self.ledger.record_usage(str(request.origin.get("guild_id", "dm")), request.user_id, p, c)
 
-    async def budget_exhausted(self, speaker: Speaker) -> str | None:
-        """The budget bucket (a server, or a person's DMs) that has no tokens left today, if any."""
+    async def tokens_today(self, guild_id: str, user_id: str | None = None) -> int:
+        """Tokens used today (UTC) in a server (or by one person there, or in DMs)."""
+        return await self.ledger.tokens_today(guild_id, user_id)
+
+    async def guild_policy(self, guild_id: str | int | None) -> GuildPolicy:
+        """A server's effective settings (``"dm"``/None: DMs), cached; see ``bot.engine.guild_settings``."""
+        return await self.guild_settings.policy(guild_id)
+
+    async def budget_exhausted(self, speaker: Speaker, policy: GuildPolicy | None = None) -> str | None:
+        """The budget bucket (a server, a member there, or a person's DMs) with no tokens left today, if any.
+
+        A server's budgets are its admins' choice within the operator's caps (``policy``).
+        """
         limits = self.settings.limits
         if speaker.in_dm:
             if limits.dm_daily_tokens and await self.ledger.tokens_today("dm", speaker.user_id) >= limits.dm_daily_tokens:
                 return f"dm:{speaker.user_id}"
             return None
-        if limits.guild_daily_tokens and await self.ledger.tokens_today(speaker.guild_id) >= limits.guild_daily_tokens:
+        policy = policy or await self.guild_policy(speaker.guild_id)
+        if policy.daily_tokens and await self.ledger.tokens_today(speaker.guild_id) >= policy.daily_tokens:
             return f"guild:{speaker.guild_id}"
+        member = policy.member_daily_tokens
+        if member and await self.ledger.tokens_today(speaker.guild_id, speaker.user_id) >= member:
+            return f"member:{speaker.guild_id}:{speaker.user_id}"
         return None
 
     async def erase_person(

@@ -31,6 +31,8 @@ class Speaker:
     place: str = "a direct message"  # human-readable, for the prompt only
     use_memories: bool = True  # False in private mode: no memories in the prompt
     dm_in_servers: bool = False  # whether memories learned in DMs may appear in server prompts
+    persona_addition: str = ""  # the server's instructions for the bot (/settings), after the persona
+    memories_off_here: bool = False  # the server's admins turned memories off in replies there
 
     @property
     def in_dm(self) -> bool:
