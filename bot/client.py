@@ -21,7 +21,8 @@ from bot.engine.service import ChatEngine, create_engine
 from bot.metrics import Metrics
 from bot.monitoring import Health, MonitoringServer
 from bot.settings import Settings
-from bot.storage import Storage, open_storage
+from bot.engine.stores import Storage
+from bot.storage import open_storage
 
 log = logging.getLogger(__name__)
 

@@ -58,6 +58,8 @@ class MemorySection(_Section):
     extraction_max_existing: int = Field(ge=1, le=500, default=40)
     extraction_context_messages: int = Field(ge=0, le=20, default=4)
     dm_memories_in_servers: bool = False
+    scope: Literal["global", "server"] = "server"  # where server-learned memories may be used
+    max_per_person: int = Field(ge=1, le=100_000, default=1000)
     embeddings_model: str = ""
     embeddings_base_url: str = ""
     embeddings_api_key_env: str = ""
@@ -75,6 +77,7 @@ class LimitsSection(_Section):
     cooldown_seconds: float = Field(ge=0, le=3600, default=2.0)
     guild_daily_tokens: int = Field(ge=0, le=1_000_000_000, default=2_000_000)
     dm_daily_tokens: int = Field(ge=0, le=1_000_000_000, default=200_000)
+    memory_commands_per_hour: int = Field(ge=0, le=10_000, default=30)
 
 
 class AccessSection(_Section):

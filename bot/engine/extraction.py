@@ -22,6 +22,7 @@ from trustcall import create_extractor
 from bot.engine import prompts
 from bot.engine.memory import Memory, MemoryChanges, MemoryRepository
 from bot.engine.ranking import related
+from bot.engine.visibility import Visibility, allowed_here
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,9 @@ class WriteRequest:
     origin: dict[str, Any] = field(default_factory=dict)
     thread_id: str = ""
     last_turn_id: int = 0  # the newest inbox row covered: committed with the memory changes (see scheduler)
-    ledger_epoch: str = ""
-    see_dm_memories: bool = True  # False for a server turn: DM-learned memories are neither shown nor patched
+    inbox_epoch: str = ""
+    visibility: Visibility | None = None  # the person's policy where this was said: what may be shown/patched
+    max_memories: int = 0  # the per-person cap (0: none); at the cap the least recently used make room
 
 
 class ExtractionInterrupted(RuntimeError):
@@ -106,9 +108,9 @@ class MemoryWriter:
     async def write(self, repo: MemoryRepository, request: WriteRequest) -> MemoryChanges:
         """Extract from ``request`` and apply the results to the person's memories in one batch."""
         memories = await repo.list(request.user_id)
-        if not request.see_dm_memories:
-            # A server conversation must not patch (and so move into the server) a fact told in a DM.
-            memories = [m for m in memories if m.origin.get("guild_id") != "dm"]
+        if request.visibility is not None:
+            # A conversation must not patch (and so move here) a memory not allowed here (bot.engine.visibility).
+            memories = allowed_here(memories, request.visibility)
         new_text = transcript(request.new)
         candidates = related(memories, new_text, self.max_existing)
         existing = [(m.key, "Memory", {"content": m.content}) for m in candidates]
@@ -168,7 +170,8 @@ async def apply_results(
         inserts=inserts,
         updates=[(k, c, origin) for k, c in updates.items()],
         deletes=sorted(deletes),
-        watermark=(request.thread_id, request.last_turn_id, request.ledger_epoch) if request.thread_id else None,
+        watermark=(request.thread_id, request.last_turn_id, request.inbox_epoch) if request.thread_id else None,
+        cap=request.max_memories or None,
     )
     if changes:
         log.info(

@@ -24,6 +24,7 @@ from bot.engine.memory import MemoryRepository, StoredMemory
 from bot.engine.ranking import estimate_tokens, fits, select_within_budget
 from bot.engine.semantic import SemanticScorer
 from bot.engine.state import ChatState, Speaker
+from bot.engine.visibility import allowed_here
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +62,6 @@ def for_model(messages: list[AnyMessage]) -> list[BaseMessage]:
         elif isinstance(m, AIMessage):
             out.append(AIMessage(content=m.text))
     return out
-
-
-def visible_memories(memories: list[StoredMemory], speaker: Speaker) -> list[StoredMemory]:
-    """Memories learned in DMs stay out of server prompts unless the person (or config) allows them."""
-    if speaker.in_dm or speaker.dm_in_servers:
-        return memories
-    return [m for m in memories if m.origin.get("guild_id") != "dm"]
 
 
 def system_prompt(deps: ChatDeps, speaker: Speaker, memories: list[StoredMemory], summary: str) -> str:
@@ -124,7 +118,7 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
         memories: list[StoredMemory] = []
         if speaker.use_memories and runtime.store is not None:
             everything = await MemoryRepository(runtime.store).list(speaker.user_id)
-            shown = visible_memories(everything, speaker)
+            shown = allowed_here(everything, speaker.policy)
             query = _recent_text(state["messages"])
             semantic = None
             if deps.semantic is not None and not fits(shown, deps.memory_budget_tokens):

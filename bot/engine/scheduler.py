@@ -1,8 +1,8 @@
 """Background memory extraction, debounced per (thread, person), off the reply path.
 
-A turn is recorded in the ledger before its reply is returned; this scheduler later runs the memory graph
+A turn is recorded in the inbox before its reply is returned; this scheduler later runs the memory graph
 for that pair when the conversation has been quiet for ``quiet_seconds`` or when ``after_messages`` turns
-are waiting, whichever comes first. Pending work is in SQLite, so ``start()`` resumes whatever a previous
+are waiting, whichever comes first. Pending work is in storage, so ``start()`` resumes whatever a previous
 process left, and ``close()`` flushes what is waiting. One person never has two extractions at once.
 """
 
@@ -14,8 +14,9 @@ import time
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Awaitable, Callable
 
+from bot.engine.bounds import BoundedDict, KeyedLocks
 from bot.engine.extraction import TurnText, WriteRequest
-from bot.engine.ledger import InboxTurn, Ledger
+from bot.engine.stores import Inbox, InboxTurn
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class ExtractionScheduler:
 
     def __init__(
         self,
-        ledger: Ledger,
+        inbox: Inbox,
         run_write: RunWrite,
         *,
         quiet_seconds: float,
@@ -54,7 +55,7 @@ class ExtractionScheduler:
         on_change: OnChange | None = None,
         applied_up_to: Callable[[str, str, str], Awaitable[int]] | None = None,
     ) -> None:
-        self.ledger = ledger
+        self.inbox = inbox
         self.applied_up_to = applied_up_to
         self.run_write = run_write
         self.quiet_seconds = quiet_seconds
@@ -62,13 +63,13 @@ class ExtractionScheduler:
         self.context_turns = context_turns
         self.on_change = on_change
         self._timers: dict[tuple[str, str], asyncio.Task] = {}
-        self._user_locks: dict[str, asyncio.Lock] = {}
-        self._failures: dict[tuple[str, str], int] = {}
+        self._user_locks: KeyedLocks[str] = KeyedLocks()  # only while held: bounded by work in flight
+        self._failures: BoundedDict[tuple[str, str], int] = BoundedDict(10_000)
         self._closed = False
 
     async def start(self) -> None:
         """Resume the work a previous process left pending."""
-        pending = await self.ledger.pending()
+        pending = await self.inbox.pending()
         now = time.time()
         for p in pending:
             self._schedule(p.thread_id, p.user_id, max(0.0, p.last_created + self.quiet_seconds - now))
@@ -101,17 +102,16 @@ class ExtractionScheduler:
 
     async def run(self, thread_id: str, user_id: str) -> dict | None:
         """Extract a pair's pending turns now; return the changes (None when nothing was pending)."""
-        lock = self._user_locks.setdefault(user_id, asyncio.Lock())
-        async with lock:
-            before, pending = await self.ledger.batch(thread_id, user_id, self.context_turns)
+        async with self._user_locks.hold(user_id):
+            before, pending = await self.inbox.batch(thread_id, user_id, self.context_turns)
             if not pending:
                 return None
             if self.applied_up_to is not None:
-                # Turns whose memory changes were committed before a crash cut the ledger update short.
-                done = await self.applied_up_to(user_id, thread_id, self.ledger.epoch)
+                # Turns whose memory changes were committed before a crash cut the inbox update short.
+                done = await self.applied_up_to(user_id, thread_id, self.inbox.epoch)
                 already = [t.id for t in pending if t.id <= done]
                 if already:
-                    await self.ledger.mark_extracted(thread_id, already)
+                    await self.inbox.mark_extracted(thread_id, already)
                     pending = [t for t in pending if t.id > done]
                     if not pending:
                         return None
@@ -123,7 +123,7 @@ class ExtractionScheduler:
                 origin=pending[-1].origin,
                 thread_id=thread_id,
                 last_turn_id=pending[-1].id,
-                ledger_epoch=self.ledger.epoch,
+                inbox_epoch=self.inbox.epoch,
             )
             key = (thread_id, user_id)
             try:
@@ -132,7 +132,7 @@ class ExtractionScheduler:
                 failures = self._failures.get(key, 0) + 1
                 self._failures[key] = failures
                 if is_transient(exc) or failures < MAX_FAILURES:
-                    # The model API is down or busy: the turns stay pending (in SQLite) and are retried
+                    # The model API is down or busy: the turns stay pending (in storage) and are retried
                     # with a growing delay for as long as it takes. Nothing is dropped for an outage.
                     log.warning("memory extraction failed for user %s (attempt %d): %r; will retry",
                                 user_id, failures, exc)
@@ -141,7 +141,7 @@ class ExtractionScheduler:
                 log.exception("memory extraction failed %d times for user %s; skipping these turns", failures, user_id)
                 changes = {}
             self._failures.pop(key, None)
-            await self.ledger.mark_extracted(thread_id, [t.id for t in pending])
+            await self.inbox.mark_extracted(thread_id, [t.id for t in pending])
         if changes and any(changes.values()) and self.on_change is not None:
             try:
                 await self.on_change(request, changes)
@@ -159,10 +159,9 @@ class ExtractionScheduler:
         """
         for key in [k for k in self._timers if k[1] == user_id]:
             self._timers.pop(key).cancel()
-        lock = self._user_locks.setdefault(user_id, asyncio.Lock())
-        async with lock:
+        async with self._user_locks.hold(user_id):
             yield
-        for p in await self.ledger.pending():
+        for p in await self.inbox.pending():
             if p.user_id == user_id:
                 self._schedule(p.thread_id, user_id, self.quiet_seconds)
 
@@ -171,11 +170,11 @@ class ExtractionScheduler:
         for task in list(self._timers.values()):
             task.cancel()
         self._timers.clear()
-        for p in await self.ledger.pending():
+        for p in await self.inbox.pending():
             await self.run(p.thread_id, p.user_id)
 
     async def close(self, timeout: float = 30.0) -> None:
-        """Stop scheduling and flush pending work, within ``timeout``; what is left stays in the ledger."""
+        """Stop scheduling and flush pending work, within ``timeout``; what is left stays in the inbox."""
         self._closed = True
         try:
             await asyncio.wait_for(self.flush(), timeout)

@@ -1,6 +1,6 @@
 """Semantic relevance for memories, when an embeddings provider is configured.
 
-Vectors are computed once per memory text (cached in the ledger, keyed by a digest of the text) and
+Vectors are computed once per memory text (cached in storage's vector cache, keyed by a digest of the text) and
 compared in Python, in a worker thread: no vector extension is needed, so this works the same on a
 Python whose ``sqlite3`` cannot load sqlite-vec (this machine's) and on Docker's. It is only consulted
 when a person's memories do not all fit the prompt budget, so most replies make no embeddings call.
@@ -20,6 +20,7 @@ from typing import Sequence
 from langchain_core.embeddings import Embeddings
 
 from bot.engine.memory import StoredMemory
+from bot.engine.stores import VectorCache
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +41,9 @@ def _cosines(query: array, vectors: list[array]) -> list[float]:
 class SemanticScorer:
     """Cosine similarity between the current messages and each memory, in [-1, 1]."""
 
-    def __init__(self, embeddings: Embeddings, ledger) -> None:
+    def __init__(self, embeddings: Embeddings, vectors: VectorCache) -> None:
         self.embeddings = embeddings
-        self.ledger = ledger
+        self.vectors = vectors
         self._warned = False
 
     async def scores(self, user_id: str, memories: Sequence[StoredMemory], query: str) -> list[float] | None:
@@ -50,13 +51,13 @@ class SemanticScorer:
         if not memories or not query.strip():
             return None
         try:
-            cached = await self.ledger.vectors(user_id)
+            cached = await self.vectors.get(user_id)
             wanted = {m.key: digest(m.content) for m in memories}
             stale = [m for m in memories if cached.get(m.key, ("", b""))[0] != wanted[m.key]]
             if stale:
                 fresh = await self.embeddings.aembed_documents([m.content for m in stale])
                 rows = [(m.key, wanted[m.key], _unit(v).tobytes()) for m, v in zip(stale, fresh)]
-                await self.ledger.store_vectors(user_id, rows)
+                await self.vectors.put(user_id, rows)
                 cached.update({k: (d, b) for k, d, b in rows})
             query_vec = _unit(await self.embeddings.aembed_query(query))
         except Exception as exc:  # noqa: BLE001 - relevance degrades to lexical, the reply goes on

@@ -54,8 +54,8 @@ async def collect_stats(storage, *, now: float | None = None) -> StatsReport:
     """Read the figures from opened storage."""
     now = time.time() if now is None else now
     rows = [UsageLine(r.guild_id, r.user_id, r.calls, r.prompt_tokens, r.completion_tokens)
-            for r in await storage.ledger.usage()]
-    pending = await storage.ledger.pending()
+            for r in await storage.usage.totals()]
+    pending = await storage.inbox.pending()
     oldest = min((p.last_created for p in pending), default=None)
     backlog = Backlog(turns=sum(p.count for p in pending), oldest_age_seconds=0.0 if oldest is None else now - oldest)
     return StatsReport(

@@ -7,33 +7,7 @@ cached copy itself: ``subscribe`` has nothing to deliver here.
 from __future__ import annotations
 
 from bot.engine.stores.guild_settings import Notify, ServerSettings
-
-TEMPORARY = "pre-seam stand-in: replaced by bot/storage/sqlite/guild_settings.py on rebase"
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS guild_settings (
-    guild_id TEXT PRIMARY KEY,
-    version INTEGER NOT NULL,
-    data TEXT NOT NULL,
-    updated_at REAL NOT NULL
-);
-"""
-
-
-class LedgerDb:
-    def __init__(self, ledger) -> None:
-        self.conn = ledger._conn
-        self.tx = ledger._tx
-
-
-def shielded(method):
-    import asyncio
-    import functools
-
-    @functools.wraps(method)
-    async def wrapper(self, *args, **kwargs):
-        return await asyncio.shield(method(self, *args, **kwargs))
-
-    return wrapper
+from bot.storage.sqlite.connection import LedgerDb, shielded
 
 
 class SqliteGuildSettings:
