@@ -62,7 +62,12 @@ def failure_reason(error: BaseException) -> str:
 
 @dataclass(frozen=True)
 class Backlog:
-    """The learning backlog: turns waiting to be learned from, and how long the oldest has waited."""
+    """The learning backlog: turns waiting to be learned from, and how overdue the most overdue is.
+
+    ``oldest_age_seconds`` is measured from the *last* turn of the conversation that has waited longest:
+    a conversation is learned from once it has been quiet for ``memory.extraction_quiet_seconds``, so this
+    is the figure that says whether learning keeps up.
+    """
 
     turns: int
     oldest_age_seconds: float
@@ -109,7 +114,9 @@ class Metrics:
                               ["kind", "direction"], registry=r)
         self.backlog_turns = Gauge("mnemo_learning_backlog_turns", "Turns waiting to be learned from.", registry=r)
         self.backlog_age = Gauge("mnemo_learning_backlog_age_seconds",
-                                 "How long the oldest turn waiting to be learned from has waited (0: none).",
+                                 "Seconds since the last turn of the conversation that has waited longest to be "
+                                 "learned from (0: nothing waits). Learning starts after memory.extraction_quiet_"
+                                 "seconds of quiet, so a figure well above that means learning is behind.",
                                  registry=r)
         self.erasures = Counter("mnemo_erasures", "Erasures carried out, by what they covered.", ["scope"],
                                 registry=r)

@@ -2,7 +2,7 @@
 
 The figures the database holds are the ones a running bot exports as metrics: model calls and tokens
 (the usage table: per server, person and day), the learning backlog and the age of its oldest turn,
-the number of servers and of active channels. What exists only inside a running process (reply latency,
+the number of servers (with usage, and with settings of their own). What exists only inside a running process (reply latency,
 model failures, gateway latency, erasures: a wipe deliberately leaves no trace in the database) is on
 ``/metrics`` only, and the output says so.
 """
@@ -39,6 +39,7 @@ class StatsReport:
     backlog: Backlog
     servers: int
     people: int
+    servers_with_settings: int = 0
     extra: dict[str, str] = field(default_factory=dict)  # figures a backend adds (one line each)
 
     @property
@@ -63,6 +64,7 @@ async def collect_stats(storage, *, now: float | None = None) -> StatsReport:
         backlog=backlog,
         servers=len({r.guild_id for r in rows if r.guild_id != "dm"}),
         people=len({r.user_id for r in rows}),
+        servers_with_settings=await storage.guild_settings.count(),
     )
 
 
@@ -82,7 +84,8 @@ def render_stats(report: StatsReport, *, top: int = TOP_ROWS) -> list[str]:
         f"tokens               {report.tokens}",
         f"servers with usage   {report.servers}",
         f"people with usage    {report.people}",
-        f"learning backlog     {b.turns} turns" + (f", oldest waiting {_age(b.oldest_age_seconds)}" if b.turns else ""),
+        f"servers with /settings  {report.servers_with_settings}",
+        f"learning backlog     {b.turns} turns" + (f", longest waiting conversation quiet for {_age(b.oldest_age_seconds)}" if b.turns else ""),
         *(f"{name:<20} {value}" for name, value in report.extra.items()),
         "(reply latency, model failures, gateway latency and erasures exist only in a running bot: /metrics)",
         "",
