@@ -78,6 +78,7 @@ class LimitsSection(_Section):
     guild_daily_tokens: int = Field(ge=0, le=1_000_000_000, default=2_000_000)
     dm_daily_tokens: int = Field(ge=0, le=1_000_000_000, default=200_000)
     memory_commands_per_hour: int = Field(ge=0, le=10_000, default=30)
+    usage_retention_days: int = Field(ge=1, le=3650, default=90)
 
 
 class AccessSection(_Section):

@@ -36,7 +36,8 @@ from bot.settings import Settings
 log = logging.getLogger(__name__)
 
 DeltaCallback = Callable[[str], None]
-PRUNE_EVERY = 8  # a thread keeps at most this many superseded checkpoints between prunes
+PRUNE_EVERY = 8
+ERASURE_POLL_SECONDS = 2.0  # how often the journal is checked for wipes requested by another process  # a thread keeps at most this many superseded checkpoints between prunes
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,8 @@ class ChatEngine:
         self._tails: set[asyncio.Task] = set()
         self._turns_since_prune: dict[str, int] = {}
         self._started = False
+        self._journal_watch: asyncio.Task | None = None
+        self._usage_pruned_on = ""
         self._inflight = InflightTurns()
         # /memories remember and import, per person per hour: bounded like every map keyed by person.
         self.memory_commands: RateLimiter[str] = RateLimiter(settings.limits.memory_commands_per_hour, 3600.0)
@@ -160,14 +163,51 @@ class ChatEngine:
         self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold)
 
     async def start(self) -> None:
-        """Resume pending memory work left by a previous run."""
+        """Finish erasures and resume pending memory work left by a previous run; watch for wipe requests.
+
+        Erasures come first, so nothing of an erased person is learned from on the way back up.
+        """
         self._started = True
+        await self.eraser.resume()
+        await self.prune_usage()
         await self.scheduler.start()
+        self._journal_watch = asyncio.create_task(self._watch_erasure_requests(), name="erasure-requests")
+
+    async def _watch_erasure_requests(self) -> None:
+        """Do the wipes other processes recorded (``python -m bot memories wipe`` while the bot runs).
+
+        The shell cannot erase safely beside a running bot (an extraction in flight would write back
+        what it erased), so it records the request in the journal and this process does it, under the
+        same per-person hold as any other erasure.
+        """
+        while True:
+            await asyncio.sleep(ERASURE_POLL_SECONDS)
+            try:
+                for job in await self.storage.erasures.unfinished():
+                    if job.quotes is None:
+                        self._inflight.mark_erased(job.user_id)
+                        await self.eraser.run_job(job)
+                        log.info("did the wipe of user %s requested by another process", job.user_id)
+            except Exception:  # noqa: BLE001 - the request stays in the journal; the next round retries
+                log.exception("a requested erasure failed; it stays recorded and is retried")
+
+    async def prune_usage(self) -> int:
+        """Drop usage counts older than ``limits.usage_retention_days`` (at start-up and once a day)."""
+        today = time.strftime("%Y-%m-%d", time.gmtime())
+        self._usage_pruned_on = today
+        cutoff = time.strftime("%Y-%m-%d", time.gmtime(time.time() - 86400 * self.settings.limits.usage_retention_days))
+        try:
+            return await self.usage.prune(cutoff)
+        except Exception:  # noqa: BLE001 - housekeeping; tomorrow tries again
+            log.exception("pruning old usage counts failed")
+            return 0
 
     async def close(self) -> None:
         """Finish in-flight turns, then flush pending memory extraction (if this engine was started)."""
         if self._tails:
             await asyncio.gather(*self._tails, return_exceptions=True)
+        if self._journal_watch is not None:
+            self._journal_watch.cancel()
         if self._started:
             await self.scheduler.close()
 
@@ -318,6 +358,8 @@ class ChatEngine:
     async def _record_usage(self, speaker: Speaker, message: BaseMessage) -> None:
         p, c = _usage(message)
         await self.usage.record(speaker.guild_id, speaker.user_id, p, c)
+        if self._usage_pruned_on != time.strftime("%Y-%m-%d", time.gmtime()):  # a new UTC day
+            await self.prune_usage()
 
     async def _record_extraction_usage(self, request: WriteRequest, message: BaseMessage) -> None:
         p, c = _usage(message)

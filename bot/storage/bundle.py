@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
-from bot.engine.stores import GuildSettingsStore, Inbox, Maintenance, PrefsStore, UsageStore, VectorCache
+from bot.engine.stores import (
+    ErasureJournal, GuildSettingsStore, Inbox, Maintenance, PrefsStore, UsageStore, VectorCache,
+)
 
 
 @dataclass
@@ -23,3 +25,4 @@ class OpenStorage:
     vectors: VectorCache
     maintenance: Maintenance
     guild_settings: GuildSettingsStore
+    erasures: ErasureJournal

@@ -20,6 +20,7 @@ from bot.storage.bundle import OpenStorage
 from bot.storage.sqlite import schema
 from bot.storage.sqlite.connection import LedgerDb, connect
 from bot.storage.sqlite.guild_settings import SqliteGuildSettings
+from bot.storage.sqlite.erasures import SqliteErasures
 from bot.storage.sqlite.inbox import SqliteInbox
 from bot.storage.sqlite.maintenance import SqliteMaintenance
 from bot.storage.sqlite.prefs import SqlitePrefs
@@ -61,6 +62,7 @@ async def open_sqlite(settings: Settings) -> AsyncIterator[OpenStorage]:
             vectors=SqliteVectors(ledger),
             maintenance=SqliteMaintenance(checkpointer, store, ledger),
             guild_settings=SqliteGuildSettings(ledger),
+            erasures=SqliteErasures(ledger),
         )
     finally:
         for conn in (ledger_conn, mem_conn, conv_conn):
