@@ -119,6 +119,10 @@ class ConversationEraser:
             update["summary_authors"] = []
         elif quotes and summary and quotes.redact(summary) != summary:
             update["summary"] = quotes.redact(summary)
+        if self.prune is not None:
+            # Every thread, even one with nothing (left) to change: an erasure cut short by a crash after
+            # this thread's update but before its prune left the old text in superseded checkpoints.
+            await self.prune(thread_id)
         if not doomed and not rewritten and not update:
             return 0, 0
         update["messages"] = [RemoveMessage(id=i) for i in doomed] + rewritten

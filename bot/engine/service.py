@@ -208,6 +208,7 @@ class ChatEngine:
             await asyncio.gather(*self._tails, return_exceptions=True)
         if self._journal_watch is not None:
             self._journal_watch.cancel()
+            await asyncio.gather(self._journal_watch, return_exceptions=True)
         if self._started:
             await self.scheduler.close()
 

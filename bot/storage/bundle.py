@@ -12,6 +12,10 @@ from bot.engine.stores import (
 )
 
 
+class StorageBusy(RuntimeError):
+    """The storage is already in use by another writer (one line, for the person who started this one)."""
+
+
 @dataclass
 class OpenStorage:
     """Everything persistent, opened once at start-up and closed on shutdown (satisfies ``Storage``)."""

@@ -7,6 +7,7 @@ backend's business only, so it happens here and nowhere else.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 
 import aiosqlite
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -33,15 +34,21 @@ async def _checkpoint(conn: aiosqlite.Connection, name: str, *, commit: bool) ->
     reported done while its text may still be in a ``-wal`` file (the journal keeps it for a retry).
     """
     for attempt in range(TRUNCATE_ATTEMPTS):
-        if commit:
-            await conn.commit()
-        await conn.execute("PRAGMA incremental_vacuum")
-        if commit:
-            await conn.commit()
-        cur = await conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        busy, pages, _ = await cur.fetchone()
-        if busy == 0 and pages in (0, -1):  # -1: not in WAL mode (nothing to truncate)
-            return
+        try:
+            if commit:
+                await conn.commit()
+            await conn.execute("PRAGMA incremental_vacuum")
+            if commit:
+                await conn.commit()
+            async with conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cur:
+                busy, pages, _ = await cur.fetchone()
+            if busy == 0 and pages in (0, -1):  # -1: not in WAL mode (nothing to truncate)
+                return
+        except sqlite3.OperationalError as exc:
+            # "database table is locked": a statement of this connection not yet finalized (a cursor the
+            # garbage collector has not reached). It is gone after a moment, so this is retried too.
+            if "locked" not in str(exc):
+                raise
         await asyncio.sleep(min(2.0, 0.05 * 2**attempt))
     raise CompactionIncomplete(f"the write-ahead log of {name} could not be truncated (a reader kept it busy)")
 
