@@ -19,6 +19,8 @@ VACUUM_FREE_PAGES = 256
 
 
 TRUNCATE_ATTEMPTS = 8
+CHECKPOINT_BUSY_MS = 1000  # each attempt waits this long for readers (the connection's usual wait is 30 s)
+BUSY_MS = 30000  # as set in connection.connect
 
 
 class CompactionIncomplete(RuntimeError):
@@ -40,8 +42,12 @@ async def _checkpoint(conn: aiosqlite.Connection, name: str, *, commit: bool) ->
             await conn.execute("PRAGMA incremental_vacuum")
             if commit:
                 await conn.commit()
-            async with conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cur:
-                busy, pages, _ = await cur.fetchone()
+            await conn.execute(f"PRAGMA busy_timeout={CHECKPOINT_BUSY_MS}")
+            try:
+                async with conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cur:
+                    busy, pages, _ = await cur.fetchone()
+            finally:
+                await conn.execute(f"PRAGMA busy_timeout={BUSY_MS}")
             if busy == 0 and pages in (0, -1):  # -1: not in WAL mode (nothing to truncate)
                 return
         except sqlite3.OperationalError as exc:
