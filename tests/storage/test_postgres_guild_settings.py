@@ -117,3 +117,58 @@ async def test_a_lost_listener_drops_every_cached_copy_and_comes_back(dsn):
 
 async def _is_set(event: asyncio.Event) -> bool:
     return event.is_set()
+
+
+async def test_two_bot_processes_take_settings_from_discord_at_once(dsn, tmp_path):
+    """Two real bots (harness-driven) on one PostgreSQL database: admins change settings in both at once
+    through /settings; every change lands, and each bot then answers in the channels the *other* turned on,
+    without a restart (the change reached its hour-long cache through NOTIFY)."""
+    import json
+
+    procs = {}
+    for me in ("a", "b"):
+        procs[me] = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tests.cogs.pg_settings_bot", dsn, me, str(tmp_path / me), cwd=ROOT,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+
+    async def expect(p, word: str) -> str:
+        got = (await asyncio.wait_for(p.stdout.readline(), 120)).decode().strip()
+        if word and got != word:
+            raise AssertionError(f"expected {word!r}, got {got!r}: {(await p.stderr.read()).decode()[-3000:]}")
+        return got
+
+    async def tell(p, word: str) -> None:
+        p.stdin.write(word.encode() + b"\n")
+        await p.stdin.drain()
+
+    a, b = procs["a"], procs["b"]
+
+    async def ask(p, command: str, answer: str = "") -> str:
+        await tell(p, command)
+        return await expect(p, answer)
+
+    try:
+        for p in (a, b):
+            await expect(p, "ready")
+        for p in (a, b):  # both at once: six changes each, through /settings, interleaved
+            await tell(p, "go")
+        for p in (a, b):
+            await expect(p, "changed")
+        for p in (a, b):
+            await ask(p, "warm", "warm")  # each now holds the settings in its cache (for an hour)
+        await ask(a, "extra", "changed")  # a change in a: only a NOTIFY can tell b
+        first = json.loads(await ask(b, "check"))
+        await ask(b, "extra", "changed")
+        second = json.loads(await ask(a, "check"))
+        for p in (a, b):
+            await tell(p, "quit")
+            assert await asyncio.wait_for(p.wait(), 60) == 0
+    finally:
+        for p in procs.values():
+            if p.returncode is None:
+                p.kill()
+    assert first == {"answered": 7, "errors": 0}  # a's six and a's extra, seen by b without a restart
+    assert second == {"answered": 7, "errors": 0}
+    async with opened(dsn) as gs:
+        record = await gs.get("900")
+    assert len(record.respond_channels) == 14 and record.version == 14
