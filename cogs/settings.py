@@ -75,7 +75,7 @@ def _tokens(value: int) -> str:
 
 
 def _channels(ids) -> str:
-    return ", ".join(f"<#{c}>" for c in sorted(ids, key=int)) or "none"
+    return ", ".join(f"<#{c}>" for c in sorted(ids, key=lambda c: (len(str(c)), str(c)))) or "none"
 
 
 @app_commands.guild_only()

@@ -18,7 +18,9 @@ edit is re-applied to what it wrote. Two admins adding two channels at once both
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -30,7 +32,7 @@ log = logging.getLogger(__name__)
 
 SERVER, OPERATOR = "server", "operator"
 MAX_CHANNELS = 100  # per list: a server listing more is almost certainly a mistake
-WRITE_ATTEMPTS = 5
+WRITE_ATTEMPTS = 50  # compare-and-set retries under contention, with a growing random pause between them
 Edit = Callable[[ServerSettings], ServerSettings]
 
 
@@ -233,7 +235,9 @@ class GuildSettingsService:
             SettingRefused: the edited record breaks a rule (nothing is written).
         """
         guild_id = str(guild_id)
-        for _ in range(WRITE_ATTEMPTS):
+        for attempt in range(WRITE_ATTEMPTS):
+            if attempt:  # someone else wrote first: step aside a little, at random, so one of us wins
+                await asyncio.sleep(random.uniform(0, min(0.2, 0.005 * 2 ** min(attempt, 6))))
             current = await self.store.get(guild_id) or ServerSettings(guild_id=guild_id)
             edited = edit(current)
             check(edited, self.defaults, current)
@@ -242,7 +246,7 @@ class GuildSettingsService:
             if await self.store.put(new, replaces=current.version):
                 self.invalidate(guild_id)
                 return resolve(current, self.defaults, guild_id), resolve(new, self.defaults, guild_id)
-            log.info("settings of server %s changed concurrently; applying the change again", guild_id)
+            log.debug("settings of server %s changed concurrently; applying the change again", guild_id)
         raise RuntimeError(f"settings of server {guild_id} kept changing; gave up after {WRITE_ATTEMPTS} attempts")
 
     async def forget(self, guild_id: str | int) -> bool:

@@ -38,7 +38,7 @@ class ServerSettings:
             if f.name in ("guild_id", "version"):
                 continue
             value = getattr(self, f.name)
-            data[f.name] = sorted(value, key=int) if isinstance(value, frozenset) else value
+            data[f.name] = sorted(value, key=lambda c: (len(c), c)) if isinstance(value, frozenset) else value
         return json.dumps(data, sort_keys=True)
 
     @classmethod
