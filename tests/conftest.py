@@ -128,7 +128,7 @@ def make_settings(data_dir: Path, **sections: dict) -> Settings:
     """Settings for tests: defaults, a temp data dir, quick extraction, and any section overrides."""
     raw: dict[str, dict] = {
         "bot": {"data_dir": str(data_dir), "persona": "You are TestBot."},
-        "memory": {"extraction_quiet_seconds": 3600, "extraction_after_messages": 100},
+        "memory": {"extraction_quiet_seconds": 3600, "extraction_after_messages": 100, "semantic": "off"},
     }
     for name, values in sections.items():
         raw.setdefault(name, {}).update(values)

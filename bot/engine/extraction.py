@@ -21,7 +21,7 @@ from trustcall import create_extractor
 
 from bot.engine import prompts
 from bot.engine.memory import Memory, MemoryChanges, MemoryRepository
-from bot.engine.ranking import related
+from bot.engine.recall import related
 
 log = logging.getLogger(__name__)
 

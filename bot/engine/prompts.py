@@ -8,7 +8,8 @@ such a bracket yourself. The person you are answering now is {speaker} (user {sp
 
 {memory_block}{summary_block}"""
 
-MEMORY_BLOCK = """What you remember about {speaker} (use it naturally when it helps, never list it unprompted):
+MEMORY_BLOCK = """What you remember about {speaker} (use it naturally when it helps, never list it unprompted).
+Each line starts with the date it was learned or last changed; when two lines disagree, the newer one holds:
 {memories}
 
 """

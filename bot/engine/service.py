@@ -24,7 +24,8 @@ from bot.engine.graph import ChatDeps, build_chat_graph, build_memory_graph
 from bot.engine.ledger import Ledger
 from bot.engine.memory import Actor, MemoryRepository
 from bot.engine.scheduler import ExtractionScheduler, OnChange
-from bot.engine.semantic import SemanticScorer
+from bot.engine.recall import SemanticIndex
+from bot.engine.recall.embedders import LocalMiniLM
 from bot.engine.state import Speaker
 from bot.settings import Settings
 
@@ -67,6 +68,8 @@ class ChatEngine:
         self.memories = MemoryRepository(self.store)
         self.limiter = asyncio.Semaphore(settings.model.max_concurrent_calls)
         conv, mem = settings.conversation, settings.memory
+        self.embeddings = embeddings
+        self.semantic = SemanticIndex(embeddings, self.ledger) if embeddings is not None else None
         self.chat_deps = ChatDeps(
             model=chat_model,
             persona=settings.bot.persona,
@@ -76,7 +79,7 @@ class ChatEngine:
             keep_messages=conv.keep_messages,
             limiter=self.limiter,
             on_usage=self._record_usage,
-            semantic=SemanticScorer(embeddings, self.ledger) if embeddings is not None else None,
+            semantic=self.semantic,
         )
         self.graph: CompiledStateGraph = build_chat_graph(self.chat_deps).compile(
             checkpointer=self.checkpointer, store=self.store
@@ -107,6 +110,10 @@ class ChatEngine:
     async def start(self) -> None:
         """Resume pending memory work left by a previous run."""
         self._started = True
+        if isinstance(self.embeddings, LocalMiniLM):
+            # Load the embedded model in the background now, so no reply waits for it.
+            self._warming = asyncio.create_task(self.embeddings.warm(), name="load-embedding-model")
+            self._warming.add_done_callback(_log_failure)
         await self.scheduler.start()
 
     async def close(self) -> None:
@@ -115,6 +122,8 @@ class ChatEngine:
             await asyncio.gather(*self._tails, return_exceptions=True)
         if self._started:
             await self.scheduler.close()
+        if self.semantic is not None:
+            await self.semantic.drain()
 
     def _lock(self, thread_id: str) -> asyncio.Lock:
         lock = self._thread_locks.get(thread_id)
@@ -245,7 +254,12 @@ class ChatEngine:
         shared = self.settings.memory.dm_memories_in_servers if prefs.dm_in_servers is None else prefs.dm_in_servers
         request = replace(request, see_dm_memories=not in_server or shared)
         result = await self.memory_graph.ainvoke({"request": request})
-        return result["changes"]
+        changes = result["changes"]
+        if self.semantic is not None and (changes.get("inserted") or changes.get("updated")):
+            # Memory vectors are made at write time, off the reply path.
+            user = request.user_id
+            self.semantic.index_later(user, lambda: self.memories.list(user))
+        return changes
 
     async def _record_usage(self, speaker: Speaker, message: BaseMessage) -> None:
         p, c = _usage(message)
@@ -286,9 +300,15 @@ class ChatEngine:
         return dict(snapshot.values)
 
 
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("loading the embedded embedding model failed: %r; memories are ranked lexically", task.exception())
+
+
 def create_engine(settings: Settings, storage, *, chat_model=None, on_memory_change: OnChange | None = None) -> ChatEngine:
     """Build the engine over opened storage, with the configured model unless one is given."""
-    from bot.engine.model import build_chat_model, build_embeddings
+    from bot.engine.model import build_chat_model
+    from bot.engine.recall.embedders import build_embeddings
 
     model = chat_model or build_chat_model(settings)
     memory_model = chat_model or build_chat_model(settings, streaming=False)
