@@ -1,9 +1,12 @@
 """Trustcall extraction: turn a person's recent turns into inserts, patches and deletes of their memories.
 
-The extractor sees the new turns plus only the existing memories most related to them (all of them while
-there are at most ``max_existing``), so its cost does not grow with the size of the collection. Every
-result is applied: a patched doc (``json_doc_id``) updates that key in place, a new doc gets a new UUID, a
-``RemoveDoc`` deletes its key and is never stored as a memory. All changes land in one store batch.
+The extractor sees the new turns (laid out by ``bot.engine.transcript``: speakers by ID, text indented,
+messages numbered and dated) plus only the existing memories most related to them (at most
+``max_existing``, within ``EXISTING_BUDGET_TOKENS``), so its cost does not grow with the size of the
+collection or the length of the bot's replies. Every result is applied: a patched doc (``json_doc_id``)
+updates that key in place, a new doc gets a new UUID, a ``RemoveDoc`` deletes its key and is never stored
+as a memory. Each insert and patch carries the messages it came from (``sources``). All changes land in one
+store batch, with the watermarks of the turns they cover.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable
 
 from langchain_core.callbacks import AsyncCallbackHandler
@@ -21,31 +23,30 @@ from trustcall import create_extractor
 
 from bot.engine import prompts
 from bot.engine.memory import Memory, MemoryChanges, MemoryRepository
-from bot.engine.recall import related
+from bot.engine.recall import estimate_tokens, related
+from bot.engine.transcript import TurnText, attribute, clean_name, context_block, new_block, source_of
 
 log = logging.getLogger(__name__)
 
+EXISTING_BUDGET_TOKENS = 700  # existing memories shown to the extractor, at most (with max_existing)
 
-@dataclass(frozen=True)
-class TurnText:
-    """One exchange as the extractor reads it."""
-
-    author: str
-    human: str
-    ai: str
+__all__ = ["ExtractionInterrupted", "MemoryWriter", "TurnText", "WriteRequest", "apply_results"]
 
 
 @dataclass(frozen=True)
 class WriteRequest:
-    """Everything one extraction needs: whose memories, what they said, where."""
+    """Everything one extraction needs: whose memories, what they said, where.
+
+    ``new`` may span several channels of one server (or the person's DMs): the scheduler batches them.
+    ``watermarks`` (thread ID, newest inbox row covered) are committed with the memory changes.
+    """
 
     user_id: str
     speaker_name: str
     new: list[TurnText]
     context: list[TurnText] = field(default_factory=list)
-    origin: dict[str, Any] = field(default_factory=dict)
-    thread_id: str = ""
-    last_turn_id: int = 0  # the newest inbox row covered: committed with the memory changes (see scheduler)
+    origin: dict[str, Any] = field(default_factory=dict)  # the newest message's (for the reaction)
+    watermarks: tuple[tuple[str, int], ...] = ()
     ledger_epoch: str = ""
     see_dm_memories: bool = True  # False for a server turn: DM-learned memories are neither shown nor patched
 
@@ -78,8 +79,16 @@ class CallWatcher(AsyncCallbackHandler):
         self.errors.append(error)
 
 
-def transcript(turns: list[TurnText]) -> str:
-    return "\n".join(f"{t.author}: {t.human}\nassistant: {t.ai}" for t in turns) or "(none)"
+def existing_within_budget(memories, query: str, limit: int) -> list:
+    """The existing memories most related to the new messages, at most ``limit``, within the token budget."""
+    chosen, used = [], 0
+    for m in related(memories, query, limit):
+        cost = estimate_tokens(m.content) + 12  # + the JSON around it and its key
+        if used + cost > EXISTING_BUDGET_TOKENS:
+            continue
+        chosen.append(m)
+        used += cost
+    return chosen
 
 
 class MemoryWriter:
@@ -107,15 +116,14 @@ class MemoryWriter:
         if not request.see_dm_memories:
             # A server conversation must not patch (and so move into the server) a fact told in a DM.
             memories = [m for m in memories if m.origin.get("guild_id") != "dm"]
-        new_text = transcript(request.new)
-        candidates = related(memories, new_text, self.max_existing)
+        new_text = new_block(request.new)
+        candidates = existing_within_budget(memories, "\n".join(t.human for t in request.new), self.max_existing)
         existing = [(m.key, "Memory", {"content": m.content}) for m in candidates]
-        system = prompts.EXTRACT_SYSTEM.format(
-            speaker=request.speaker_name,
-            speaker_id=request.user_id,
-            now=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        system = prompts.EXTRACT_SYSTEM.format(speaker=clean_name(request.speaker_name), speaker_id=request.user_id)
+        body = prompts.EXTRACT_TRANSCRIPT.format(
+            context=context_block(request.context), new=new_text, speaker_id=request.user_id,
+            count=len(request.new),
         )
-        body = prompts.EXTRACT_TRANSCRIPT.format(context=transcript(request.context), new=new_text)
         payload = {"messages": [SystemMessage(content=system), HumanMessage(content=body)], "existing": existing}
         for attempt in (1, 2):  # a malformed tool call is retried once, then the batch is skipped
             watcher = CallWatcher()
@@ -140,11 +148,12 @@ async def apply_results(
     """Turn Trustcall's responses into one batch of store writes.
 
     A patch or delete naming a key the extractor was not shown is ignored (it cannot be the person's).
+    Each insert and patch is attributed to the new messages it came from (``transcript.attribute``): its
+    ``sources`` name them, and its ``origin`` is the newest of them.
     """
-    inserts: list[tuple[str, dict]] = []
-    updates: dict[str, str] = {}
+    inserts: list[tuple[str, dict, list[dict]]] = []
+    updates: dict[str, tuple[str, dict, list[dict]]] = {}
     deletes: set[str] = set()
-    origin = {**request.origin, "source": "extraction"}
     for response, meta in zip(result.get("responses", []), result.get("response_metadata", [])):
         if type(response).__name__ == "RemoveDoc":
             key = str(getattr(response, "json_doc_id", ""))
@@ -154,19 +163,22 @@ async def apply_results(
         content = str(getattr(response, "content", "")).strip()
         if not content:
             continue
+        turns = attribute(content, getattr(response, "source_messages", None) or [], request.new)
+        sources = [source_of(t) for t in turns]
+        origin = {**turns[-1].origin, "source": "extraction"} if turns else {**request.origin, "source": "extraction"}
         doc_id = meta.get("json_doc_id")
         if doc_id is not None and str(doc_id) in known_keys:
-            updates[str(doc_id)] = content
+            updates[str(doc_id)] = (content, origin, sources)
         elif doc_id is None:
-            inserts.append((content, origin))
+            inserts.append((content, origin, sources))
     for key in deletes:
         updates.pop(key, None)
     changes = await repo.apply(
         request.user_id,
         inserts=inserts,
-        updates=[(k, c, origin) for k, c in updates.items()],
+        updates=[(k, c, o, src) for k, (c, o, src) in updates.items()],
         deletes=sorted(deletes),
-        watermark=(request.thread_id, request.last_turn_id, request.ledger_epoch) if request.thread_id else None,
+        watermarks=[(thread, turn, request.ledger_epoch) for thread, turn in request.watermarks],
     )
     if changes:
         log.info(

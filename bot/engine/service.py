@@ -244,7 +244,7 @@ class ChatEngine:
         except Exception:  # noqa: BLE001 - the reply still goes out; the log says what was not recorded
             log.exception("could not record a turn for memory extraction in thread %s", thread_id)
             return
-        self.scheduler.notify(thread_id, speaker.user_id, count)
+        self.scheduler.notify(thread_id, speaker.user_id, count, scope=speaker.guild_id)
 
     async def _write(self, request: WriteRequest) -> dict:
         prefs = await self.ledger.prefs(request.user_id)
