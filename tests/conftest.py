@@ -132,6 +132,14 @@ def cited_facts(call: Call) -> list[tuple[str, int]]:
     return facts
 
 
+def doc_id(call: Call, content: str) -> str:
+    """The ID Trustcall showed the model for the existing memory with this text (what a model would cite)."""
+    found = re.search(r"<instance id=(\S+) schema_type=\"Memory\">\n\{'content': '" + re.escape(content) + "'",
+                      call.prompt_text)
+    assert found, f"memory {content!r} was not shown to the extractor"
+    return found.group(1)
+
+
 def default_script(call: Call) -> AIMessage | str:
     """Chat: a short echo. Extraction: one Memory insert per stated fact."""
     if call.is_extraction:

@@ -28,7 +28,7 @@ from bot.engine.transcript import TurnText, attribute, clean_name, context_block
 
 log = logging.getLogger(__name__)
 
-EXISTING_BUDGET_TOKENS = 700  # existing memories shown to the extractor, at most (with max_existing)
+EXISTING_BUDGET_TOKENS = 500  # existing memories shown to the extractor, at most (with max_existing)
 
 __all__ = ["ExtractionInterrupted", "MemoryWriter", "TurnText", "WriteRequest", "apply_results"]
 
@@ -83,7 +83,7 @@ def existing_within_budget(memories, query: str, limit: int) -> list:
     """The existing memories most related to the new messages, at most ``limit``, within the token budget."""
     chosen, used = [], 0
     for m in related(memories, query, limit):
-        cost = estimate_tokens(m.content) + 12  # + the JSON around it and its key
+        cost = estimate_tokens(m.content) + 10  # + the markup around it and its alias
         if used + cost > EXISTING_BUDGET_TOKENS:
             continue
         chosen.append(m)
@@ -118,7 +118,10 @@ class MemoryWriter:
             memories = [m for m in memories if m.origin.get("guild_id") != "dm"]
         new_text = new_block(request.new)
         candidates = existing_within_budget(memories, "\n".join(t.human for t in request.new), self.max_existing)
-        existing = [(m.key, "Memory", {"content": m.content}) for m in candidates]
+        # Trustcall repeats each doc ID several times (instances, patch and delete schemas): short aliases
+        # instead of 36-character keys keep that cost small; they map back to keys when applying.
+        aliases = {f"m{i}": m.key for i, m in enumerate(candidates, 1)}
+        existing = [(alias, "Memory", {"content": m.content}) for alias, m in zip(aliases, candidates)]
         system = prompts.EXTRACT_SYSTEM.format(speaker=clean_name(request.speaker_name), speaker_id=request.user_id)
         body = prompts.EXTRACT_TRANSCRIPT.format(
             context=context_block(request.context), new=new_text, speaker_id=request.user_id,
@@ -135,7 +138,7 @@ class MemoryWriter:
             if watcher.errors and not result.get("responses"):
                 raise ExtractionInterrupted(repr(watcher.errors[-1])) from watcher.errors[-1]
             if not watcher.last_malformed:
-                return await apply_results(repo, request, result, {k for k, _, _ in existing})
+                return await apply_results(repo, request, result, aliases)
             log.warning("extraction for user %s returned malformed tool calls (attempt %d)", request.user_id, attempt)
         log.warning("skipping extraction for user %s after a malformed retry; memories unchanged", request.user_id)
         self.skipped_turns += len(request.new)
@@ -143,11 +146,12 @@ class MemoryWriter:
 
 
 async def apply_results(
-    repo: MemoryRepository, request: WriteRequest, result: dict, known_keys: set[str]
+    repo: MemoryRepository, request: WriteRequest, result: dict, known: dict[str, str]
 ) -> MemoryChanges:
     """Turn Trustcall's responses into one batch of store writes.
 
-    A patch or delete naming a key the extractor was not shown is ignored (it cannot be the person's).
+    ``known`` maps the doc IDs the extractor was shown to memory keys; a patch or delete naming any other
+    ID is ignored (it cannot be the person's).
     Each insert and patch is attributed to the new messages it came from (``transcript.attribute``): its
     ``sources`` name them, and its ``origin`` is the newest of them.
     """
@@ -156,8 +160,8 @@ async def apply_results(
     deletes: set[str] = set()
     for response, meta in zip(result.get("responses", []), result.get("response_metadata", [])):
         if type(response).__name__ == "RemoveDoc":
-            key = str(getattr(response, "json_doc_id", ""))
-            if key in known_keys:
+            key = known.get(str(getattr(response, "json_doc_id", "")))
+            if key is not None:
                 deletes.add(key)
             continue
         content = str(getattr(response, "content", "")).strip()
@@ -167,8 +171,8 @@ async def apply_results(
         sources = [source_of(t) for t in turns]
         origin = {**turns[-1].origin, "source": "extraction"} if turns else {**request.origin, "source": "extraction"}
         doc_id = meta.get("json_doc_id")
-        if doc_id is not None and str(doc_id) in known_keys:
-            updates[str(doc_id)] = (content, origin, sources)
+        if doc_id is not None and str(doc_id) in known:
+            updates[known[str(doc_id)]] = (content, origin, sources)
         elif doc_id is None:
             inserts.append((content, origin, sources))
     for key in deletes:

@@ -17,7 +17,7 @@ from typing import AsyncIterator, Awaitable, Callable
 from bot.engine.extraction import TurnText, WriteRequest
 from bot.engine.ledger import InboxTurn, Ledger
 from bot.engine.recall import estimate_tokens
-from bot.engine.transcript import MAX_MESSAGE_CHARS
+from bot.engine.transcript import MAX_MESSAGE_CHARS, REPLY_CHARS
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(status, int) and (status >= 500 or status in TRANSIENT_STATUS)
 
 
-NEW_BUDGET_TOKENS = 1400  # the person's own text in one extraction call; the rest waits for the next call
+NEW_BUDGET_TOKENS = 1100  # new messages (with their shortened replies) in one call; the rest waits for the next
 
 
 def _text(turn: InboxTurn) -> TurnText:
@@ -55,7 +55,7 @@ def within_budget(turns: list[InboxTurn], budget: int) -> list[InboxTurn]:
     """The oldest turns whose text fits the budget (always at least one): each call stays bounded."""
     taken, used = [], 0
     for t in turns:
-        cost = estimate_tokens(t.human[:MAX_MESSAGE_CHARS])
+        cost = estimate_tokens(t.human[:MAX_MESSAGE_CHARS]) + estimate_tokens(t.ai[:REPLY_CHARS]) + 20  # + header
         if taken and used + cost > budget:
             break
         taken.append(t)
@@ -166,7 +166,7 @@ class ExtractionScheduler:
                 context += before
         pending.sort(key=lambda t: t.id)
         context.sort(key=lambda t: t.id)
-        return context[-max(self.context_turns, 0) * 2:] if self.context_turns else [], pending
+        return context[-self.context_turns:] if self.context_turns > 0 else [], pending
 
     async def run(self, scope: str, user_id: str) -> dict | None:
         """Extract a person's pending turns in one scope now; return the changes (None when nothing was pending)."""

@@ -22,8 +22,8 @@ from bot.engine.recall.lexical import bm25_scores
 
 MAX_MESSAGE_CHARS = 4000  # a person's own message (what the reply path accepts by default)
 REPLY_CHARS = 240
-CONTEXT_CHARS = 160
-CONTEXT_REPLY_CHARS = 80
+CONTEXT_CHARS = 140
+CONTEXT_REPLY_CHARS = 60
 _NAME_JUNK = re.compile(r"[\"\[\]#|<>`*_~\\]")
 
 
