@@ -29,9 +29,9 @@ Mode = Literal["lexical", "semantic", "fused"]
 class Weights:
     """How much each signal counts in the fused score."""
 
-    lexical: float = 0.35
-    semantic: float = 0.65
-    recency: float = 0.1
+    lexical: float = 0.25
+    semantic: float = 1.0
+    recency: float = 0.05
 
 
 DEFAULT_WEIGHTS = Weights()
