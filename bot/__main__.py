@@ -1,4 +1,4 @@
-"""Command line: ``python -m bot [--config PATH] [run|sync|console|memories|stats]``.
+"""Command line: ``python -m bot [--config PATH] [run|sync|console|memories|stats|health]``.
 
 Order of start-up: settings (exit 2 with one line on any problem) -> logging -> storage -> engine -> bot.
 """
@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("action", choices=["list", "export", "wipe"])
     m.add_argument("--user", required=True, help="the person's user ID (a Discord user ID)")
     m.add_argument("--yes", action="store_true", help="wipe without asking")
-    sub.add_parser("stats", help="print token usage per server and person")
+    sub.add_parser("stats", help="print usage, the learning backlog and activity, from the database")
+    sub.add_parser("health", help="ask the running bot's health endpoint; exit 0 when healthy (Docker HEALTHCHECK)")
     return p
 
 
@@ -91,15 +92,22 @@ async def _memories(settings: Settings, action: str, user: str, yes: bool) -> in
 
 
 async def _stats(settings: Settings) -> int:
+    from bot.engine.stats import collect_stats, render_stats
+
     async def go(storage) -> int:
-        rows = await storage.ledger.usage()
-        _out(f"{'server':>20}  {'user':>20}  {'calls':>7}  {'prompt':>10}  {'completion':>10}")
-        for r in rows:
-            _out(f"{r.guild_id:>20}  {r.user_id:>20}  {r.calls:>7}  {r.prompt_tokens:>10}  {r.completion_tokens:>10}")
-        _out(f"total: {sum(r.prompt_tokens + r.completion_tokens for r in rows)} tokens in {sum(r.calls for r in rows)} calls")
+        for line in render_stats(await collect_stats(storage)):
+            _out(line)
         return 0
 
     return await _with_storage(settings, go)
+
+
+def _health(settings: Settings) -> int:
+    from bot.monitoring import probe_health
+
+    healthy, line = probe_health(settings.monitoring)
+    _out(line)
+    return 0 if healthy else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,12 +124,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from bot.logs import setup_logging
 
+    if command == "health":  # no logging set-up, no storage: a probe that runs every few seconds
+        return _health(settings)
     setup_logging(settings.bot.log_level, settings.secret_values())
     try:
         if command in ("run", "sync"):
             from bot.client import run_discord
+            from bot.metrics import Metrics
 
-            return asyncio.run(run_discord(settings, sync_only=command == "sync"))
+            metrics = Metrics(active_channel_seconds=settings.monitoring.active_channel_seconds)
+            return asyncio.run(run_discord(settings, sync_only=command == "sync", metrics=metrics))
         if command == "console":
             return asyncio.run(_console(settings, args.user, args.thread))
         if command == "memories":

@@ -59,6 +59,8 @@ class MemorySection(_Section):
     extraction_max_existing: int = Field(ge=1, le=500, default=40)
     extraction_context_messages: int = Field(ge=0, le=20, default=4)
     dm_memories_in_servers: bool = False
+    scope: Literal["global", "server"] = "server"  # where server-learned memories may be used
+    max_per_person: int = Field(ge=1, le=100_000, default=1000)
     embeddings_model: str = ""
     embeddings_base_url: str = ""
     embeddings_api_key_env: str = ""
@@ -79,6 +81,7 @@ class LimitsSection(_Section):
     cooldown_seconds: float = Field(ge=0, le=3600, default=2.0)
     guild_daily_tokens: int = Field(ge=0, le=1_000_000_000, default=2_000_000)
     dm_daily_tokens: int = Field(ge=0, le=1_000_000_000, default=200_000)
+    memory_commands_per_hour: int = Field(ge=0, le=10_000, default=30)
 
 
 class AccessSection(_Section):
@@ -93,6 +96,24 @@ class AccessSection(_Section):
 
 class StorageSection(_Section):
     backend: Literal["sqlite"] = "sqlite"
+
+
+class MonitoringSection(_Section):
+    """The operators' HTTP endpoint: Prometheus metrics and a container health check (both off by default)."""
+
+    metrics: bool = False
+    health: bool = False
+    host: str = Field(min_length=1, default="127.0.0.1")
+    port: int = Field(ge=0, le=65535, default=9108)  # 0 picks a free port (tests)
+    health_timeout_seconds: float = Field(gt=0, le=60, default=3.0)
+    active_channel_seconds: float = Field(gt=0, le=7 * 86400, default=3600.0)
+
+
+class ServerSettingsSection(_Section):
+    """Limits on what server admins may choose with /settings (the budgets' caps are in [limits])."""
+
+    max_persona_chars: int = Field(ge=0, le=4000, default=1000)
+    cache_seconds: float = Field(ge=0, le=3600, default=60.0)
 
 
 class Secrets(BaseModel):
@@ -113,6 +134,8 @@ class Settings(_Section):
     limits: LimitsSection = LimitsSection()
     access: AccessSection = AccessSection()
     storage: StorageSection = StorageSection()
+    monitoring: MonitoringSection = MonitoringSection()
+    server_settings: ServerSettingsSection = ServerSettingsSection()
     secrets: Secrets = Secrets()
 
     def secret_values(self) -> list[str]:

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import discord
 
-from bot.engine.ledger import Prefs
+from bot.engine.stores import Prefs
 from bot.engine.memory import HistoryEntry, StoredMemory
 
 PAGE_SIZE = 10

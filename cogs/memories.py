@@ -55,6 +55,26 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         hits = [m for m in reversed(memories) if not needle or needle in m.content.lower() or m.short_id.startswith(needle)]
         return [app_commands.Choice(name=f"{m.short_id} · {m.content}"[:100], value=m.key) for m in hits[:25]]
 
+    async def refused_write(self, interaction: discord.Interaction, adding: int | None = None) -> bool:
+        """Tell the person why a remember/import cannot happen now (rate limit, cap); True if refused."""
+        user = str(interaction.user.id)
+        wait = self.engine.memory_commands.retry_after(user)
+        if wait > 0:
+            await self.reply(interaction, f"You've added memories {self.bot.settings.limits.memory_commands_per_hour} "
+                             f"times in the last hour; try again in {max(1, round(wait / 60))} minutes. Nothing was changed.")
+            return True
+        cap = self.bot.settings.memory.max_per_person
+        have = await self.repo.count(user)
+        if adding is not None and adding > cap:
+            await self.reply(interaction, f"That would bring you to {adding} memories; I keep at most {cap} for one "
+                             "person. Import a smaller file or delete some first. Nothing was changed.")
+            return True
+        if adding is None and have >= cap:
+            await self.reply(interaction, f"You have {have} memories, the most I keep for one person. Delete some with "
+                             "`/memories delete` or `/memories forget` first. Nothing was changed.")
+            return True
+        return False
+
     async def find(self, interaction: discord.Interaction, key: str) -> StoredMemory | None:
         found = await self.repo.resolve(interaction.user.id, key)
         if found is None:
@@ -67,7 +87,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         """See what I remember about you, and your memory settings (only you can see this)."""
         await interaction.response.defer(ephemeral=True, thinking=True)
         memories = await self.repo.list(interaction.user.id)
-        prefs = await self.engine.ledger.prefs(str(interaction.user.id))
+        prefs = await self.engine.prefs.get(str(interaction.user.id))
         status = fmt.status_line(prefs, self.bot.settings.memory.dm_memories_in_servers)
         pages = fmt.pages(self.bot, interaction.user, memories, status)
         view = PagerView(interaction.user.id, pages) if len(pages) > 1 else discord.utils.MISSING
@@ -104,6 +124,8 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
     async def remember(self, interaction: discord.Interaction, text: app_commands.Range[str, 1, MAX_CONTENT]) -> None:
         """Tell me something to remember about you."""
         await interaction.response.defer(ephemeral=True, thinking=True)
+        if await self.refused_write(interaction):
+            return
         key = await self.repo.add(interaction.user.id, text.strip(), origin_of(interaction), actor=self.actor(interaction))
         await self.reply(interaction, f"Got it, I'll remember that (`{key[-8:]}`).")
 
@@ -191,13 +213,16 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         except ImportRefused as exc:
             await self.reply(interaction, f"I can't import that file: {exc}. Nothing was changed.")
             return
+        existing = {m.key for m in await self.repo.list(interaction.user.id)}
+        if await self.refused_write(interaction, adding=len(existing | {m["id"] for m in memories})):
+            return
         count = await self.repo.restore(interaction.user.id, memories, history)
         await self.reply(interaction, f"Imported {count} memories.")
 
     # ---- settings
     async def set_pref(self, interaction: discord.Interaction, message: str, **values: bool) -> None:
         await interaction.response.defer(ephemeral=True, thinking=True)
-        await self.engine.ledger.set_prefs(str(interaction.user.id), **values)
+        await self.engine.prefs.set(str(interaction.user.id), **values)
         await self.reply(interaction, message)
 
     @app_commands.command(name="pause")

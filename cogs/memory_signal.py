@@ -31,7 +31,7 @@ class MemorySignal(commands.Cog):
         self.bot.engine.scheduler.on_change = None
 
     async def memory_changed(self, request: WriteRequest, changes: dict) -> None:
-        prefs = await self.bot.engine.ledger.prefs(request.user_id)
+        prefs = await self.bot.engine.prefs.get(request.user_id)
         if not prefs.reactions:
             return
         channel_id, message_id = str(request.origin.get("channel_id", "")), str(request.origin.get("message_id", ""))

@@ -25,6 +25,7 @@ from bot.engine import prompts
 from bot.engine.memory import Memory, MemoryChanges, MemoryRepository
 from bot.engine.recall import estimate_tokens, related
 from bot.engine.transcript import TurnText, attribute, clean_name, context_block, new_block, source_of
+from bot.engine.visibility import Visibility, allowed_here
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,9 @@ class WriteRequest:
     context: list[TurnText] = field(default_factory=list)
     origin: dict[str, Any] = field(default_factory=dict)  # the newest message's (for the reaction)
     watermarks: tuple[tuple[str, int], ...] = ()
-    ledger_epoch: str = ""
-    see_dm_memories: bool = True  # False for a server turn: DM-learned memories are neither shown nor patched
+    inbox_epoch: str = ""
+    visibility: Visibility | None = None  # the person's policy where this was said: what may be shown/patched
+    max_memories: int = 0  # the per-person cap (0: none); at the cap the least recently used make room
 
 
 class ExtractionInterrupted(RuntimeError):
@@ -101,7 +103,9 @@ class MemoryWriter:
         max_existing: int = 40,
         limiter: asyncio.Semaphore | None = None,
         on_usage: Callable[[WriteRequest, Any], Awaitable[None]] | None = None,
+        callbacks: list | None = None,
     ) -> None:
+        self.callbacks = list(callbacks or [])  # e.g. the metrics' model-call observer
         self.extractor = create_extractor(
             model, tools=[Memory], tool_choice="Memory", enable_inserts=True, enable_deletes=True
         )
@@ -113,9 +117,9 @@ class MemoryWriter:
     async def write(self, repo: MemoryRepository, request: WriteRequest) -> MemoryChanges:
         """Extract from ``request`` and apply the results to the person's memories in one batch."""
         memories = await repo.list(request.user_id)
-        if not request.see_dm_memories:
-            # A server conversation must not patch (and so move into the server) a fact told in a DM.
-            memories = [m for m in memories if m.origin.get("guild_id") != "dm"]
+        if request.visibility is not None:
+            # A conversation must not patch (and so move here) a memory not allowed here (bot.engine.visibility).
+            memories = allowed_here(memories, request.visibility)
         new_text = new_block(request.new)
         candidates = existing_within_budget(memories, "\n".join(t.human for t in request.new), self.max_existing)
         # Trustcall repeats each doc ID several times (instances, patch and delete schemas): short aliases
@@ -131,7 +135,7 @@ class MemoryWriter:
         for attempt in (1, 2):  # a malformed tool call is retried once, then the batch is skipped
             watcher = CallWatcher()
             async with self.limiter:
-                result = await self.extractor.ainvoke(payload, config={"callbacks": [watcher]})
+                result = await self.extractor.ainvoke(payload, config={"callbacks": [watcher, *self.callbacks]})
             if self.on_usage is not None:
                 for msg in result.get("messages", []):
                     await self.on_usage(request, msg)
@@ -182,7 +186,8 @@ async def apply_results(
         inserts=inserts,
         updates=[(k, c, o, src) for k, (c, o, src) in updates.items()],
         deletes=sorted(deletes),
-        watermarks=[(thread, turn, request.ledger_epoch) for thread, turn in request.watermarks],
+        watermarks=[(thread, turn, request.inbox_epoch) for thread, turn in request.watermarks],
+        cap=request.max_memories or None,
     )
     if changes:
         log.info(

@@ -23,6 +23,7 @@ from bot.engine.extraction import MemoryWriter, WriteRequest
 from bot.engine.memory import MemoryRepository, StoredMemory
 from bot.engine.recall import SemanticIndex, choose_memories, estimate_tokens, memory_line
 from bot.engine.state import ChatState, Speaker
+from bot.engine.visibility import allowed_here
 
 log = logging.getLogger(__name__)
 
@@ -62,15 +63,13 @@ def for_model(messages: list[AnyMessage]) -> list[BaseMessage]:
     return out
 
 
-def visible_memories(memories: list[StoredMemory], speaker: Speaker) -> list[StoredMemory]:
-    """Memories learned in DMs stay out of server prompts unless the person (or config) allows them."""
-    if speaker.in_dm or speaker.dm_in_servers:
-        return memories
-    return [m for m in memories if m.origin.get("guild_id") != "dm"]
-
-
 def system_prompt(deps: ChatDeps, speaker: Speaker, memories: list[StoredMemory], summary: str) -> str:
-    if not speaker.use_memories:
+    persona = deps.persona
+    if speaker.persona_addition:  # the server's instructions (/settings), after the operator's persona
+        persona = prompts.SERVER_PERSONA.format(persona=persona, addition=speaker.persona_addition)
+    if speaker.memories_off_here:
+        block = prompts.SERVER_MEMORIES_OFF_BLOCK
+    elif not speaker.use_memories:
         block = prompts.MEMORY_DISABLED_BLOCK.format(speaker=speaker.name)
     elif memories:
         lines = "\n".join(memory_line(m) for m in memories)
@@ -79,7 +78,7 @@ def system_prompt(deps: ChatDeps, speaker: Speaker, memories: list[StoredMemory]
         block = prompts.NO_MEMORY_BLOCK.format(speaker=speaker.name)
     summary_block = prompts.SUMMARY_BLOCK.format(summary=summary) if summary else ""
     return prompts.REPLY_SYSTEM.format(
-        persona=deps.persona,
+        persona=persona,
         place=speaker.place,
         speaker=speaker.name,
         speaker_id=speaker.user_id,
@@ -122,7 +121,7 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
         memories: list[StoredMemory] = []
         if speaker.use_memories and runtime.store is not None:
             everything = await MemoryRepository(runtime.store).list(speaker.user_id)
-            shown = visible_memories(everything, speaker)
+            shown = allowed_here(everything, speaker.policy)
             selection = await choose_memories(
                 shown, recall_query(state["messages"]), deps.memory_budget_tokens,
                 user_id=speaker.user_id, index=deps.semantic,

@@ -17,6 +17,7 @@ in one transaction: an extraction's changes land all together, with their histor
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
@@ -201,6 +202,10 @@ class MemoryRepository:
     def __init__(self, store: BaseStore) -> None:
         self.store = store
 
+    async def items(self, ns: tuple[str, ...], **filters: Any) -> list[Item]:
+        """Every item of a namespace (paged), optionally filtered on value fields."""
+        return await self._all(ns, **filters)
+
     async def _all(self, ns: tuple[str, ...], **filters: Any) -> list[Item]:
         items: list[Item] = []
         offset = 0
@@ -236,7 +241,7 @@ class MemoryRepository:
         return matches[0] if len(matches) == 1 else None
 
     async def watermark(self, user_id: str | int, thread_id: str, epoch: str) -> int:
-        """The newest inbox turn of this thread whose extraction is committed, for ledger ``epoch``."""
+        """The newest inbox turn of this thread whose extraction is committed, for inbox ``epoch``."""
         item = await self.store.aget(watermark_namespace(user_id), thread_id)
         if item is None or item.value.get("epoch") != epoch:
             return 0
@@ -259,19 +264,23 @@ class MemoryRepository:
         actor: Actor = EXTRACTION,
         watermark: tuple[str, int, str] | None = None,
         watermarks: Iterable[tuple[str, int, str]] = (),
+        cap: int | None = None,
     ) -> MemoryChanges:
         """Apply inserts ``(content, origin[, sources])``, updates ``(key, content, origin[, sources])`` and
         deletes, logged, in one batch.
 
         ``sources`` (the messages a change came from) default to ``[origin]``; an update appends them to
         the memory's existing sources. Updates and deletes of keys the person does not have are ignored.
-        ``watermark`` (thread ID, inbox turn ID, ledger epoch) is written in the same transaction, so after
+        ``watermark`` (thread ID, inbox turn ID, inbox epoch) is written in the same transaction, so after
         a crash the scheduler knows these turns were applied and does not extract them twice.
+        ``cap`` (the most memories one person may have) makes room for inserts (see :meth:`_make_room`).
         """
         ns, hns = namespace(user_id), history_namespace(user_id)
         inserts = [(i[0], i[1], list(i[2]) if len(i) > 2 else [i[1]]) for i in inserts]
         updates = [(u[0], u[1], u[2], list(u[3]) if len(u) > 3 else [u[2]]) for u in updates]
         deletes = list(dict.fromkeys(deletes))
+        if cap is not None and inserts:
+            inserts, deletes = await self._make_room(user_id, cap, inserts, updates, deletes)
         touched = [u[0] for u in updates] + deletes
         current: dict[str, Item] = {}
         if touched:
@@ -319,6 +328,35 @@ class MemoryRepository:
             await self.store.abatch(ops)
         return changes
 
+    async def _make_room(self, user_id, cap: int, inserts: list, updates: list, deletes: list) -> tuple[list, list]:
+        """Keep a person at ``cap`` memories when extraction learns more: drop the least recently used.
+
+        "Used" is when a memory was last learned or confirmed (``updated_at``). Only memories learned by
+        extraction make room; what the person wrote themselves (``remember``, ``edit``, an import) is never
+        dropped to make room for something the bot inferred: when nothing else can go, the newest inserts
+        are dropped instead. Either way the log says how many (never which text, at INFO).
+        """
+        items = [StoredMemory.from_item(i) for i in await self._all(namespace(user_id))]
+        kept = [m for m in items if m.key not in set(deletes)]
+        over = len(kept) + len(inserts) - cap
+        if over <= 0:
+            return inserts, deletes
+        touched = {u[0] for u in updates}
+        evictable = sorted((m for m in kept if m.key not in touched and m.origin.get("source", "extraction") == "extraction"),
+                           key=lambda m: (m.updated_at, m.key))
+        evicted = [m.key for m in evictable[:over]]
+        dropped = max(0, over - len(evicted))
+        if dropped:
+            inserts = inserts[: len(inserts) - dropped]
+        logging.getLogger(__name__).warning(
+            "user %s is at the cap of %d memories: dropped %d least recently used, skipped %d new",
+            user_id, cap, len(evicted), dropped)
+        return inserts, deletes + evicted
+
+    async def room(self, user_id: str | int, cap: int) -> int:
+        """How many more memories a person may have under ``cap`` (0 when full)."""
+        return max(0, cap - await self.count(user_id))
+
     async def add(self, user_id: str | int, content: str, origin: dict, *, actor: Actor = EXTRACTION) -> str:
         """Insert one memory and return its key."""
         return (await self.apply(user_id, inserts=[(content, origin)], actor=actor)).inserted[0]
@@ -332,31 +370,14 @@ class MemoryRepository:
         return bool((await self.apply(user_id, deletes=[key], actor=actor)).deleted)
 
     async def erase(self, user_id: str | int, *, guild_id: str | None = None, record: Actor | None = None) -> int:
-        """Erase memories and their change log, leaving no trace; return how many memories there were.
+        """Erase memories and their change log, leaving no trace; return how many memories were removed.
 
-        ``guild_id`` limits it to what was learned in that server (memories whose origin is there, and
-        every log entry of those memories or with that origin). Unlike ``delete``, nothing is logged:
-        erasure is for when the text must be gone. ``record`` (a moderator) leaves one content-free entry
-        saying who erased how many memories from which server, so the person can see that it happened.
+        See :func:`bot.engine.memory_erasure.erase_memories` (a purge reduces memories that were also
+        learned elsewhere instead of deleting them).
         """
-        ns, hns = namespace(user_id), history_namespace(user_id)
-        memories = await self._all(ns)
+        from bot.engine.memory_erasure import erase_memories
 
-        def here(value: dict) -> bool:
-            return guild_id is None or str((value.get("origin") or {}).get("guild_id")) == str(guild_id)
-
-        chosen = {i.key for i in memories if here(i.value)}
-        history = [h for h in await self._all(hns) if h.value.get("memory_key") in chosen or here(h.value)]
-        ops = [PutOp(ns, k, None) for k in chosen] + [PutOp(hns, h.key, None) for h in history]
-        if guild_id is None:
-            ops += [PutOp(watermark_namespace(user_id), w.key, None) for w in await self._all(watermark_namespace(user_id))]
-        if record is not None:
-            entry = {"memory_key": "*", "action": "deleted", "actor": record.kind, "actor_id": record.id, "at": _now(),
-                     "before": None, "after": None, "origin": {"guild_id": guild_id or "", "erased": len(chosen)}}
-            ops.append(PutOp(hns, time_ordered_keys(1)[0], entry, index=False))
-        if ops:
-            await self.store.abatch(ops)
-        return len(chosen)
+        return (await erase_memories(self, user_id, guild_id=guild_id, record=record)).deleted
 
     async def restore(self, user_id: str | int, memories: list[dict], history: list[dict]) -> int:
         """Write exported memories and log entries back under their own keys, in one batch."""

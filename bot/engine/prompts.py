@@ -18,6 +18,14 @@ NO_MEMORY_BLOCK = "You do not remember anything about {speaker} yet.\n\n"
 
 MEMORY_DISABLED_BLOCK = "{speaker} has asked you not to use remembered facts in this chat.\n\n"
 
+SERVER_MEMORIES_OFF_BLOCK = "This server's admins have chosen that you do not use remembered facts here.\n\n"
+
+# A server's own instructions (/settings instructions), after the operator's persona: they add to it.
+SERVER_PERSONA = """{persona}
+
+This server's admins add these instructions (follow them unless they conflict with the above):
+{addition}"""
+
 SUMMARY_BLOCK = """Summary of the earlier conversation in this channel:
 {summary}
 """

@@ -1,8 +1,8 @@
 """Background memory extraction, debounced per (server or DMs, person), off the reply path.
 
-A turn is recorded in the ledger before its reply is returned; this scheduler later runs the memory graph
+A turn is recorded in the inbox before its reply is returned; this scheduler later runs the memory graph
 for that pair when the conversation has been quiet for ``quiet_seconds`` or when ``after_messages`` turns
-are waiting, whichever comes first. Pending work is in SQLite, so ``start()`` resumes whatever a previous
+are waiting, whichever comes first. Pending work is in storage, so ``start()`` resumes whatever a previous
 process left, and ``close()`` flushes what is waiting. One person never has two extractions at once.
 """
 
@@ -14,8 +14,9 @@ import time
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Awaitable, Callable
 
+from bot.engine.bounds import BoundedDict, KeyedLocks
 from bot.engine.extraction import TurnText, WriteRequest
-from bot.engine.ledger import InboxTurn, Ledger
+from bot.engine.stores import Inbox, InboxTurn
 from bot.engine.recall import estimate_tokens
 from bot.engine.transcript import MAX_MESSAGE_CHARS, REPLY_CHARS
 
@@ -74,7 +75,7 @@ class ExtractionScheduler:
 
     def __init__(
         self,
-        ledger: Ledger,
+        inbox: Inbox,
         run_write: RunWrite,
         *,
         quiet_seconds: float,
@@ -83,7 +84,7 @@ class ExtractionScheduler:
         on_change: OnChange | None = None,
         applied_up_to: Callable[[str, str, str], Awaitable[int]] | None = None,
     ) -> None:
-        self.ledger = ledger
+        self.inbox = inbox
         self.applied_up_to = applied_up_to
         self.run_write = run_write
         self.quiet_seconds = quiet_seconds
@@ -91,17 +92,17 @@ class ExtractionScheduler:
         self.context_turns = context_turns
         self.on_change = on_change
         self._timers: dict[tuple[str, str], asyncio.Task] = {}
-        self._user_locks: dict[str, asyncio.Lock] = {}
-        self._failures: dict[tuple[str, str], int] = {}
+        self._user_locks: KeyedLocks[str] = KeyedLocks()  # only while held: bounded by work in flight
+        self._failures: BoundedDict[tuple[str, str], int] = BoundedDict(10_000)
         self._closed = False
 
     async def _pending_by_scope(self, user_id: str | None = None) -> dict[tuple[str, str], float]:
         """(scope, person) -> newest pending turn time, for everyone (or one person)."""
         out: dict[tuple[str, str], float] = {}
-        for p in await self.ledger.pending():
+        for p in await self.inbox.pending():
             if user_id is not None and p.user_id != user_id:
                 continue
-            _before, turns = await self.ledger.batch(p.thread_id, p.user_id, 0)
+            _before, turns = await self.inbox.batch(p.thread_id, p.user_id, 0)
             if turns:
                 key = (scope_of(turns[-1].origin), p.user_id)
                 out[key] = max(out.get(key, 0.0), p.last_created)
@@ -148,18 +149,18 @@ class ExtractionScheduler:
         """(context, pending) for a person in one scope, across its threads; already-applied turns closed."""
         context: list[InboxTurn] = []
         pending: list[InboxTurn] = []
-        for p in await self.ledger.pending():
+        for p in await self.inbox.pending():
             if p.user_id != user_id:
                 continue
-            before, turns = await self.ledger.batch(p.thread_id, user_id, self.context_turns)
+            before, turns = await self.inbox.batch(p.thread_id, user_id, self.context_turns)
             if not turns or scope_of(turns[-1].origin) != scope:
                 continue
             if self.applied_up_to is not None:
-                # Turns whose memory changes were committed before a crash cut the ledger update short.
-                done = await self.applied_up_to(user_id, p.thread_id, self.ledger.epoch)
+                # Turns whose memory changes were committed before a crash cut the inbox update short.
+                done = await self.applied_up_to(user_id, p.thread_id, self.inbox.epoch)
                 already = [t.id for t in turns if t.id <= done]
                 if already:
-                    await self.ledger.mark_extracted(p.thread_id, already)
+                    await self.inbox.mark_extracted(p.thread_id, already)
                     turns = [t for t in turns if t.id > done]
             if turns:
                 pending += turns
@@ -170,9 +171,8 @@ class ExtractionScheduler:
 
     async def run(self, scope: str, user_id: str) -> dict | None:
         """Extract a person's pending turns in one scope now; return the changes (None when nothing was pending)."""
-        lock = self._user_locks.setdefault(user_id, asyncio.Lock())
         leftover = False
-        async with lock:
+        async with self._user_locks.hold(user_id):
             before, pending = await self._gather(scope, user_id)
             if not pending:
                 return None
@@ -188,7 +188,7 @@ class ExtractionScheduler:
                 context=[_text(t) for t in before],
                 origin=taken[-1].origin,
                 watermarks=tuple(marks.items()),
-                ledger_epoch=self.ledger.epoch,
+                inbox_epoch=self.inbox.epoch,
             )
             key = (scope, user_id)
             try:
@@ -197,7 +197,7 @@ class ExtractionScheduler:
                 failures = self._failures.get(key, 0) + 1
                 self._failures[key] = failures
                 if is_transient(exc) or failures < MAX_FAILURES:
-                    # The model API is down or busy: the turns stay pending (in SQLite) and are retried
+                    # The model API is down or busy: the turns stay pending (in the inbox) and are retried
                     # with a growing delay for as long as it takes. Nothing is dropped for an outage.
                     log.warning("memory extraction failed for user %s (attempt %d): %r; will retry",
                                 user_id, failures, exc)
@@ -207,7 +207,7 @@ class ExtractionScheduler:
                 changes = {}
             self._failures.pop(key, None)
             for thread_id in marks:
-                await self.ledger.mark_extracted(thread_id, [t.id for t in taken if t.thread_id == thread_id])
+                await self.inbox.mark_extracted(thread_id, [t.id for t in taken if t.thread_id == thread_id])
         if leftover:
             self._schedule(scope, user_id, 0.0)  # the rest of a long backlog, in the next bounded call
         if changes and any(changes.values()) and self.on_change is not None:
@@ -227,8 +227,7 @@ class ExtractionScheduler:
         """
         for key in [k for k in self._timers if k[1] == user_id]:
             self._timers.pop(key).cancel()
-        lock = self._user_locks.setdefault(user_id, asyncio.Lock())
-        async with lock:
+        async with self._user_locks.hold(user_id):
             yield
         for scope, _user in await self._pending_by_scope(user_id):
             self._schedule(scope, user_id, self.quiet_seconds)
@@ -253,7 +252,7 @@ class ExtractionScheduler:
             task.cancel()
 
     async def close(self, timeout: float = 30.0) -> None:
-        """Stop scheduling and flush pending work, within ``timeout``; what is left stays in the ledger."""
+        """Stop scheduling and flush pending work, within ``timeout``; what is left stays in the inbox."""
         self._closed = True
         try:
             await asyncio.wait_for(self.flush(), timeout)

@@ -76,5 +76,5 @@ async def test_seed_scenario_over_http_with_chatdeepseek(tmp_path):
     first = extraction[0]["json"]["messages"][-1]["content"]
     assert all(t in first for t in ["my name is Lance", "bike around", "bakeries"])
     async with open_storage(settings) as storage:
-        usage = await storage.ledger.usage()
+        usage = await storage.usage.totals()
     assert sum(u.prompt_tokens for u in usage) > 0

@@ -27,7 +27,7 @@ async def test_a_wipe_during_an_answer_leaves_nothing_to_relearn(settings):
         await answering  # the person still gets their answer
         await engine.scheduler.flush()
         assert await engine.memories.list("42") == []
-        assert await engine.ledger.pending() == []
+        assert await engine.inbox.pending() == []
         state = await engine.thread_state("t")
         assert not [m for m in state["messages"] if isinstance(m, HumanMessage)]
         assert result.messages == 2  # their message and the bot's answer to it

@@ -33,7 +33,7 @@ async def test_malformed_twice_is_skipped_with_memories_unchanged(settings):
         assert [m.content for m in await engine.memories.list("42")] == ["Has a bike"]
         assert len(model.extraction_calls) == 2
         assert engine.writer.skipped_turns == 1
-        assert await engine.ledger.pending() == []
+        assert await engine.inbox.pending() == []
 
 
 async def test_malformed_once_then_valid_is_learned(settings):
@@ -52,13 +52,13 @@ async def test_an_outage_inside_trustcall_keeps_the_turns_pending(settings):
         await engine.memories.add("42", "Has a bike", {"guild_id": "900"})
         await engine.reply("t", ADA, "I like tea")
         await engine.scheduler.run("900", "42")  # the person, in that server
-        assert [p.user_id for p in await engine.ledger.pending()] == ["42"]
+        assert [p.user_id for p in await engine.inbox.pending()] == ["42"]
         assert [m.content for m in await engine.memories.list("42")] == ["Has a bike"]
         await engine.scheduler.flush()  # the API is back
         assert sorted(m.content for m in await engine.memories.list("42")) == ["Has a bike", "I like tea"]
 
 
-async def test_a_recreated_ledger_does_not_trust_old_watermarks(tmp_path):
+async def test_a_recreated_inbox_does_not_trust_old_watermarks(tmp_path):
     """Inbox IDs restart in a new ledger file; the watermark from the old one must not skip new turns."""
     from tests.conftest import make_settings
 

@@ -13,14 +13,14 @@ ADA = Speaker(user_id="42", name="Ada", guild_id="900", channel_id="7", message_
 async def test_pausing_after_speaking_drops_the_queued_turns(settings):
     async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
         await engine.reply("t", ADA, "I like something sensitive")
-        await engine.ledger.set_prefs("42", paused=True)
+        await engine.prefs.set("42", paused=True)
         await engine.scheduler.flush()
         assert await engine.memories.list("42") == []
-        assert await engine.ledger.pending() == []
+        assert await engine.inbox.pending() == []
 
 
 async def test_concurrent_setting_changes_do_not_undo_each_other(settings):
     async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
-        await asyncio.gather(engine.ledger.set_prefs("42", paused=True), engine.ledger.set_prefs("42", private=True))
-        prefs = await engine.ledger.prefs("42")
+        await asyncio.gather(engine.prefs.set("42", paused=True), engine.prefs.set("42", private=True))
+        prefs = await engine.prefs.get("42")
         assert prefs.paused and prefs.private

@@ -51,6 +51,6 @@ async def test_a_long_backlog_is_split_into_bounded_calls_and_all_of_it_learned(
             await engine.reply(f"c{i % 3}", speaker(1, i % 3), f"I like item {i} " + "and so on " * 60)
         await engine.scheduler.flush()
         learned = {m.content.split(" and")[0] for m in await engine.memories.list("1")}
-        assert await engine.ledger.pending() == []
+        assert await engine.inbox.pending() == []
     assert len(model.extraction_calls) > 1
     assert learned == {f"I like item {i}" for i in range(30)}

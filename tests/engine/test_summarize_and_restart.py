@@ -70,10 +70,10 @@ async def test_pending_extraction_resumes_after_restart(tmp_path):
         await engine.reply("t", ADA, "I love kayaking")
         assert await engine.memories.list("42") == []
     async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
-        assert [p.user_id for p in await engine.ledger.pending()] == ["42"]
+        assert [p.user_id for p in await engine.inbox.pending()] == ["42"]
         await engine.scheduler.flush()
         assert [m.content for m in await engine.memories.list("42")] == ["I love kayaking"]
-        assert await engine.ledger.pending() == []
+        assert await engine.inbox.pending() == []
 
 
 async def _noop(*_a, **_k) -> None:

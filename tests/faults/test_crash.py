@@ -80,7 +80,7 @@ async def test_thirty_kills_at_random_points_lose_nothing(tmp_path):
 
     async with running_engine(settings, ScriptedChatModel(script)) as engine:
         await engine.scheduler.flush()
-        assert await engine.ledger.pending() == []
+        assert await engine.inbox.pending() == []
         missing, half = [], []
         for thread, user, n in acked_turns:
             contents = [m.content for m in await engine.memories.list(user)]

@@ -1,8 +1,8 @@
 """Semantic relevance: one unit vector per memory text, computed when memories are written.
 
-Vectors are cached per person, keyed by memory and a digest of its text, in a vector cache (the ledger's
-``vectors``/``store_vectors``; the benchmark uses an in-memory one), and compared in Python in a worker
-thread: no vector extension is needed, so this works on a Python whose ``sqlite3`` cannot load sqlite-vec.
+Vectors are cached per person, keyed by memory and a digest of its text, in storage's vector cache
+(``bot.engine.stores.VectorCache``; the benchmark uses an in-memory one), and compared with one matrix
+product: no vector extension is needed, so this works on a Python whose ``sqlite3`` cannot load sqlite-vec.
 
 The reply path (``scores``) embeds at most one text, the query, and only the caller decides when (when a
 person's memories exceed the budget). Memory vectors are made by ``index``, which the engine runs after
@@ -17,34 +17,27 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from typing import Awaitable, Callable, Protocol, Sequence
+from typing import Awaitable, Callable, Sequence
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from bot.engine.memory import StoredMemory
+from bot.engine.stores import VectorCache
 
 log = logging.getLogger(__name__)
 
 
-class VectorCache(Protocol):
-    """Where memory vectors are kept: key -> (text digest, unit float32 vector bytes), per person."""
-
-    async def vectors(self, user_id: str) -> dict[str, tuple[str, bytes]]: ...
-
-    async def store_vectors(self, user_id: str, rows: list[tuple[str, str, bytes]]) -> None: ...
-
-
 class MemoryVectorCache:
-    """A vector cache in a dict, for the benchmark and for tools that have no ledger."""
+    """A ``VectorCache`` in a dict, for the benchmark and for tools that open no storage."""
 
     def __init__(self) -> None:
         self._rows: dict[str, dict[str, tuple[str, bytes]]] = {}
 
-    async def vectors(self, user_id: str) -> dict[str, tuple[str, bytes]]:
+    async def get(self, user_id: str) -> dict[str, tuple[str, bytes]]:
         return dict(self._rows.get(user_id, {}))
 
-    async def store_vectors(self, user_id: str, rows: list[tuple[str, str, bytes]]) -> None:
+    async def put(self, user_id: str, rows: list[tuple[str, str, bytes]]) -> None:
         self._rows.setdefault(user_id, {}).update({k: (d, v) for k, d, v in rows})
 
 
@@ -90,13 +83,13 @@ class SemanticIndex:
         memories are indexed on a later write or reply.
         """
         try:
-            cached = await self.cache.vectors(user_id)
+            cached = await self.cache.get(user_id)
             stale = [m for m in memories if cached.get(m.key, ("", b""))[0] != digest(m.content)]
             for start in range(0, len(stale), self.batch_size):
                 chunk = stale[start:start + self.batch_size]
                 fresh = await self.embeddings.aembed_documents([m.content for m in chunk])
                 rows = [(m.key, digest(m.content), unit(v).tobytes()) for m, v in zip(chunk, fresh)]
-                await self.cache.store_vectors(user_id, rows)
+                await self.cache.put(user_id, rows)
             return len(stale)
         except Exception as exc:  # noqa: BLE001 - indexing is an optimisation; the reply path falls back
             self._failed(exc)
@@ -135,7 +128,7 @@ class SemanticIndex:
         if not memories or not query.strip():
             return None
         try:
-            cached = await self.cache.vectors(user_id)
+            cached = await self.cache.get(user_id)
             self.query_embeddings += 1
             query_vec = unit(await self.embeddings.aembed_query(query))
         except Exception as exc:  # noqa: BLE001 - relevance degrades to lexical, the reply goes on

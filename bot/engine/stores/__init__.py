@@ -1,0 +1,56 @@
+"""What the engine keeps besides LangGraph's checkpointer and store: the interfaces storage implements.
+
+The engine declares these protocols and only ever talks to them; each backend (``bot/storage/sqlite/``,
+``bot/storage/postgres/``) implements them, and ``bot.storage.open_storage`` picks one from config. The
+arrows run one way: storage imports this package, the engine never imports ``bot.storage``, and no SQL
+lives outside the backend folders.
+
+How to add a store (say, per-server settings):
+
+1. Declare it here, in its own module (``bot/engine/stores/guild_settings.py``): a small
+   ``typing.Protocol`` with only the methods the engine calls, plus the frozen dataclasses they return.
+   Re-export it below and add one attribute for it to :class:`Storage`.
+2. Implement it in every backend, one module per store: ``bot/storage/sqlite/guild_settings.py`` (its
+   table goes in that backend's ``schema.py``) and ``bot/storage/postgres/guild_settings.py`` (a new
+   numbered migration in that backend's ``migrations.py``). Wire the instance into the backend's
+   ``open_*`` function, next to the others.
+3. If erasing a person must remove rows from it, extend ``Maintenance.erase_person_rows`` in each backend:
+   erasure goes through that one method.
+4. Test it in ``tests/storage/``: the ``storage`` fixture there runs every test on both backends.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.store.base import BaseStore
+
+from bot.engine.stores.guild_settings import GuildSettingsStore, ServerSettings
+from bot.engine.stores.inbox import Inbox, InboxTurn, PendingKey
+from bot.engine.stores.maintenance import Maintenance
+from bot.engine.stores.prefs import PREF_FIELDS, Prefs, PrefsStore
+from bot.engine.stores.usage import UsageRow, UsageStore
+from bot.engine.stores.vectors import VectorCache
+
+__all__ = [
+    "GuildSettingsStore", "Inbox", "InboxTurn", "PendingKey", "Maintenance", "PREF_FIELDS", "Prefs", "PrefsStore", "Storage",
+    "ServerSettings", "UsageRow", "UsageStore", "VectorCache",
+]
+
+
+class Storage(Protocol):
+    """Everything persistent, opened once at start-up (``bot.storage.open_storage``) and injected.
+
+    ``checkpointer`` keeps conversation state per thread and ``store`` keeps memories per person
+    (LangGraph's own interfaces); the rest are the engine's own small stores.
+    """
+
+    checkpointer: BaseCheckpointSaver
+    store: BaseStore
+    inbox: Inbox
+    prefs: PrefsStore
+    usage: UsageStore
+    vectors: VectorCache
+    maintenance: Maintenance
+    guild_settings: GuildSettingsStore

@@ -1,0 +1,64 @@
+"""The learning inbox: why no memory work is lost.
+
+Every answered turn is recorded before its reply is returned; background extraction later reads the
+turns a person has not had extracted yet and marks them done. Extracted turns are kept only as a short
+per-thread context window, so the inbox is bounded by threads, not by turns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class InboxTurn:
+    """One recorded turn: what a person said and what the bot answered."""
+
+    id: int
+    thread_id: str
+    user_id: str
+    author: str
+    human: str
+    ai: str
+    origin: dict
+    created: float
+
+
+@dataclass(frozen=True)
+class PendingKey:
+    """A (thread, person) pair with turns waiting for extraction."""
+
+    thread_id: str
+    user_id: str
+    count: int
+    last_created: float
+
+
+class Inbox(Protocol):
+    """Turns waiting to be learned from, in recording order (IDs increase)."""
+
+    @property
+    def epoch(self) -> str:
+        """An identity for this inbox's ID sequence.
+
+        Extraction watermarks in the memory store are trusted only for the epoch that wrote them: if the
+        inbox is ever recreated its IDs restart, and an old watermark must not skip new turns.
+        """
+        ...
+
+    async def record(self, *, thread_id: str, user_id: str, author: str, human: str, ai: str, origin: dict) -> int:
+        """Store a finished turn; return how many are now pending for that (thread, person)."""
+        ...
+
+    async def pending(self) -> list[PendingKey]:
+        """Every (thread, person) pair with unextracted turns, oldest activity first."""
+        ...
+
+    async def batch(self, thread_id: str, user_id: str, context: int) -> tuple[list[InboxTurn], list[InboxTurn]]:
+        """Return (up to ``context`` turns of the thread before the first pending one, the pending turns)."""
+        ...
+
+    async def mark_extracted(self, thread_id: str, ids: list[int]) -> None:
+        """Mark turns done and trim the thread's extracted turns to the context window."""
+        ...

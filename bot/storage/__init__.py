@@ -1,0 +1,30 @@
+"""Open and close the databases in one place.
+
+The engine and the cogs only ever see a :class:`~bot.engine.stores.Storage`: LangGraph's checkpointer
+(conversation state per thread) and store (memories per person), and the engine's own small stores
+(learning inbox, preferences, usage, vector cache, maintenance). Each backend lives in its own folder and
+implements the interfaces in ``bot/engine/stores/``; ``storage.backend`` in config picks one here.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+from bot.settings import Settings
+from bot.storage.bundle import OpenStorage
+
+__all__ = ["OpenStorage", "open_storage"]
+
+
+@asynccontextmanager
+async def open_storage(settings: Settings) -> AsyncIterator[OpenStorage]:
+    """Open the configured backend; close every connection on exit, even after an error."""
+    backend = settings.storage.backend
+    if backend == "sqlite":
+        from bot.storage.sqlite import open_sqlite
+
+        async with open_sqlite(settings) as storage:
+            yield storage
+        return
+    raise ValueError(f"unsupported storage backend {backend!r}")  # pragma: no cover - a settings Literal

@@ -1,0 +1,25 @@
+"""The concrete :class:`~bot.engine.stores.Storage` every backend hands out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.store.base import BaseStore
+
+from bot.engine.stores import GuildSettingsStore, Inbox, Maintenance, PrefsStore, UsageStore, VectorCache
+
+
+@dataclass
+class OpenStorage:
+    """Everything persistent, opened once at start-up and closed on shutdown (satisfies ``Storage``)."""
+
+    backend: str
+    checkpointer: BaseCheckpointSaver
+    store: BaseStore
+    inbox: Inbox
+    prefs: PrefsStore
+    usage: UsageStore
+    vectors: VectorCache
+    maintenance: Maintenance
+    guild_settings: GuildSettingsStore

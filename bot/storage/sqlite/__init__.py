@@ -1,0 +1,71 @@
+"""The embedded default backend: three SQLite files in ``bot.data_dir``, one process.
+
+``conversations.sqlite`` (LangGraph's ``AsyncSqliteSaver``), ``memories.sqlite`` (LangGraph's
+``AsyncSqliteStore``: memories, history, extraction watermarks) and ``ledger.sqlite`` (the bot's own
+tables: inbox, usage, preferences, embeddings cache). The ledger has its own file so its writes never
+wait for the store's (SQLite busy waits cost up to 100 ms).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.store.sqlite.aio import AsyncSqliteStore
+
+from bot.settings import Settings
+from bot.storage.bundle import OpenStorage
+from bot.storage.sqlite import schema
+from bot.storage.sqlite.connection import LedgerDb, connect
+from bot.storage.sqlite.guild_settings import SqliteGuildSettings
+from bot.storage.sqlite.inbox import SqliteInbox
+from bot.storage.sqlite.maintenance import SqliteMaintenance
+from bot.storage.sqlite.prefs import SqlitePrefs
+from bot.storage.sqlite.usage import SqliteUsage
+from bot.storage.sqlite.vectors import SqliteVectors
+
+log = logging.getLogger(__name__)
+
+CONVERSATIONS_FILE = "conversations.sqlite"
+MEMORIES_FILE = "memories.sqlite"
+LEDGER_FILE = "ledger.sqlite"
+
+
+@asynccontextmanager
+async def open_sqlite(settings: Settings) -> AsyncIterator[OpenStorage]:
+    """Open (creating if needed) the three files; close every connection on exit, even after an error."""
+    data_dir = settings.bot.data_dir
+    data_dir.mkdir(parents=True, exist_ok=True)
+    # The saver commits explicitly (as its own from_conn_string does), so it gets a deferred connection;
+    # the store and the ledger issue their own BEGIN/COMMIT and need autocommit.
+    conv_conn = await connect(data_dir / CONVERSATIONS_FILE, autocommit=False)
+    mem_conn = await connect(data_dir / MEMORIES_FILE)
+    ledger_conn = await connect(data_dir / LEDGER_FILE)
+    try:
+        checkpointer = AsyncSqliteSaver(conv_conn)
+        await checkpointer.setup()
+        store = AsyncSqliteStore(mem_conn)
+        await store.setup()
+        ledger = LedgerDb(ledger_conn)
+        epoch = await schema.setup(ledger)
+        log.info("storage open in %s", data_dir)
+        yield OpenStorage(
+            backend="sqlite",
+            checkpointer=checkpointer,
+            store=store,
+            inbox=SqliteInbox(ledger, epoch),
+            prefs=SqlitePrefs(ledger),
+            usage=SqliteUsage(ledger),
+            vectors=SqliteVectors(ledger),
+            maintenance=SqliteMaintenance(checkpointer, store, ledger),
+            guild_settings=SqliteGuildSettings(ledger),
+        )
+    finally:
+        for conn in (ledger_conn, mem_conn, conv_conn):
+            try:
+                await conn.close()
+            except Exception:  # noqa: BLE001 - closing must try every connection
+                log.exception("closing a database failed")
+        log.info("storage closed")

@@ -1,0 +1,69 @@
+"""The bot's own tables in ``ledger.sqlite`` (LangGraph's savers create theirs in their own files)."""
+
+from __future__ import annotations
+
+import uuid
+
+from bot.storage.sqlite.connection import LedgerDb
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS memory_inbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    thread_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    author TEXT NOT NULL,
+    human TEXT NOT NULL,
+    ai TEXT NOT NULL,
+    origin TEXT NOT NULL,
+    created REAL NOT NULL,
+    extracted INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS inbox_pending ON memory_inbox (user_id, thread_id, extracted);
+CREATE INDEX IF NOT EXISTS inbox_thread ON memory_inbox (thread_id, id);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS prefs (
+    user_id TEXT PRIMARY KEY,
+    paused INTEGER NOT NULL DEFAULT 0,
+    private INTEGER NOT NULL DEFAULT 0,
+    reactions INTEGER NOT NULL DEFAULT 1,
+    dm_in_servers INTEGER
+);
+CREATE TABLE IF NOT EXISTS embeddings (
+    user_id TEXT NOT NULL,
+    memory_key TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    vector BLOB NOT NULL,
+    PRIMARY KEY (user_id, memory_key)
+);
+CREATE TABLE IF NOT EXISTS usage (
+    guild_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    day TEXT NOT NULL,
+    calls INTEGER NOT NULL DEFAULT 0,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (guild_id, user_id, day)
+);
+CREATE TABLE IF NOT EXISTS guild_settings (
+    guild_id TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    updated_at REAL NOT NULL
+);
+"""
+
+
+async def setup(db: LedgerDb) -> str:
+    """Create the tables (idempotent); return the file's epoch, created on first run.
+
+    The epoch is an identity for this ledger file: extraction watermarks in the memory store are only
+    trusted for the ledger that wrote them (inbox IDs restart if the file is ever recreated).
+    """
+    await db.conn.executescript(SCHEMA)
+    await db.conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('epoch', ?)", (uuid.uuid4().hex,))
+    cur = await db.conn.execute("SELECT value FROM meta WHERE key='epoch'")
+    (epoch,) = await cur.fetchone()
+    return epoch

@@ -1,0 +1,24 @@
+"""The memory-embedding cache on SQLite (see :class:`bot.engine.stores.VectorCache`)."""
+
+from __future__ import annotations
+
+from bot.storage.sqlite.connection import LedgerDb, shielded
+
+
+class SqliteVectors:
+    def __init__(self, db: LedgerDb) -> None:
+        self._db = db
+
+    async def get(self, user_id: str) -> dict[str, tuple[str, bytes]]:
+        cur = await self._db.conn.execute(
+            "SELECT memory_key, digest, vector FROM embeddings WHERE user_id=?", (user_id,)
+        )
+        return {k: (d, v) for k, d, v in await cur.fetchall()}
+
+    @shielded
+    async def put(self, user_id: str, rows: list[tuple[str, str, bytes]]) -> None:
+        async with self._db.tx() as db:
+            await db.executemany(
+                "INSERT OR REPLACE INTO embeddings (user_id, memory_key, digest, vector) VALUES (?, ?, ?, ?)",
+                [(user_id, k, d, v) for k, d, v in rows],
+            )
