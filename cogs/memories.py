@@ -18,7 +18,7 @@ from discord.ext import commands
 from bot.client import MemoryBot
 from bot.engine.export import MAX_CONTENT, ImportRefused, export_memories, parse_import
 from bot.engine.memory import Actor, StoredMemory
-from bot.engine.ranking import bm25_scores
+from bot.engine.recall import bm25_scores
 from cogs import _memory_format as fmt
 from cogs.views import PagerView, confirm
 

@@ -26,7 +26,8 @@ from bot.engine.graph import ChatDeps, build_chat_graph, build_memory_graph
 from bot.engine.guild_settings import GuildPolicy, GuildSettingsService, OperatorDefaults
 from bot.engine.memory import Actor, MemoryRepository
 from bot.engine.scheduler import ExtractionScheduler, OnChange
-from bot.engine.semantic import SemanticScorer
+from bot.engine.recall import SemanticIndex
+from bot.engine.recall.embedders import LocalMiniLM
 from bot.engine.state import Speaker
 from bot.engine.stores import Storage
 from bot.engine.visibility import resolve_visibility
@@ -119,6 +120,8 @@ class ChatEngine:
         )
         self.limiter = asyncio.Semaphore(settings.model.max_concurrent_calls)
         conv, mem = settings.conversation, settings.memory
+        self.embeddings = embeddings
+        self.semantic = SemanticIndex(embeddings, storage.vectors) if embeddings is not None else None
         self.chat_deps = ChatDeps(
             model=chat_model,
             persona=settings.bot.persona,
@@ -128,7 +131,7 @@ class ChatEngine:
             keep_messages=conv.keep_messages,
             limiter=self.limiter,
             on_usage=self._record_usage,
-            semantic=SemanticScorer(embeddings, storage.vectors) if embeddings is not None else None,
+            semantic=self.semantic,
         )
         self.graph: CompiledStateGraph = build_chat_graph(self.chat_deps).compile(
             checkpointer=self.checkpointer, store=self.store
@@ -170,6 +173,10 @@ class ChatEngine:
         self._started = True
         await self.eraser.resume()
         await self.prune_usage()
+        if isinstance(self.embeddings, LocalMiniLM):
+            # Load the embedded model in the background now, so no reply waits for it.
+            self._warming = asyncio.create_task(self.embeddings.warm(), name="load-embedding-model")
+            self._warming.add_done_callback(_log_failure)
         await self.scheduler.start()
         self._journal_watch = asyncio.create_task(self._watch_erasure_requests(), name="erasure-requests")
 
@@ -211,6 +218,8 @@ class ChatEngine:
             await asyncio.gather(self._journal_watch, return_exceptions=True)
         if self._started:
             await self.scheduler.close()
+        if self.semantic is not None:
+            await self.semantic.drain()
 
     def _lock(self, thread_id: str) -> asyncio.Lock:
         lock = self._thread_locks.get(thread_id)
@@ -342,7 +351,7 @@ class ChatEngine:
         except Exception:  # noqa: BLE001 - the reply still goes out; the log says what was not recorded
             log.exception("could not record a turn for memory extraction in thread %s", thread_id)
             return
-        self.scheduler.notify(thread_id, speaker.user_id, count)
+        self.scheduler.notify(thread_id, speaker.user_id, count, scope=speaker.guild_id)
 
     async def _write(self, request: WriteRequest) -> dict:
         prefs = await self.prefs.get(request.user_id)
@@ -354,7 +363,12 @@ class ChatEngine:
         request = replace(request, visibility=resolve_visibility(prefs, self.settings.memory, place, for_reply=False),
                           max_memories=self.settings.memory.max_per_person)
         result = await self.memory_graph.ainvoke({"request": request})
-        return result["changes"]
+        changes = result["changes"]
+        if self.semantic is not None and (changes.get("inserted") or changes.get("updated")):
+            # Memory vectors are made at write time, off the reply path.
+            user = request.user_id
+            self.semantic.index_later(user, lambda: self.memories.list(user))
+        return changes
 
     async def _record_usage(self, speaker: Speaker, message: BaseMessage) -> None:
         p, c = _usage(message)
@@ -430,6 +444,11 @@ class ChatEngine:
         return dict(snapshot.values)
 
 
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("loading the embedded embedding model failed: %r; memories are ranked lexically", task.exception())
+
+
 def create_engine(
     settings: Settings,
     storage: Storage,
@@ -439,7 +458,8 @@ def create_engine(
     metrics: Metrics | None = None,
 ) -> ChatEngine:
     """Build the engine over opened storage, with the configured model unless one is given."""
-    from bot.engine.model import build_chat_model, build_embeddings
+    from bot.engine.model import build_chat_model
+    from bot.engine.recall.embedders import build_embeddings
 
     model = chat_model or build_chat_model(settings)
     memory_model = chat_model or build_chat_model(settings, streaming=False)
