@@ -67,7 +67,7 @@ async def bot_rig(tmp: Path, model: BenchModel, gather: float, channels: list[in
         bot = MemoryBot(settings=settings, engine=engine, storage=storage)
         h = await dh.start(bot, guilds=[guild])
         chat = bot.get_cog("Chat")
-        h.idle_check = lambda: all(t.current is None and not t.waiting for t in chat.channels.values())
+        h.idle_check = lambda: chat.idle() and engine.idle()
         sent_at: dict[str, float] = {}
 
         def record(call):

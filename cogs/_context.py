@@ -22,7 +22,7 @@ import re
 
 import discord
 
-from bot.engine.ranking import estimate_tokens
+from bot.engine.recall import estimate_tokens
 from bot.engine.state import Quote
 
 log = logging.getLogger(__name__)

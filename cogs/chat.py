@@ -1,7 +1,8 @@
 """Conversations: which messages the bot answers, what the model is given, and how replies go out.
 
 It answers in DMs; in servers when @mentioned, when someone replies to one of its messages, and in every
-message of the channels (or threads of the channels) listed in ``discord.respond_channels``. Never to
+message of the channels (or threads of the channels) listed in ``discord.respond_channels`` (or chosen by the
+server's admins with ``/settings``, who can also turn mentions off in a channel). Never to
 itself, other bots, webhooks or system messages. ``thread_id`` is the channel's ID (a thread's own ID, a
 DM channel's ID); ``user_id`` is the author's ID.
 
@@ -23,6 +24,7 @@ import discord
 from discord.ext import commands
 
 from bot.client import MemoryBot
+from bot.engine.guild_settings import GuildPolicy
 from bot.engine.service import Reply
 from bot.engine.state import Incoming, Quote, Speaker
 from cogs._context import StarterCache, channel_context, reply_chain, speaker_name
@@ -40,6 +42,7 @@ TEXT_TYPES = ("text/", "application/json", "application/xml", "application/x-yam
 TEXT_SUFFIXES = (".txt", ".md", ".py", ".json", ".csv", ".log", ".yaml", ".yml", ".toml", ".ini", ".js", ".ts",
                  ".html", ".css", ".xml", ".sh", ".rs", ".go", ".java", ".c", ".h", ".cpp", ".sql")
 MAX_CHANNELS = 10_000  # channel queues kept in memory; idle ones are dropped past this
+DELETED_REMEMBERED = 10_000  # deleted message IDs kept, so a create handled after its delete is ignored
 
 __all__ = ["Chat", "speaker_name"]
 
@@ -47,9 +50,10 @@ __all__ = ["Chat", "speaker_name"]
 class Pending:
     """One addressed message waiting in a turn; ``content`` follows edits until it is answered."""
 
-    def __init__(self, message: discord.Message) -> None:
+    def __init__(self, message: discord.Message, policy: GuildPolicy) -> None:
         self.message = message
         self.content = message.content
+        self.policy = policy  # the server's settings when it arrived
 
 
 class Chat(commands.Cog):
@@ -70,10 +74,12 @@ class Chat(commands.Cog):
         self.starters = StarterCache()
         self._budget_noticed: dict[str, str] = {}  # budget bucket -> UTC day a notice was sent
         self._noticed: set[int] = set()  # people told they are over a limit, until next answered
+        self._hearing = 0  # messages being recorded without an answer right now
+        self._deleted: dict[int, None] = {}  # recently deleted message IDs (bounded), for out-of-order events
 
     # ---- who is answered
-    def should_answer(self, message: discord.Message) -> bool:
-        """Whether this message is addressed to the bot (see module docstring)."""
+    def should_answer(self, message: discord.Message, policy: GuildPolicy) -> bool:
+        """Whether this message is addressed to the bot (see module docstring), under the server's settings."""
         me = self.bot.user
         if me is None or message.author.bot or message.webhook_id is not None or message.author.id == me.id:
             return False
@@ -82,18 +88,20 @@ class Chat(commands.Cog):
         if message.guild is None:
             return True
         channel = message.channel
-        listed = set(self.config.respond_channels)
-        if channel.id in listed or getattr(channel, "parent_id", None) in listed:
+        parent_id = getattr(channel, "parent_id", None)
+        if policy.answers_everything(channel.id, parent_id):
             return True
+        if not policy.answers_mentions(channel.id, parent_id):  # /settings mentions off in this channel
+            return False
         if me in message.mentions:
             return True
         ref = message.reference
         resolved = ref.resolved if ref is not None else None
         return isinstance(resolved, discord.Message) and resolved.author.id == me.id
 
-    async def budget_exhausted(self, speaker: Speaker) -> str | None:
+    async def budget_exhausted(self, speaker: Speaker, policy: GuildPolicy) -> str | None:
         """The daily budget (server, member or DM person) with nothing left today, if any."""
-        return await self.engine.budget_exhausted(speaker)
+        return await self.engine.budget_exhausted(speaker, policy)
 
     # ---- what the model is given
     async def build_input(self, message: discord.Message, content: str | None = None) -> str:
@@ -175,12 +183,15 @@ class Chat(commands.Cog):
     # ---- arrival
     @commands.Cog.listener()
     async def on_message(self, message: discord.Message) -> None:
-        if not self.should_answer(message) or not access_allows(message, self.access):
+        policy = await self.engine.guild_policy(message.guild.id if message.guild else None)  # once per message
+        if not self.should_answer(message, policy) or not access_allows(message, self.access):
+            return
+        if message.id in self._deleted:  # deleted before its create was handled: nothing to answer or keep
             return
         allowed = self.bucket.take(message.author.id)
-        if allowed and self.turns_for(message.channel.id).offer(message.author.id, Pending(message)):
+        if allowed and self.turns_for(message.channel.id).offer(message.author.id, Pending(message, policy)):
             return
-        await self.hear(message, self._notice_once(message.author.id, SLOW_DOWN if not allowed else BUSY))
+        await self.hear(message, policy, self._notice_once(message.author.id, SLOW_DOWN if not allowed else BUSY))
 
     def _notice_once(self, user_id: int, text: str) -> str | None:
         """One notice per burst: none again until one of the person's turns has been answered."""
@@ -202,15 +213,22 @@ class Chat(commands.Cog):
             )
         return turns
 
-    async def hear(self, message: discord.Message, notice: str | None) -> None:
+    async def hear(self, message: discord.Message, policy: GuildPolicy, notice: str | None) -> None:
         """Record a message over a limit in the conversation, without a model call; notice if asked."""
+        self._hearing += 1
         try:
-            heard = await self.incoming([Pending(message)], answer=False)
+            heard = await self.incoming([Pending(message, policy)], answer=False)
             await self.engine.hear(str(message.channel.id), heard)
         except Exception:  # noqa: BLE001 - logged; the notice still goes out
             log.exception("could not record message %s in channel %s", message.id, message.channel.id)
+        finally:
+            self._hearing -= 1
         if notice:
             await self.notify(message, notice)
+
+    def idle(self) -> bool:
+        """Nothing being answered, waiting, or recorded right now (for shutdown checks and tests)."""
+        return not self._hearing and all(t.current is None and not t.waiting for t in self.channels.values())
 
     async def notify(self, message: discord.Message, text: str) -> None:
         try:
@@ -227,7 +245,11 @@ class Chat(commands.Cog):
                 item.content = content
 
     def deleted(self, channel_id: int, message_ids: set[int]) -> None:
-        """Deleted messages leave the turns that were waiting to answer them."""
+        """Deleted messages leave the turns that were waiting to answer them (or are never let in)."""
+        for message_id in message_ids:
+            self._deleted[message_id] = None
+        while len(self._deleted) > DELETED_REMEMBERED:
+            del self._deleted[next(iter(self._deleted))]
         turns = self.channels.get(channel_id)
         if turns is not None:
             turns.remove(lambda item: item.message.id in message_ids)
@@ -276,8 +298,9 @@ class Chat(commands.Cog):
     async def _think(self, items: list[Pending], writer: ReplyWriter) -> Reply | None:
         """The answer, or None when the turn gets no answer (out of budget, nothing to answer)."""
         last = items[-1].message
+        policy = items[-1].policy
         speaker = self.speaker(last)
-        bucket = await self.budget_exhausted(speaker)
+        bucket = await self.budget_exhausted(speaker, policy)
         if bucket is not None:
             await self.engine.hear(str(last.channel.id), await self.incoming(items, answer=False))
             day = time.strftime("%Y-%m-%d", time.gmtime())
@@ -295,7 +318,7 @@ class Chat(commands.Cog):
             incoming[-1] = replace(incoming[-1], speaker=replace(incoming[-1].speaker, quotes=quotes))
         async with typing_indicator(last.channel):
             return await self.engine.reply_to(
-                str(last.channel.id), incoming, on_delta=writer.on_delta, timeout=self.deadline
+                str(last.channel.id), incoming, on_delta=writer.on_delta, timeout=self.deadline, policy=policy
             )
 
 

@@ -23,6 +23,7 @@ from discord.ext import commands
 
 from bot.client import MemoryBot
 from bot.engine.memory import Actor
+from cogs._modlog import post_mod_log
 from cogs.views import confirm
 
 log = logging.getLogger(__name__)
@@ -97,18 +98,9 @@ class Moderation(commands.Cog):
         await self.post_mod_log(guild, line)
 
     async def post_mod_log(self, guild: discord.Guild, line: str) -> None:
-        """Copy the audit line to the configured mod-log channel, if it belongs to this server."""
-        channel_id = self.bot.settings.discord.mod_log_channel_id
-        if not channel_id:
-            return
-        channel = guild.get_channel_or_thread(channel_id)
-        if channel is None:
-            log.warning("mod-log channel %s is not in server %s; audit line kept in the log only", channel_id, guild.id)
-            return
-        try:
-            await channel.send(line, allowed_mentions=discord.AllowedMentions.none())
-        except discord.HTTPException:
-            log.warning("could not post to the mod-log channel %s", channel_id, exc_info=True)
+        """Copy the audit line to the mod-log channel (the server's choice, else the operator's)."""
+        policy = await self.bot.engine.guild_policy(guild.id)
+        await post_mod_log(guild, policy.mod_log_channel, line)
 
 
 async def setup(bot: MemoryBot) -> None:

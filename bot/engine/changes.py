@@ -46,6 +46,7 @@ class DiscordChanges:
         self.memories = MemoryRepository(storage.store)
         self.removed_server_days = removed_server_days
         self._sweeper: asyncio.Task | None = None
+        self.active = 0  # edits being applied right now (erasures are counted by the Eraser)
 
     async def authors_in_thread(self, thread_id: str, message_ids: set[str]) -> set[str]:
         state = await self.thread_state(thread_id)
@@ -78,7 +79,13 @@ class DiscordChanges:
         a duplicate); a memory other messages contributed to stays, shown to the extractor next to the
         re-queued message so it can be patched. Returns whether anything held the message.
         """
-        message_id = str(message_id)
+        self.active += 1
+        try:
+            return await self._edit(thread_id, str(message_id), text)
+        finally:
+            self.active -= 1
+
+    async def _edit(self, thread_id: str, message_id: str, text: str) -> bool:
         in_thread = await self.conversations.edit_message(thread_id, message_id, text)
         rows = await self.storage.inbox.edit_message(message_id, text)
         authors = {r.user_id for r in rows} | await self.authors_in_thread(thread_id, {message_id})

@@ -56,6 +56,8 @@ class Speaker:
     message_id: str = ""
     place: str = "a direct message"  # human-readable, for the prompt only
     visibility: Visibility | None = None  # the person's policy here, resolved once per message (the engine)
+    persona_addition: str = ""  # the server's instructions for the bot (/settings), after the persona
+    memories_off_here: bool = False  # the server's admins turned memories off in replies there
     quotes: tuple[Quote, ...] = ()
 
     @property

@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
-from bot.engine.stores import Inbox, Maintenance, PrefsStore, RemovedGuilds, UsageStore, VectorCache
+from bot.engine.stores import (
+    ErasureJournal, GuildSettingsStore, Inbox, Maintenance, PrefsStore, RemovedGuilds, UsageStore, VectorCache,
+)
+
+
+class StorageBusy(RuntimeError):
+    """The storage is already in use by another writer (one line, for the person who started this one)."""
 
 
 @dataclass
@@ -23,3 +29,5 @@ class OpenStorage:
     vectors: VectorCache
     maintenance: Maintenance
     removed_guilds: RemovedGuilds
+    guild_settings: GuildSettingsStore
+    erasures: ErasureJournal

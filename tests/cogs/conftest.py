@@ -85,7 +85,7 @@ async def rig(tmp_path: Path, chat_model: ScriptedChatModel | None = None, *, gu
         h = await dh.start(bot, guilds=list(guilds))
         chat = bot.get_cog("Chat")
         # A turn whose model call runs in a worker thread looks parked to settle(): ask the cog instead.
-        h.idle_check = lambda: all(t.current is None and not t.waiting for t in chat.channels.values())
+        h.idle_check = lambda: chat.idle() and engine.idle()
         try:
             yield Rig(h=h, bot=bot, model=model, data_dir=settings.bot.data_dir)
         finally:

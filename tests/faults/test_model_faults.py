@@ -20,7 +20,7 @@ from tests.fakes.openai_server import FakeOpenAIServer, Reply, ToolCall
 
 RATE = 0.30
 CHANNELS = 10
-MESSAGES_PER_CHANNEL = 14
+MESSAGES_PER_CHANNEL = 16  # round by round, enough for 200+ model calls under the storm
 
 
 class Storm:

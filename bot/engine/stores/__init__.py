@@ -26,6 +26,8 @@ from typing import Protocol
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
+from bot.engine.stores.guild_settings import GuildSettingsStore, ServerSettings
+from bot.engine.stores.erasures import ErasureJob, ErasureJournal
 from bot.engine.stores.inbox import Inbox, InboxTurn, PendingKey
 from bot.engine.stores.maintenance import Maintenance
 from bot.engine.stores.prefs import PREF_FIELDS, Prefs, PrefsStore
@@ -34,8 +36,8 @@ from bot.engine.stores.usage import UsageRow, UsageStore
 from bot.engine.stores.vectors import VectorCache
 
 __all__ = [
-    "Inbox", "InboxTurn", "PendingKey", "Maintenance", "PREF_FIELDS", "Prefs", "PrefsStore", "RemovedGuilds", "Storage",
-    "UsageRow", "UsageStore", "VectorCache",
+    "GuildSettingsStore", "Inbox", "InboxTurn", "PendingKey", "Maintenance", "PREF_FIELDS", "Prefs", "PrefsStore", "Storage",
+    "RemovedGuilds", "ServerSettings", "UsageRow", "UsageStore", "VectorCache", "ErasureJob", "ErasureJournal",
 ]
 
 
@@ -54,3 +56,5 @@ class Storage(Protocol):
     vectors: VectorCache
     maintenance: Maintenance
     removed_guilds: RemovedGuilds
+    guild_settings: GuildSettingsStore
+    erasures: ErasureJournal

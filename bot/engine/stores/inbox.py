@@ -80,4 +80,13 @@ class Inbox(Protocol):
 
     async def forget_guild(self, guild_id: str) -> int:
         """Delete every row learned in one server (the bot was removed from it); return how many."""
+    async def every_turn(self) -> list[InboxTurn]:
+        """Every turn held, pending or kept as context (for erasure: quotes in other people's turns).
+
+        Bounded by threads times the context window plus what is pending, not by history.
+        """
+        ...
+
+    async def rewrite_turns(self, texts: dict[int, tuple[str, str]]) -> None:
+        """Replace the ``(human, ai)`` texts of some turns, in one transaction (quotes cut out)."""
         ...
