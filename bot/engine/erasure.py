@@ -20,6 +20,7 @@ and :meth:`Eraser.resume` (at start-up) runs the erasure again to the end.
 from __future__ import annotations
 
 import logging
+import time
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -50,11 +51,19 @@ Hold = Callable[[str], AbstractAsyncContextManager]
 class Eraser:
     """Runs erasures: records them, gathers the words, removes and redacts them everywhere, compacts."""
 
-    def __init__(self, storage: Storage, conversations: ConversationEraser | None, *, hold: Hold | None = None) -> None:
+    def __init__(
+        self, storage: Storage, conversations: ConversationEraser | None, *, hold: Hold | None = None,
+        on_erase: Callable[[str], None] | None = None,
+    ) -> None:
+        """``hold(user)`` keeps the person's extraction stopped meanwhile; ``on_erase(user)`` is told as a
+        person's erasure starts (the engine marks their turns in flight as not to be learned from)."""
         self.storage = storage
         self.conversations = conversations
         self.memories = MemoryRepository(storage.store)
         self.hold = hold or (lambda _user: nullcontext())
+        self.on_erase = on_erase or (lambda _user: None)
+        self._running: set[int] = set()  # journal IDs being run by this process right now
+        self._failures: dict[int, tuple[int, float]] = {}  # journal ID -> (failures, retry not before)
 
     # ---- the words to erase
     async def words_of(self, user: str, guild_id: str | None, key: bytes | None = None) -> QuoteRule:
@@ -79,13 +88,18 @@ class Eraser:
             by: a moderator doing a purge: recorded, without any content, in the person's change log.
         """
         user = str(user_id)
+        self.on_erase(user)
         async with self.hold(user):
             quotes = await self.words_of(user, guild_id)
             job_id = await self.storage.erasures.begin(kind=PERSON, user_id=user, guild_id=guild_id,
                                                        actor=by.kind if by else None, actor_id=by.id if by else None,
                                                        quotes=quotes.to_bytes())
-            result = await self._erase_person(job_id, user, guild_id, by, quotes)
-            await self._finish(job_id)
+            self._running.add(job_id)
+            try:
+                result = await self._erase_person(job_id, user, guild_id, by, quotes)
+                await self._finish(job_id)
+            finally:
+                self._running.discard(job_id)
         return result
 
     async def erase_quotes(self, texts: Iterable[str], *, author: str | None = None) -> int:
@@ -97,8 +111,12 @@ class Eraser:
         if not quotes:
             return 0
         job_id = await self.storage.erasures.begin(kind=QUOTES, user_id=author or "", quotes=quotes.to_bytes())
-        redacted = await self._cut_quotes(quotes, author or None)
-        await self._finish(job_id)
+        self._running.add(job_id)
+        try:
+            redacted = await self._cut_quotes(quotes, author or None)
+            await self._finish(job_id)
+        finally:
+            self._running.discard(job_id)
         return redacted
 
     async def request(self, user_id: str) -> int:
@@ -106,21 +124,44 @@ class Eraser:
         return await self.storage.erasures.begin(kind=PERSON, user_id=str(user_id))
 
     async def resume(self) -> int:
-        """Finish every erasure a crash (or another process's request) left in the journal; return how many."""
-        jobs = await self.storage.erasures.unfinished()
-        for job in jobs:
-            await self.run_job(job)
-        if jobs:
-            log.info("finished %d erasure(s) left unfinished", len(jobs))
-        return len(jobs)
+        """Finish every erasure in the journal that this process is not already running: those a crash
+        left, those another process requested, those that failed here before; return how many finished.
+
+        A failure is logged and the erasure stays recorded, retried later with a growing pause (a
+        compaction a reader blocks for a long time must not stop the bot from starting).
+        """
+        done = 0
+        now = time.monotonic()
+        for job in await self.storage.erasures.unfinished():
+            failures, not_before = self._failures.get(job.id, (0, 0.0))
+            if job.id in self._running or now < not_before:
+                continue
+            try:
+                await self.run_job(job)
+            except Exception:  # noqa: BLE001 - stays in the journal; the next round retries
+                self._failures[job.id] = (failures + 1, now + min(300.0, 5.0 * 2**failures))
+                log.exception("erasure %d (user %s) failed; it stays recorded and will be retried", job.id, job.user_id)
+                continue
+            self._failures.pop(job.id, None)
+            done += 1
+            log.info("finished erasure %d (user %s) left in the journal", job.id, job.user_id)
+        return done
 
     async def run_job(self, job: ErasureJob) -> None:
         """Run one recorded erasure again, from the start (every step is idempotent)."""
+        self._running.add(job.id)
+        try:
+            await self._run_job(job)
+        finally:
+            self._running.discard(job.id)
+
+    async def _run_job(self, job: ErasureJob) -> None:
         if job.kind == QUOTES:
             await self._cut_quotes(QuoteRule.from_bytes(job.quotes or b""), job.user_id or None)
             await self._finish(job.id)
             return
         by = Actor(job.actor, job.actor_id) if job.actor else None
+        self.on_erase(job.user_id)
         async with self.hold(job.user_id):
             if job.quotes is None:  # requested by another process: gather the words first, then record them
                 quotes = await self.words_of(job.user_id, job.guild_id)

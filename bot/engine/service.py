@@ -163,7 +163,7 @@ class ChatEngine:
         # /memories remember and import, per person per hour: bounded like every map keyed by person.
         self.memory_commands: RateLimiter[str] = RateLimiter(settings.limits.memory_commands_per_hour, 3600.0)
         self.conversations = ConversationEraser(self.graph, self.checkpointer, self._lock, storage.maintenance.prune_thread)
-        self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold)
+        self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold, on_erase=self._inflight.mark_erased)
 
     async def start(self) -> None:
         """Finish erasures and resume pending memory work left by a previous run; watch for wipe requests.
@@ -181,22 +181,18 @@ class ChatEngine:
         self._journal_watch = asyncio.create_task(self._watch_erasure_requests(), name="erasure-requests")
 
     async def _watch_erasure_requests(self) -> None:
-        """Do the wipes other processes recorded (``python -m bot memories wipe`` while the bot runs).
+        """Do the wipes other processes recorded, and retry erasures that failed here.
 
-        The shell cannot erase safely beside a running bot (an extraction in flight would write back
-        what it erased), so it records the request in the journal and this process does it, under the
-        same per-person hold as any other erasure.
+        ``python -m bot memories wipe`` cannot erase safely beside a running bot (an extraction in flight
+        would write back what it erased), so it records the request in the journal and this process does
+        it, under the same per-person hold as any other erasure.
         """
         while True:
             await asyncio.sleep(ERASURE_POLL_SECONDS)
             try:
-                for job in await self.storage.erasures.unfinished():
-                    if job.quotes is None:
-                        self._inflight.mark_erased(job.user_id)
-                        await self.eraser.run_job(job)
-                        log.info("did the wipe of user %s requested by another process", job.user_id)
-            except Exception:  # noqa: BLE001 - the request stays in the journal; the next round retries
-                log.exception("a requested erasure failed; it stays recorded and is retried")
+                await self.eraser.resume()
+            except Exception:  # noqa: BLE001 - reading the journal failed; the next round tries again
+                log.exception("checking the erasure journal failed")
 
     async def prune_usage(self) -> int:
         """Drop usage counts older than ``limits.usage_retention_days`` (at start-up and once a day)."""
@@ -415,7 +411,6 @@ class ChatEngine:
         A turn of theirs already in flight finishes first (erasing a thread takes its lock) and is not
         queued for learning (it started before the erasure).
         """
-        self._inflight.mark_erased(str(user_id))
         result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
         self.metrics.erasure("person" if guild_id is None else "server")
         return result
