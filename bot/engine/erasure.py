@@ -163,6 +163,8 @@ class Eraser:
         by = Actor(job.actor, job.actor_id) if job.actor else None
         self.on_erase(job.user_id)
         async with self.hold(job.user_id):
+            if job.id not in {j.id for j in await self.storage.erasures.unfinished()}:
+                return  # finished meanwhile by whoever held the person (it must not run twice)
             if job.quotes is None:  # requested by another process: gather the words first, then record them
                 quotes = await self.words_of(job.user_id, job.guild_id)
                 await self.storage.erasures.set_quotes(job.id, quotes.to_bytes())

@@ -9,7 +9,7 @@ import discord
 from tests.cogs.conftest import (
     ALICE, BOB, GENERAL, GUILD, GUILD_ID, LISTED, MOD, MOD_ROLE, MODLOG, OTHER_CHANNEL, OTHER_GUILD, OWNER, THREAD, rig,
 )
-from tests.cogs.test_memories import button
+from tests.cogs.test_memories import button, click_erasure
 from tests.fakes import discord_harness as dh
 
 MANAGE_SERVER = discord.Permissions(manage_guild=True, manage_messages=True).value
@@ -227,7 +227,7 @@ async def test_mod_log_channel_of_the_server_gets_purges_and_changes(r):
     await apply(r, "learning", on=False)
     assert len(r.h.sent_messages(other_log)) == 2 and r.h.sent_messages(MODLOG) == []
     res = await r.h.invoke_slash("purge-memories", user=MOD, channel_id=GENERAL, options={"member": BOB})
-    await r.h.click(button(res[-1], "Purge"), res[-1].message, user=MOD)
+    await click_erasure(r, button(res[-1], "Purge"), res[-1].message, user=MOD)
     assert "memory purge" in r.h.sent_messages(other_log)[-1].content
 
 
