@@ -18,7 +18,7 @@ from typing import Callable
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.graph.state import CompiledStateGraph
 
-from bot.engine.bounds import RateLimiter
+from bot.engine.bounds import InflightTurns, RateLimiter
 from bot.engine.conversations import ConversationEraser
 from bot.engine.erasure import Eraser, ErasureResult
 from bot.engine.extraction import MemoryWriter, WriteRequest
@@ -46,42 +46,6 @@ class Reply:
     """The answer to one message."""
 
     text: str
-
-
-@dataclass(eq=False)
-class _Ticket:
-    user_id: str
-    erased: bool = False
-
-
-class InflightTurns:
-    """The turns being answered right now, per person: an erasure marks them so none is learned from.
-
-    Only turns in flight are held (each is removed when it ends), so the map is bounded by concurrency,
-    not by how many people ever spoke or were erased.
-    """
-
-    def __init__(self) -> None:
-        self._by_user: dict[str, set[_Ticket]] = {}
-
-    def open(self, user_id: str) -> _Ticket:
-        ticket = _Ticket(user_id)
-        self._by_user.setdefault(user_id, set()).add(ticket)
-        return ticket
-
-    def close(self, ticket: _Ticket) -> None:
-        tickets = self._by_user.get(ticket.user_id)
-        if tickets is not None:
-            tickets.discard(ticket)
-            if not tickets:
-                del self._by_user[ticket.user_id]
-
-    def mark_erased(self, user_id: str) -> None:
-        for ticket in self._by_user.get(user_id, ()):
-            ticket.erased = True
-
-    def __len__(self) -> int:
-        return sum(len(t) for t in self._by_user.values())
 
 
 def _usage(message: BaseMessage) -> tuple[int, int]:
