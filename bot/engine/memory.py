@@ -38,6 +38,10 @@ class Memory(BaseModel):
     """A durable fact about the person: who they are, what they like, what they do, what they plan."""
 
     content: str = Field(description="The fact, as one short sentence in the third person.")
+    source_messages: list[int] = Field(
+        default_factory=list,
+        description="The numbers (#1, #2, ...) of the new messages this fact comes from.",
+    )
 
 
 @dataclass(frozen=True)
@@ -259,6 +263,7 @@ class MemoryRepository:
         deletes: Iterable[str] = (),
         actor: Actor = EXTRACTION,
         watermark: tuple[str, int, str] | None = None,
+        watermarks: Iterable[tuple[str, int, str]] = (),
         cap: int | None = None,
     ) -> MemoryChanges:
         """Apply inserts ``(content, origin[, sources])``, updates ``(key, content, origin[, sources])`` and
@@ -315,9 +320,10 @@ class MemoryRepository:
             ops.append(PutOp(ns, key, None))
             log(key, "deleted", old.value.get("content"), None, dict(old.value.get("origin") or {}))
             changes.deleted.append(key)
-        if watermark is not None:
-            ops.append(PutOp(watermark_namespace(user_id), watermark[0],
-                             {"last_turn_id": watermark[1], "epoch": watermark[2]}, index=False))
+        # One extraction can cover turns of several threads (channels of one server): one mark each.
+        for thread_id, turn_id, epoch in [*([watermark] if watermark is not None else []), *watermarks]:
+            ops.append(PutOp(watermark_namespace(user_id), thread_id,
+                             {"last_turn_id": turn_id, "epoch": epoch}, index=False))
         if ops:
             await self.store.abatch(ops)
         return changes

@@ -75,9 +75,14 @@ async def memory_texts(repo: MemoryRepository, user_id: str, guild_id: str | Non
 
 
 async def erase_memories(
-    repo: MemoryRepository, user_id: str | int, *, guild_id: str | None = None, record: Actor | None = None
+    repo: MemoryRepository, user_id: str | int, *, guild_id: str | None = None, record: Actor | None = None,
+    record_key: str | None = None,
 ) -> MemoryErasure:
-    """Erase a person's memories (all, or what server ``guild_id`` contributed); see the module docstring."""
+    """Erase a person's memories (all, or what server ``guild_id`` contributed); see the module docstring.
+
+    ``record_key`` names the moderator's log line, so an erasure run again after a crash does not write a
+    second one (nor overwrite the first with the zero counts of the rerun).
+    """
     user = str(user_id)
     ns, hns = namespace(user), history_namespace(user)
     memories = await repo.items(ns)
@@ -96,6 +101,8 @@ async def erase_memories(
     deleted = reduced = 0
     now = _now()
     for key, entries in groups.items():  # every log, of memories that still exist or not: cut at A
+        if key == "*":  # moderators' content-free lines stay
+            continue
         cut = next((i for i, h in enumerate(entries) if _place(h.value) == g), None)
         if cut is not None:
             doomed_history.update(h.key for h in entries[cut:])
@@ -117,10 +124,12 @@ async def erase_memories(
             doomed_history.update(h.key for h in entries)
             deleted += 1
     ops += [PutOp(hns, k, None) for k in sorted(doomed_history)]
+    if record_key is not None and record is not None and any(h.key == record_key for h in history):
+        record = None  # a rerun after a crash: the line is already there
     if record is not None:
         entry = {"memory_key": "*", "action": "deleted", "actor": record.kind, "actor_id": record.id, "at": now,
                  "before": None, "after": None, "origin": {"guild_id": g, "erased": deleted, "reduced": reduced}}
-        ops.append(PutOp(hns, time_ordered_keys(1)[0], entry, index=False))
+        ops.append(PutOp(hns, record_key or time_ordered_keys(1)[0], entry, index=False))
     if ops:
         await repo.store.abatch(ops)
     return MemoryErasure(deleted=deleted, reduced=reduced)

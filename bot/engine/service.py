@@ -26,7 +26,8 @@ from bot.engine.graph import ChatDeps, build_chat_graph, build_memory_graph
 from bot.engine.guild_settings import GuildPolicy, GuildSettingsService, OperatorDefaults
 from bot.engine.memory import Actor, MemoryRepository
 from bot.engine.scheduler import ExtractionScheduler, OnChange
-from bot.engine.semantic import SemanticScorer
+from bot.engine.recall import SemanticIndex
+from bot.engine.recall.embedders import LocalMiniLM
 from bot.engine.state import Speaker
 from bot.engine.stores import Storage
 from bot.engine.visibility import resolve_visibility
@@ -36,7 +37,8 @@ from bot.settings import Settings
 log = logging.getLogger(__name__)
 
 DeltaCallback = Callable[[str], None]
-PRUNE_EVERY = 8  # a thread keeps at most this many superseded checkpoints between prunes
+PRUNE_EVERY = 8
+ERASURE_POLL_SECONDS = 2.0  # how often the journal is checked for wipes requested by another process  # a thread keeps at most this many superseded checkpoints between prunes
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,8 @@ class ChatEngine:
         )
         self.limiter = asyncio.Semaphore(settings.model.max_concurrent_calls)
         conv, mem = settings.conversation, settings.memory
+        self.embeddings = embeddings
+        self.semantic = SemanticIndex(embeddings, storage.vectors) if embeddings is not None else None
         self.chat_deps = ChatDeps(
             model=chat_model,
             persona=settings.bot.persona,
@@ -127,7 +131,7 @@ class ChatEngine:
             keep_messages=conv.keep_messages,
             limiter=self.limiter,
             on_usage=self._record_usage,
-            semantic=SemanticScorer(embeddings, storage.vectors) if embeddings is not None else None,
+            semantic=self.semantic,
         )
         self.graph: CompiledStateGraph = build_chat_graph(self.chat_deps).compile(
             checkpointer=self.checkpointer, store=self.store
@@ -153,6 +157,8 @@ class ChatEngine:
         self._tails: set[asyncio.Task] = set()
         self._turns_since_prune: dict[str, int] = {}
         self._started = False
+        self._journal_watch: asyncio.Task | None = None
+        self._usage_pruned_on = ""
         self._inflight = InflightTurns()
         # /memories remember and import, per person per hour: bounded like every map keyed by person.
         self.memory_commands: RateLimiter[str] = RateLimiter(settings.limits.memory_commands_per_hour, 3600.0)
@@ -160,16 +166,60 @@ class ChatEngine:
         self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold)
 
     async def start(self) -> None:
-        """Resume pending memory work left by a previous run."""
+        """Finish erasures and resume pending memory work left by a previous run; watch for wipe requests.
+
+        Erasures come first, so nothing of an erased person is learned from on the way back up.
+        """
         self._started = True
+        await self.eraser.resume()
+        await self.prune_usage()
+        if isinstance(self.embeddings, LocalMiniLM):
+            # Load the embedded model in the background now, so no reply waits for it.
+            self._warming = asyncio.create_task(self.embeddings.warm(), name="load-embedding-model")
+            self._warming.add_done_callback(_log_failure)
         await self.scheduler.start()
+        self._journal_watch = asyncio.create_task(self._watch_erasure_requests(), name="erasure-requests")
+
+    async def _watch_erasure_requests(self) -> None:
+        """Do the wipes other processes recorded (``python -m bot memories wipe`` while the bot runs).
+
+        The shell cannot erase safely beside a running bot (an extraction in flight would write back
+        what it erased), so it records the request in the journal and this process does it, under the
+        same per-person hold as any other erasure.
+        """
+        while True:
+            await asyncio.sleep(ERASURE_POLL_SECONDS)
+            try:
+                for job in await self.storage.erasures.unfinished():
+                    if job.quotes is None:
+                        self._inflight.mark_erased(job.user_id)
+                        await self.eraser.run_job(job)
+                        log.info("did the wipe of user %s requested by another process", job.user_id)
+            except Exception:  # noqa: BLE001 - the request stays in the journal; the next round retries
+                log.exception("a requested erasure failed; it stays recorded and is retried")
+
+    async def prune_usage(self) -> int:
+        """Drop usage counts older than ``limits.usage_retention_days`` (at start-up and once a day)."""
+        today = time.strftime("%Y-%m-%d", time.gmtime())
+        self._usage_pruned_on = today
+        cutoff = time.strftime("%Y-%m-%d", time.gmtime(time.time() - 86400 * self.settings.limits.usage_retention_days))
+        try:
+            return await self.usage.prune(cutoff)
+        except Exception:  # noqa: BLE001 - housekeeping; tomorrow tries again
+            log.exception("pruning old usage counts failed")
+            return 0
 
     async def close(self) -> None:
         """Finish in-flight turns, then flush pending memory extraction (if this engine was started)."""
         if self._tails:
             await asyncio.gather(*self._tails, return_exceptions=True)
+        if self._journal_watch is not None:
+            self._journal_watch.cancel()
+            await asyncio.gather(self._journal_watch, return_exceptions=True)
         if self._started:
             await self.scheduler.close()
+        if self.semantic is not None:
+            await self.semantic.drain()
 
     def _lock(self, thread_id: str) -> asyncio.Lock:
         lock = self._thread_locks.get(thread_id)
@@ -301,7 +351,7 @@ class ChatEngine:
         except Exception:  # noqa: BLE001 - the reply still goes out; the log says what was not recorded
             log.exception("could not record a turn for memory extraction in thread %s", thread_id)
             return
-        self.scheduler.notify(thread_id, speaker.user_id, count)
+        self.scheduler.notify(thread_id, speaker.user_id, count, scope=speaker.guild_id)
 
     async def _write(self, request: WriteRequest) -> dict:
         prefs = await self.prefs.get(request.user_id)
@@ -313,11 +363,18 @@ class ChatEngine:
         request = replace(request, visibility=resolve_visibility(prefs, self.settings.memory, place, for_reply=False),
                           max_memories=self.settings.memory.max_per_person)
         result = await self.memory_graph.ainvoke({"request": request})
-        return result["changes"]
+        changes = result["changes"]
+        if self.semantic is not None and (changes.get("inserted") or changes.get("updated")):
+            # Memory vectors are made at write time, off the reply path.
+            user = request.user_id
+            self.semantic.index_later(user, lambda: self.memories.list(user))
+        return changes
 
     async def _record_usage(self, speaker: Speaker, message: BaseMessage) -> None:
         p, c = _usage(message)
         await self.usage.record(speaker.guild_id, speaker.user_id, p, c)
+        if self._usage_pruned_on != time.strftime("%Y-%m-%d", time.gmtime()):  # a new UTC day
+            await self.prune_usage()
 
     async def _record_extraction_usage(self, request: WriteRequest, message: BaseMessage) -> None:
         p, c = _usage(message)
@@ -387,6 +444,11 @@ class ChatEngine:
         return dict(snapshot.values)
 
 
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("loading the embedded embedding model failed: %r; memories are ranked lexically", task.exception())
+
+
 def create_engine(
     settings: Settings,
     storage: Storage,
@@ -396,7 +458,8 @@ def create_engine(
     metrics: Metrics | None = None,
 ) -> ChatEngine:
     """Build the engine over opened storage, with the configured model unless one is given."""
-    from bot.engine.model import build_chat_model, build_embeddings
+    from bot.engine.model import build_chat_model
+    from bot.engine.recall.embedders import build_embeddings
 
     model = chat_model or build_chat_model(settings)
     memory_model = chat_model or build_chat_model(settings, streaming=False)

@@ -66,8 +66,8 @@ async def test_reply_prompts_and_extraction_apply_the_same_rule(settings):
         await engine.reply("t2", Speaker(user_id="7", name="Ann"), "hi in DM")
         assert all(s in model.chat_calls[-1].system for s in ("Plays chess", "Told in a DM", "Said in server B"))
         # Extraction for a turn in server A is shown only what may be used in A.
-        request = WriteRequest(user_id="7", speaker_name="Ann", new=[TurnText("Ann", "I like go", "ok")],
-                               origin=A, thread_id="")
+        request = WriteRequest(user_id="7", speaker_name="Ann", new=[TurnText("7", "Ann", "I like go", "ok", origin=A)],
+                               origin=A)
         await engine._write(request)
         existing = str(model.extraction_calls[-1].kwargs) + model.extraction_calls[-1].prompt_text
         assert "Plays chess in A" in existing  # the extractor is shown what is allowed there

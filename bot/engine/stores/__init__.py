@@ -27,6 +27,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
 from bot.engine.stores.guild_settings import GuildSettingsStore, ServerSettings
+from bot.engine.stores.erasures import ErasureJob, ErasureJournal
 from bot.engine.stores.inbox import Inbox, InboxTurn, PendingKey
 from bot.engine.stores.maintenance import Maintenance
 from bot.engine.stores.prefs import PREF_FIELDS, Prefs, PrefsStore
@@ -35,7 +36,7 @@ from bot.engine.stores.vectors import VectorCache
 
 __all__ = [
     "GuildSettingsStore", "Inbox", "InboxTurn", "PendingKey", "Maintenance", "PREF_FIELDS", "Prefs", "PrefsStore", "Storage",
-    "ServerSettings", "UsageRow", "UsageStore", "VectorCache",
+    "ServerSettings", "UsageRow", "UsageStore", "VectorCache", "ErasureJob", "ErasureJournal",
 ]
 
 
@@ -54,3 +55,4 @@ class Storage(Protocol):
     vectors: VectorCache
     maintenance: Maintenance
     guild_settings: GuildSettingsStore
+    erasures: ErasureJournal
