@@ -241,3 +241,21 @@ async def test_settings_are_deleted_when_the_bot_is_removed_not_on_an_outage(r):
     r.h.feed("GUILD_DELETE", {"id": str(GUILD_ID)})  # removed (kicked, or the server was deleted)
     await r.h.settle()
     assert await r.engine.guild_settings.store.get(str(GUILD_ID)) is None
+
+
+async def test_a_failing_database_gets_an_apology_and_changes_nothing(r, caplog):
+    store = r.engine.guild_settings.store
+    real_put = store.put
+
+    async def broken(*args, **kwargs):
+        raise OSError("disk I/O error")
+
+    store.put = broken
+    try:
+        prompt, done = await apply(r, "learning", on=False)
+    finally:
+        store.put = real_put
+    assert "couldn't save that just now: nothing was changed" in done[-1].content
+    assert any("changing the settings of server" in rec.getMessage() for rec in caplog.records)
+    assert (await r.engine.guild_policy(GUILD_ID)).learning is True
+    assert r.h.sent_messages(MODLOG) == []  # nothing changed, nothing audited
