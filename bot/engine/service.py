@@ -373,7 +373,11 @@ class ChatEngine:
         queued for learning (it started before the erasure).
         """
         self._inflight.mark_erased(str(user_id))
-        result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
+        if self.semantic is None:
+            result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
+        else:
+            async with self.semantic.paused(str(user_id)):  # no memory vectors written while it runs
+                result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
         self.metrics.erasure("person" if guild_id is None else "server")
         return result
 
