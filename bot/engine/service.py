@@ -375,7 +375,11 @@ class ChatEngine:
         A turn of theirs already in flight finishes first (erasing a thread takes its lock) and is not
         queued for learning (it started before the erasure).
         """
-        result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
+        if self.semantic is None:
+            result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
+        else:
+            async with self.semantic.paused(str(user_id)):  # no memory vectors written while it runs
+                result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
         self.metrics.erasure("person" if guild_id is None else "server")
         return result
 
