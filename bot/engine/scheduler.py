@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 RunWrite = Callable[[WriteRequest], Awaitable[dict]]
 OnChange = Callable[[WriteRequest, dict], Awaitable[None]]
 MAX_FAILURES = 3  # for errors that are not outages (a bug, a poison input): then the batch is skipped
+STORAGE_RETRY_SECONDS = 2.0  # first retry after the database went away; doubles up to 60 s
 TRANSIENT_STATUS = {408, 409, 429}
 
 
@@ -53,8 +54,10 @@ class ExtractionScheduler:
         context_turns: int,
         on_change: OnChange | None = None,
         applied_up_to: Callable[[str, str, str], Awaitable[int]] | None = None,
+        storage_errors: tuple[type[BaseException], ...] = (),
     ) -> None:
         self.inbox = inbox
+        self.storage_errors = storage_errors
         self.applied_up_to = applied_up_to
         self.run_write = run_write
         self.quiet_seconds = quiet_seconds
@@ -100,7 +103,22 @@ class ExtractionScheduler:
                 del self._timers[key]
 
     async def run(self, thread_id: str, user_id: str) -> dict | None:
-        """Extract a pair's pending turns now; return the changes (None when nothing was pending)."""
+        """Extract a pair's pending turns now; return the changes (None when nothing was pending).
+
+        When the database is unreachable the turns stay pending there and the pair is tried again later
+        (the outage itself is logged once, by storage).
+        """
+        try:
+            return await self._run(thread_id, user_id)
+        except self.storage_errors as exc:
+            key = (thread_id, user_id)
+            failures = self._failures.get(key, 0) + 1
+            self._failures[key] = failures
+            log.debug("memory extraction for user %s waits for the database: %r", user_id, exc)
+            self._schedule(thread_id, user_id, min(60.0, STORAGE_RETRY_SECONDS * 2 ** min(failures - 1, 5)))
+            return None
+
+    async def _run(self, thread_id: str, user_id: str) -> dict | None:
         lock = self._user_locks.setdefault(user_id, asyncio.Lock())
         async with lock:
             before, pending = await self.inbox.batch(thread_id, user_id, self.context_turns)
@@ -128,6 +146,8 @@ class ExtractionScheduler:
             key = (thread_id, user_id)
             try:
                 changes = await self.run_write(request)
+            except self.storage_errors:
+                raise  # see run(): an outage, not a bad batch
             except Exception as exc:
                 failures = self._failures.get(key, 0) + 1
                 self._failures[key] = failures
@@ -181,3 +201,6 @@ class ExtractionScheduler:
             await asyncio.wait_for(self.flush(), timeout)
         except asyncio.TimeoutError:
             log.warning("memory extraction flush timed out; the rest resumes on next start")
+        except self.storage_errors as exc:
+            log.warning("memory extraction flush stopped: the database is unreachable (%r); "
+                        "the rest resumes on next start", exc)

@@ -98,6 +98,7 @@ class ChatEngine:
             context_turns=mem.extraction_context_messages,
             on_change=on_memory_change,
             applied_up_to=self.memories.watermark,
+            storage_errors=storage.transient_errors,
         )
         self._thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._tails: set[asyncio.Task] = set()
@@ -203,6 +204,8 @@ class ChatEngine:
                     answered.set_exception(exc)
                 elif isinstance(exc, asyncio.CancelledError):
                     log.debug("turn in thread %s cancelled: the caller stopped waiting", thread_id)
+                elif isinstance(exc, self.storage.transient_errors):  # the outage is logged once, by storage
+                    log.debug("finishing turn in thread %s waits for the database: %r", thread_id, exc)
                 else:
                     log.exception("finishing turn in thread %s failed after the reply", thread_id)
                 if not isinstance(exc, Exception):
@@ -220,11 +223,17 @@ class ChatEngine:
             return
         try:
             await self.storage.maintenance.prune_thread(thread_id)
+        except self.storage.transient_errors as exc:  # the outage is logged once, by storage
+            log.debug("pruning thread %s waits for the database: %r", thread_id, exc)
         except Exception:  # noqa: BLE001 - pruning is housekeeping; a later turn tries again
             log.exception("pruning thread %s failed", thread_id)
 
     async def _after_answer(self, thread_id: str, speaker: Speaker, human: str, ai: str) -> None:
-        """Record the turn for background extraction (before the reply is handed out: nothing is lost)."""
+        """Record the turn for background extraction (before the reply is handed out: nothing is lost).
+
+        If the database is unreachable the error goes to the caller: the person gets the apology instead
+        of an answer that would never be learned from.
+        """
         try:
             count = await self.inbox.record(
                 thread_id=thread_id,
@@ -234,6 +243,8 @@ class ChatEngine:
                 ai=ai,
                 origin=speaker.origin(),
             )
+        except self.storage.transient_errors:
+            raise
         except Exception:  # noqa: BLE001 - the reply still goes out; the log says what was not recorded
             log.exception("could not record a turn for memory extraction in thread %s", thread_id)
             return

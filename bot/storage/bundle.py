@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
@@ -22,3 +22,4 @@ class OpenStorage:
     usage: UsageStore
     vectors: VectorCache
     maintenance: Maintenance
+    transient_errors: tuple[type[BaseException], ...] = field(default=())

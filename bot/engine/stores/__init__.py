@@ -34,8 +34,15 @@ from bot.engine.stores.vectors import VectorCache
 
 __all__ = [
     "Inbox", "InboxTurn", "PendingKey", "Maintenance", "PREF_FIELDS", "Prefs", "PrefsStore", "Storage",
-    "UsageRow", "UsageStore", "VectorCache",
+    "StorageUnavailable", "UsageRow", "UsageStore", "VectorCache",
 ]
+
+
+class StorageUnavailable(Exception):
+    """The database cannot be used (unreachable, refused, or at an unknown schema version).
+
+    The message is one line naming what failed, safe to log: it never holds a password.
+    """
 
 
 class Storage(Protocol):
@@ -52,3 +59,6 @@ class Storage(Protocol):
     usage: UsageStore
     vectors: VectorCache
     maintenance: Maintenance
+    #: Errors that mean "the database is unreachable right now, try again later" (an outage, an exhausted
+    #: pool), as opposed to a bug. Empty for SQLite, whose file is always there.
+    transient_errors: tuple[type[BaseException], ...]
