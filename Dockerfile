@@ -11,9 +11,13 @@ RUN pip install . && useradd --create-home --uid 10001 bot && mkdir -p /data && 
 
 # The image's own config, pointing the databases at the /data volume.
 COPY config.toml /app/config.toml
-RUN sed -i 's|^data_dir = .*|data_dir = "/data"|' /app/config.toml
+# The health endpoint is on in the image (on the container's own loopback: nothing is published).
+RUN sed -i -e 's|^data_dir = .*|data_dir = "/data"|' -e 's|^health = false|health = true|' /app/config.toml
 
 USER bot
 VOLUME ["/data"]
+# Healthy when the Discord gateway is connected and the database answers (GET /health, see README).
+HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 \
+    CMD ["python", "-m", "bot", "--config", "/app/config.toml", "health"]
 ENTRYPOINT ["python", "-m", "bot", "--config", "/app/config.toml"]
 CMD ["run"]

@@ -1,4 +1,4 @@
-"""Command line: ``python -m bot [--config PATH] [run|sync|console|memories|stats]``.
+"""Command line: ``python -m bot [--config PATH] [run|sync|console|memories|stats|health]``.
 
 Order of start-up: settings (exit 2 with one line on any problem) -> logging -> storage -> engine -> bot.
 """
@@ -35,15 +35,53 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("action", choices=["list", "export", "wipe"])
     m.add_argument("--user", required=True, help="the person's user ID (a Discord user ID)")
     m.add_argument("--yes", action="store_true", help="wipe without asking")
-    sub.add_parser("stats", help="print token usage per server and person")
+    sub.add_parser("stats", help="print usage, the learning backlog and activity, from the database")
+    sub.add_parser("health", help="ask the running bot's health endpoint; exit 0 when healthy (Docker HEALTHCHECK)")
     return p
 
 
-async def _with_storage(settings: Settings, fn):
+async def _with_storage(settings: Settings, fn, *, writer: bool = True):
     from bot.storage import open_storage
 
-    async with open_storage(settings) as storage:
+    async with open_storage(settings, writer=writer) as storage:
         return await fn(storage)
+
+
+HANDOFF_WAIT_SECONDS = 120.0
+
+
+async def _wipe_through_running_bot(settings: Settings, user: str, yes: bool) -> int:
+    """The bot holds the data directory: record the wipe in its journal and wait until it has done it.
+
+    Erasing beside a running bot is not safe (its extraction in flight would write back what was
+    erased), so the running bot does it, as it does any erasure; this process only records and waits.
+    """
+    from bot.engine.erasure import Eraser
+    from bot.engine.memory import MemoryRepository
+
+    async def go(storage) -> int:
+        count = len(await MemoryRepository(storage.store).list(user))
+        if not yes and not _confirmed(f"Delete all {count} memories of user {user}? Type 'yes': "):
+            _out("Nothing deleted.")
+            return 1
+        job = await Eraser(storage, None).request(user)
+        deadline = asyncio.get_running_loop().time() + HANDOFF_WAIT_SECONDS
+        while any(j.id == job for j in await storage.erasures.unfinished()):
+            if asyncio.get_running_loop().time() > deadline:
+                _out(f"The running bot has the wipe of user {user} recorded but has not finished it yet; it will.")
+                return 1
+            await asyncio.sleep(0.5)
+        _out(f"Deleted {count} memories of user {user} (the running bot did the wipe).")
+        log.info("shell wipe of user %s handed to the running bot", user)
+        return 0
+
+    return await _with_storage(settings, go, writer=False)
+
+
+def _confirmed(question: str) -> bool:
+    sys.stdout.write(question)
+    sys.stdout.flush()
+    return sys.stdin.readline().strip().lower() == "yes"
 
 
 async def _console(settings: Settings, user: str, thread: str) -> int:
@@ -77,30 +115,41 @@ async def _memories(settings: Settings, action: str, user: str, yes: bool) -> in
         elif action == "export":
             _out(json.dumps(export_memories(user, memories), indent=2, ensure_ascii=False))
         else:
-            if not yes:
-                sys.stdout.write(f"Delete all {len(memories)} memories of user {user}? Type 'yes': ")
-                sys.stdout.flush()
-                if sys.stdin.readline().strip().lower() != "yes":
-                    _out("Nothing deleted.")
-                    return 1
+            if not yes and not _confirmed(f"Delete all {len(memories)} memories of user {user}? Type 'yes': "):
+                _out("Nothing deleted.")
+                return 1
             result = await create_engine(settings, storage).erase_person(user)
             _out(f"Deleted {result.memories} memories of user {user}.")
             log.info("shell wipe of user %s: %d memories", user, result.memories)
         return 0
 
-    return await _with_storage(settings, go)
+    if action == "wipe":
+        from bot.storage import StorageBusy
+
+        try:
+            return await _with_storage(settings, go)
+        except StorageBusy:
+            return await _wipe_through_running_bot(settings, user, yes)
+    return await _with_storage(settings, go, writer=False)  # reading beside a running bot is safe
 
 
 async def _stats(settings: Settings) -> int:
+    from bot.engine.stats import collect_stats, render_stats
+
     async def go(storage) -> int:
-        rows = await storage.usage.totals()
-        _out(f"{'server':>20}  {'user':>20}  {'calls':>7}  {'prompt':>10}  {'completion':>10}")
-        for r in rows:
-            _out(f"{r.guild_id:>20}  {r.user_id:>20}  {r.calls:>7}  {r.prompt_tokens:>10}  {r.completion_tokens:>10}")
-        _out(f"total: {sum(r.prompt_tokens + r.completion_tokens for r in rows)} tokens in {sum(r.calls for r in rows)} calls")
+        for line in render_stats(await collect_stats(storage)):
+            _out(line)
         return 0
 
-    return await _with_storage(settings, go)
+    return await _with_storage(settings, go, writer=False)
+
+
+def _health(settings: Settings) -> int:
+    from bot.monitoring import probe_health
+
+    healthy, line = probe_health(settings.monitoring)
+    _out(line)
+    return 0 if healthy else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,17 +166,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from bot.logs import setup_logging
 
+    if command == "health":  # no logging set-up, no storage: a probe that runs every few seconds
+        return _health(settings)
     setup_logging(settings.bot.log_level, settings.secret_values())
+    from bot.storage import StorageBusy
+
     try:
         if command in ("run", "sync"):
             from bot.client import run_discord
+            from bot.metrics import Metrics
 
-            return asyncio.run(run_discord(settings, sync_only=command == "sync"))
+            metrics = Metrics(active_channel_seconds=settings.monitoring.active_channel_seconds)
+            return asyncio.run(run_discord(settings, sync_only=command == "sync", metrics=metrics))
         if command == "console":
             return asyncio.run(_console(settings, args.user, args.thread))
         if command == "memories":
             return asyncio.run(_memories(settings, args.action, args.user, args.yes))
         return asyncio.run(_stats(settings))
+    except StorageBusy as exc:  # a second writer on an embedded database: one line, no traceback
+        sys.stderr.write(f"error: {exc}; stop it first (one process per data directory)\n")
+        return 1
     except KeyboardInterrupt:
         return 130
     except StorageUnavailable as exc:  # a wrong DATABASE_URL, a server that is not there: one line

@@ -18,13 +18,15 @@ import discord
 from discord.ext import commands
 
 from bot.engine.service import ChatEngine, create_engine
+from bot.metrics import Metrics
+from bot.monitoring import Health, MonitoringServer
 from bot.settings import Settings
 from bot.engine.stores import Storage
 from bot.storage import open_storage
 
 log = logging.getLogger(__name__)
 
-EXTENSIONS = ("cogs.errors", "cogs.chat", "cogs.memories", "cogs.memory_signal", "cogs.moderation")
+EXTENSIONS = ("cogs.errors", "cogs.chat", "cogs.memories", "cogs.memory_signal", "cogs.moderation", "cogs.settings")
 FINGERPRINT_FILE = "commands.sha256"
 
 
@@ -56,6 +58,9 @@ class MemoryBot(commands.Bot):
         self.engine = engine
         self.storage = storage
         self.force_sync = force_sync
+        # Gateway connection per shard (None: the whole client), from discord.py's connect/disconnect events.
+        self._links: dict[int | None, bool] = {}
+        self.monitoring: MonitoringServer | None = None
 
     async def setup_hook(self) -> None:
         for ext in EXTENSIONS:
@@ -97,7 +102,64 @@ class MemoryBot(commands.Bot):
         """No prefix commands: messages are handled by the chat cog's listener, commands are slash commands."""
 
     async def on_ready(self) -> None:
+        self._links[None] = True
         log.info("logged in as %s (%s) in %d servers", self.user, getattr(self.user, "id", "?"), len(self.guilds))
+
+    # The gateway's state, as discord.py reports it: READY/RESUMED and a (re)connect mean up, a dropped
+    # socket means down until the next one. Sharded bots also get the per-shard events.
+    async def on_connect(self) -> None:
+        self._links[None] = True
+
+    async def on_resumed(self) -> None:
+        self._links[None] = True
+
+    async def on_disconnect(self) -> None:
+        self._links[None] = False
+
+    async def on_shard_connect(self, shard_id: int) -> None:
+        self._links[shard_id] = True
+
+    async def on_shard_ready(self, shard_id: int) -> None:
+        self._links[shard_id] = True
+
+    async def on_shard_resumed(self, shard_id: int) -> None:
+        self._links[shard_id] = True
+
+    async def on_shard_disconnect(self, shard_id: int) -> None:
+        self._links[shard_id] = False
+
+    def gateway_connected(self) -> bool:
+        """Ready (READY and the servers received) and no shard's connection is down right now."""
+        return self.is_ready() and not self.is_closed() and bool(self._links) and all(self._links.values())
+
+    def watch_metrics(self, metrics: Metrics) -> None:
+        """Let the metrics read what only the client knows: gateway latency and the number of servers."""
+        metrics.watch(metrics.gateway_latency, lambda: self.latency)
+        metrics.watch(metrics.guilds, lambda: len(self.guilds))
+        metrics.add_refresher(self.engine.sample_backlog)
+
+    def monitoring_server(self, metrics: Metrics) -> MonitoringServer:
+        """The metrics and health endpoint: ready when the gateway is up and storage answers."""
+
+        async def gateway() -> bool:
+            return self.gateway_connected()
+
+        section = self.settings.monitoring
+        checks = {"gateway": gateway, "storage": self.engine.storage_answers}
+        return MonitoringServer(section, metrics, Health(checks, timeout=section.health_timeout_seconds))
+
+    async def start_monitoring(self, metrics: Metrics) -> bool:
+        """Serve ``/metrics`` and ``/health`` if configured (closed with the bot); False if the port is taken."""
+        self.watch_metrics(metrics)
+        server = self.monitoring_server(metrics)
+        try:
+            await server.start()
+        except OSError as exc:
+            section = self.settings.monitoring
+            log.error("the monitoring endpoint cannot listen on %s:%s: %s", section.host, section.port, exc)
+            return False
+        self.monitoring = server
+        return True
 
     async def close(self) -> None:
         """Stop taking messages, finish and flush memory work, then disconnect."""
@@ -105,17 +167,23 @@ class MemoryBot(commands.Bot):
             await self.engine.close()
         except Exception:  # noqa: BLE001 - shutting down must go on
             log.exception("flushing the engine failed")
+        if self.monitoring is not None:
+            await self.monitoring.close()
+            self.monitoring = None
         await super().close()
 
 
-async def run_discord(settings: Settings, *, sync_only: bool = False) -> int:
+async def run_discord(settings: Settings, *, sync_only: bool = False, metrics: Metrics | None = None) -> int:
     """Open storage, build the engine and the bot, run until stopped; return an exit code."""
     if settings.discord.api_base:
         discord.http.Route.BASE = settings.discord.api_base.rstrip("/")  # a local Discord-compatible server
     token = settings.secrets.discord_token.get_secret_value() if settings.secrets.discord_token else ""
+    metrics = metrics or Metrics(active_channel_seconds=settings.monitoring.active_channel_seconds)
     async with open_storage(settings) as storage:
-        engine = create_engine(settings, storage, on_memory_change=None)
+        engine = create_engine(settings, storage, on_memory_change=None, metrics=metrics)
         bot = MemoryBot(settings=settings, engine=engine, storage=storage, force_sync=sync_only)
+        if not sync_only and not await bot.start_monitoring(metrics):  # `sync` must not take the port
+            return 1
         async with bot:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):

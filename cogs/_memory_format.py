@@ -59,12 +59,14 @@ def describe(client: discord.Client, m: StoredMemory) -> str:
     return f"`{m.short_id}` {clip(m.content)}\n-# learned {when(m.updated_at)} in {where(client, m.origin)}"
 
 
-def status_line(prefs: Prefs, dm_default: bool) -> str:
+def status_line(prefs: Prefs, dm_default: bool, scope_default: str = "server") -> str:
     learning = "paused (`/memories resume`)" if prefs.paused else "on"
     private = "on: I don't use memories in replies" if prefs.private else "off"
     dm = prefs.dm_in_servers if prefs.dm_in_servers is not None else dm_default
+    scope = getattr(prefs, "scope", None) or scope_default
     return (f"**Learning:** {learning} · **Private mode:** {private} · "
-            f"**DM memories in servers:** {'shared' if dm else 'kept to DMs'}")
+            f"**DM memories in servers:** {'shared' if dm else 'kept to DMs'} · "
+            f"**Server memories:** {'each server its own' if scope == 'server' else 'used in every server'}")
 
 
 EMBED_TEXT_LIMIT = 4096  # Discord's limit for an embed description

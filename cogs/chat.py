@@ -1,7 +1,8 @@
 """Conversations: which messages the bot answers, what the model is given, and how replies go out.
 
 It answers in DMs; in servers when @mentioned, when someone replies to one of its messages, and in every
-message of the channels (or threads of the channels) listed in ``discord.respond_channels``. Never to
+message of the channels (or threads of the channels) listed in ``discord.respond_channels`` (or chosen by the
+server's admins with ``/settings``, who can also turn mentions off in a channel). Never to
 itself, other bots, webhooks or system messages. ``thread_id`` is the channel's ID (a thread's own ID, a
 DM channel's ID); ``user_id`` is the author's ID.
 """
@@ -18,6 +19,7 @@ import discord
 from discord.ext import commands
 
 from bot.client import MemoryBot
+from bot.engine.guild_settings import GuildPolicy
 from bot.engine.state import Speaker
 from cogs._gate import Cooldown, access_allows
 from cogs._replying import NO_PINGS, ReplyWriter, typing_indicator
@@ -53,8 +55,8 @@ class Chat(commands.Cog):
         self.cooldown = Cooldown(bot.settings.limits.cooldown_seconds)
         self._budget_noticed: dict[str, str] = {}  # budget bucket -> UTC day a notice was sent
 
-    def should_answer(self, message: discord.Message) -> bool:
-        """Whether this message is addressed to the bot (see module docstring)."""
+    def should_answer(self, message: discord.Message, policy: GuildPolicy) -> bool:
+        """Whether this message is addressed to the bot (see module docstring), under the server's settings."""
         me = self.bot.user
         if me is None or message.author.bot or message.webhook_id is not None or message.author.id == me.id:
             return False
@@ -63,9 +65,11 @@ class Chat(commands.Cog):
         if message.guild is None:
             return True
         channel = message.channel
-        listed = set(self.config.respond_channels)
-        if channel.id in listed or getattr(channel, "parent_id", None) in listed:
+        parent_id = getattr(channel, "parent_id", None)
+        if policy.answers_everything(channel.id, parent_id):
             return True
+        if not policy.answers_mentions(channel.id, parent_id):  # /settings mentions off in this channel
+            return False
         if me in message.mentions:
             return True
         ref = message.reference
@@ -117,7 +121,8 @@ class Chat(commands.Cog):
 
     @commands.Cog.listener()
     async def on_message(self, message: discord.Message) -> None:
-        if not self.should_answer(message) or not access_allows(message, self.access):
+        policy = await self.engine.guild_policy(message.guild.id if message.guild else None)  # once per message
+        if not self.should_answer(message, policy) or not access_allows(message, self.access):
             return
         allowed, notice = self.cooldown.check(message.author.id)
         if not allowed:
@@ -128,7 +133,7 @@ class Chat(commands.Cog):
         if lock is None:
             lock = self._locks[message.channel.id] = asyncio.Lock()
         async with lock:  # taken before any await: one channel's messages are handled in arrival order
-            await self.answer(message)
+            await self.answer(message, policy)
 
     async def notify(self, message: discord.Message, text: str) -> None:
         try:
@@ -136,11 +141,11 @@ class Chat(commands.Cog):
         except discord.HTTPException:
             log.warning("could not send a notice in channel %s", message.channel.id)
 
-    async def answer(self, message: discord.Message) -> None:
+    async def answer(self, message: discord.Message, policy: GuildPolicy) -> None:
         """Answer one message; whatever fails on the way, the person gets one short apology."""
         writer = ReplyWriter(message, streaming=self.streaming)
         try:
-            reply = await self._think(message, writer)
+            reply = await self._think(message, writer, policy)
         except asyncio.TimeoutError:
             log.warning("answering message %s in channel %s took longer than %.0f s", message.id, message.channel.id,
                         self.deadline)
@@ -157,10 +162,10 @@ class Chat(commands.Cog):
         except discord.HTTPException:
             log.exception("sending the reply to message %s failed", message.id)
 
-    async def _think(self, message: discord.Message, writer: ReplyWriter) -> str | None:
+    async def _think(self, message: discord.Message, writer: ReplyWriter, policy: GuildPolicy) -> str | None:
         """The answer's text, or None when the message gets no answer (out of budget, nothing to answer)."""
         speaker = self.speaker(message)
-        bucket = await self.engine.budget_exhausted(speaker)
+        bucket = await self.engine.budget_exhausted(speaker, policy)
         if bucket is not None:
             day = time.strftime("%Y-%m-%d", time.gmtime())
             if self._budget_noticed.get(bucket) != day:
@@ -174,7 +179,7 @@ class Chat(commands.Cog):
             text = "(the message was empty: they only mentioned you)"
         async with typing_indicator(message.channel):
             reply = await self.engine.reply(
-                str(message.channel.id), speaker, text, on_delta=writer.on_delta, timeout=self.deadline
+                str(message.channel.id), speaker, text, on_delta=writer.on_delta, timeout=self.deadline, policy=policy
             )
         return reply.text
 

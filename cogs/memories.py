@@ -18,7 +18,7 @@ from discord.ext import commands
 from bot.client import MemoryBot
 from bot.engine.export import MAX_CONTENT, ImportRefused, export_memories, parse_import
 from bot.engine.memory import Actor, StoredMemory
-from bot.engine.ranking import bm25_scores
+from bot.engine.recall import bm25_scores
 from cogs import _memory_format as fmt
 from cogs.views import PagerView, confirm
 
@@ -55,6 +55,26 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         hits = [m for m in reversed(memories) if not needle or needle in m.content.lower() or m.short_id.startswith(needle)]
         return [app_commands.Choice(name=f"{m.short_id} · {m.content}"[:100], value=m.key) for m in hits[:25]]
 
+    async def refused_write(self, interaction: discord.Interaction, adding: int | None = None) -> bool:
+        """Tell the person why a remember/import cannot happen now (rate limit, cap); True if refused."""
+        user = str(interaction.user.id)
+        wait = self.engine.memory_commands.retry_after(user)
+        if wait > 0:
+            await self.reply(interaction, f"You've added memories {self.bot.settings.limits.memory_commands_per_hour} "
+                             f"times in the last hour; try again in {max(1, round(wait / 60))} minutes. Nothing was changed.")
+            return True
+        cap = self.bot.settings.memory.max_per_person
+        have = await self.repo.count(user)
+        if adding is not None and adding > cap:
+            await self.reply(interaction, f"That would bring you to {adding} memories; I keep at most {cap} for one "
+                             "person. Import a smaller file or delete some first. Nothing was changed.")
+            return True
+        if adding is None and have >= cap:
+            await self.reply(interaction, f"You have {have} memories, the most I keep for one person. Delete some with "
+                             "`/memories delete` or `/memories forget` first. Nothing was changed.")
+            return True
+        return False
+
     async def find(self, interaction: discord.Interaction, key: str) -> StoredMemory | None:
         found = await self.repo.resolve(interaction.user.id, key)
         if found is None:
@@ -68,7 +88,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         await interaction.response.defer(ephemeral=True, thinking=True)
         memories = await self.repo.list(interaction.user.id)
         prefs = await self.engine.prefs.get(str(interaction.user.id))
-        status = fmt.status_line(prefs, self.bot.settings.memory.dm_memories_in_servers)
+        status = fmt.status_line(prefs, self.bot.settings.memory.dm_memories_in_servers, self.bot.settings.memory.scope)
         pages = fmt.pages(self.bot, interaction.user, memories, status)
         view = PagerView(interaction.user.id, pages) if len(pages) > 1 else discord.utils.MISSING
         await self.reply(interaction, embed=pages[0], view=view)
@@ -104,6 +124,8 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
     async def remember(self, interaction: discord.Interaction, text: app_commands.Range[str, 1, MAX_CONTENT]) -> None:
         """Tell me something to remember about you."""
         await interaction.response.defer(ephemeral=True, thinking=True)
+        if await self.refused_write(interaction):
+            return
         key = await self.repo.add(interaction.user.id, text.strip(), origin_of(interaction), actor=self.actor(interaction))
         await self.reply(interaction, f"Got it, I'll remember that (`{key[-8:]}`).")
 
@@ -191,11 +213,14 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         except ImportRefused as exc:
             await self.reply(interaction, f"I can't import that file: {exc}. Nothing was changed.")
             return
+        existing = {m.key for m in await self.repo.list(interaction.user.id)}
+        if await self.refused_write(interaction, adding=len(existing | {m["id"] for m in memories})):
+            return
         count = await self.repo.restore(interaction.user.id, memories, history)
         await self.reply(interaction, f"Imported {count} memories.")
 
     # ---- settings
-    async def set_pref(self, interaction: discord.Interaction, message: str, **values: bool) -> None:
+    async def set_pref(self, interaction: discord.Interaction, message: str, **values: bool | str) -> None:
         await interaction.response.defer(ephemeral=True, thinking=True)
         await self.engine.prefs.set(str(interaction.user.id), **values)
         await self.reply(interaction, message)
@@ -231,6 +256,16 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         text = ("DM memories may now be used in servers." if enabled
                 else "DM memories stay in DMs: I won't use them in servers.")
         await self.set_pref(interaction, text, dm_in_servers=enabled)
+
+    @app_commands.command(name="scope")
+    @app_commands.describe(where="server: what you say in a server stays in that server; everywhere: all servers")
+    @app_commands.choices(where=[app_commands.Choice(name="this server only (each server its own)", value="server"),
+                                 app_commands.Choice(name="every server", value="global")])
+    async def scope(self, interaction: discord.Interaction, where: app_commands.Choice[str]) -> None:
+        """Choose whether what you told me in one server may be used in the others."""
+        text = ("What you say in a server stays in that server (and in our DMs)." if where.value == "server"
+                else "What you say in one server may now be used in every server.")
+        await self.set_pref(interaction, text, scope=where.value)
 
 
 async def setup(bot: MemoryBot) -> None:

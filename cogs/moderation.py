@@ -23,6 +23,7 @@ from discord.ext import commands
 
 from bot.client import MemoryBot
 from bot.engine.memory import Actor
+from cogs._modlog import post_mod_log
 from cogs.views import confirm
 
 log = logging.getLogger(__name__)
@@ -65,10 +66,12 @@ class Moderation(commands.Cog):
         await interaction.response.defer(ephemeral=True, thinking=True)
         guild = interaction.guild
         assert guild is not None  # guild_only
-        memories = [m for m in await self.bot.engine.memories.list(member.id) if m.origin.get("guild_id") == str(guild.id)]
+        # Every memory this server contributed to, not only those last changed here (see bot.engine.memory_erasure).
+        memories = [m for m in await self.bot.engine.memories.list(member.id) if str(guild.id) in m.places()]
         ok, button = await confirm(
             interaction,
-            f"Remove the {len(memories)} memories I learned about {member.mention} in this server? This cannot be undone.",
+            f"Remove the {len(memories)} memories I learned about {member.mention} in this server? Memories also "
+            "learned elsewhere go back to what they were before this server added to them. This cannot be undone.",
             confirm_label="Purge",
             cancelled="Cancelled: nothing was removed.",
         )
@@ -83,27 +86,21 @@ class Moderation(commands.Cog):
             f"memory purge: moderator {interaction.user} ({interaction.user.id}) purged {result.memories} memories"
             f" and {result.messages} messages of member {member} ({member.id}) in server {guild.name} ({guild.id}) at {when}"
         )
+        if result.reduced:
+            line += f"; {result.reduced} memories also learned elsewhere were cut back to what was learned there"
         audit.warning(line)
         await button.edit_original_response(
             content=f"Done: removed {result.memories} memories and {result.messages} stored messages of {member.mention}"
-            " from this server.",
+            " from this server"
+            + (f", and cut {result.reduced} back to what was learned elsewhere." if result.reduced else "."),
             view=None,
         )
         await self.post_mod_log(guild, line)
 
     async def post_mod_log(self, guild: discord.Guild, line: str) -> None:
-        """Copy the audit line to the configured mod-log channel, if it belongs to this server."""
-        channel_id = self.bot.settings.discord.mod_log_channel_id
-        if not channel_id:
-            return
-        channel = guild.get_channel_or_thread(channel_id)
-        if channel is None:
-            log.warning("mod-log channel %s is not in server %s; audit line kept in the log only", channel_id, guild.id)
-            return
-        try:
-            await channel.send(line, allowed_mentions=discord.AllowedMentions.none())
-        except discord.HTTPException:
-            log.warning("could not post to the mod-log channel %s", channel_id, exc_info=True)
+        """Copy the audit line to the mod-log channel (the server's choice, else the operator's)."""
+        policy = await self.bot.engine.guild_policy(guild.id)
+        await post_mod_log(guild, policy.mod_log_channel, line)
 
 
 async def setup(bot: MemoryBot) -> None:

@@ -53,20 +53,24 @@ async def confirm(
     *,
     confirm_label: str = "Confirm",
     cancelled: str = "Cancelled: nothing was changed.",
+    embed: discord.Embed | None = None,
 ) -> tuple[bool, discord.Interaction | None]:
     """Ask ``question`` ephemerally with Confirm/Cancel; return (confirmed, the Confirm button's interaction).
 
     On Cancel the prompt is edited to ``cancelled``; on timeout, to say nothing happened. Both return
-    (False, None), so the caller only handles the confirmed case.
+    (False, None), so the caller only handles the confirmed case. ``embed`` shows what is being confirmed
+    (text too long for the question); it is removed with the buttons.
     """
     view = ConfirmView(interaction.user.id, confirm_label=confirm_label)
-    await interaction.followup.send(question, view=view, ephemeral=True, wait=True)
+    extra = {"embed": embed} if embed is not None else {}
+    gone = {"embed": None} if embed is not None else {}
+    await interaction.followup.send(question, view=view, ephemeral=True, wait=True, **extra)
     timed_out = await view.wait()
     if timed_out or view.value is None:
-        await interaction.edit_original_response(content="Timed out: nothing was changed.", view=None)
+        await interaction.edit_original_response(content="Timed out: nothing was changed.", view=None, **gone)
         return False, None
     if not view.value:
-        await view.interaction.response.edit_message(content=cancelled, view=None)
+        await view.interaction.response.edit_message(content=cancelled, view=None, **gone)
         return False, None
     return True, view.interaction
 

@@ -105,25 +105,59 @@ FACT = re.compile(r"(my name is [\w ]+|i (?:also )?(?:like|enjoy|love|live|work)
 def new_section(call: Call) -> str:
     """The 'new messages' part of an extraction prompt."""
     body = call.messages[-1].text if call.messages else ""
-    return body.split("New messages to learn from:", 1)[-1]
+    return body.split("New messages to learn from", 1)[-1]
+
+
+HEADER = re.compile(r'^#(\d+) · .* · user (\S+) "(.*)" wrote:$')
+PERSON = re.compile(r"about one person: (.+) \(user (\S+)\)\.")
 
 
 def fact_lines(call: Call) -> list[str]:
-    """Facts a person stated in the new messages of an extraction prompt (only human lines)."""
-    facts = []
+    """Facts a person stated in the new messages of an extraction prompt (only their own text)."""
+    return [fact for fact, _n in cited_facts(call)]
+
+
+def cited_facts(call: Call) -> list[tuple[str, int]]:
+    """(fact, message number) as a literal-minded model reads the prompt.
+
+    It reads the numbered messages' indented text (not the assistant's answers), and, like a model fooled
+    by a forged speaker line, also takes any line of the prompt that starts with "<the person's name>:" as
+    theirs: a transcript that lets a message's text start a line fails the speaker tests.
+    """
+    person = PERSON.search(call.system)
+    name = person.group(1) if person else None
+    facts: list[tuple[str, int]] = []
+    number, in_reply = 0, False
     for line in new_section(call).splitlines():
-        if line.startswith("assistant:") or ":" not in line:
-            continue
-        said = line.split(":", 1)[1]
-        facts += [m.group(1).strip().rstrip(".") for m in FACT.finditer(said)]
+        header = HEADER.match(line)
+        if header:
+            number, in_reply = int(header.group(1)), False
+        elif line.startswith("  the assistant answered"):
+            in_reply = True
+        elif line.startswith("    | ") and number and not in_reply:
+            facts += [(m.group(1).strip().rstrip("."), number) for m in FACT.finditer(line[6:])]
+    if name:
+        for line in call.prompt_text.splitlines():
+            if line.startswith(f"{name}:"):
+                facts += [(m.group(1).strip().rstrip("."), 0) for m in FACT.finditer(line)]
     return facts
+
+
+def doc_id(call: Call, content: str) -> str:
+    """The ID Trustcall showed the model for the existing memory with this text (what a model would cite)."""
+    found = re.search(r"<instance id=(\S+) schema_type=\"Memory\">\n\{'content': '" + re.escape(content) + "'",
+                      call.prompt_text)
+    assert found, f"memory {content!r} was not shown to the extractor"
+    return found.group(1)
 
 
 def default_script(call: Call) -> AIMessage | str:
     """Chat: a short echo. Extraction: one Memory insert per stated fact."""
     if call.is_extraction:
-        facts = fact_lines(call)
-        return AIMessage(content="", tool_calls=[tool_call("Memory", {"content": f}, i) for i, f in enumerate(facts)])
+        facts = cited_facts(call)
+        return AIMessage(content="", tool_calls=[
+            tool_call("Memory", {"content": f, "source_messages": [n] if n else []}, i) for i, (f, n) in enumerate(facts)
+        ])
     if any("Summarize" in m.text or "Extend the summary" in m.text for m in call.messages[-1:]):
         return "SUMMARY: " + " / ".join(m.text[:40] for m in call.messages[:-1])
     last = next((m.text for m in reversed(call.messages) if isinstance(m, HumanMessage)), "")
@@ -152,7 +186,7 @@ def make_settings(data_dir: Path, backend: Backend = SQLITE, **sections: dict) -
     """Settings for tests: defaults, a temp data dir, quick extraction, and any section overrides."""
     raw: dict[str, dict] = {
         "bot": {"data_dir": str(data_dir), "persona": "You are TestBot."},
-        "memory": {"extraction_quiet_seconds": 3600, "extraction_after_messages": 100},
+        "memory": {"extraction_quiet_seconds": 3600, "extraction_after_messages": 100, "semantic": "off"},
         # Small pools: the test server is shared, and a small pool is the harder case.
         "storage": {"backend": backend.name, "pool_min_size": 1, "pool_max_size": 4},
     }

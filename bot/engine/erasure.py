@@ -1,21 +1,38 @@
-"""Erase what the bot holds about one person: the single place every wipe and purge goes through.
+"""Erase what the bot holds about one person: the single place every wipe, purge and deletion goes through.
 
 "Erased" means erased from disk, not hidden: the person's memories and their change log, their turns
 waiting for extraction, their own messages in every stored conversation (and the bot's replies to them),
-and any running summary that was built from their messages. Superseded checkpoints are pruned and the
-backend compacts what was deleted (``Maintenance.compact``: on SQLite ``secure_delete`` plus a truncated
-write-ahead log), so a phrase the person typed is left in no file of the data directory.
+and any running summary that was built from their messages. Superseded checkpoints are pruned, SQLite
+overwrites deleted content (``secure_delete``) and the write-ahead logs are checkpointed and truncated
+(checked, and retried while another reader blocks it), so a phrase the person typed is left in no file.
+
+Their words also go from wherever the bot repeated them (the quote rule, ``bot.engine.quotes``): its
+answers to other people, summaries, other people's messages and pending turns, other people's memories.
+The words to look for are gathered *before* anything is deleted, from everything the erasure removes.
+A deleted message (:meth:`Eraser.erase_quotes`) goes through the same rule.
+
+Durability: an erasure is written to the journal (``bot.engine.stores.erasures``: who, where, and the
+quote rule as keyed hashes, never words) before its first deletion; every step is idempotent; the
+journal row goes only after the last step and a checked compaction. A crash at any point leaves the row,
+and :meth:`Eraser.resume` (at start-up) runs the erasure again to the end.
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Callable, Iterable
 
+from bot.engine.conversations import ConversationEraser
 from bot.engine.memory import Actor, MemoryRepository
-from bot.engine.stores import Storage
+from bot.engine.memory_erasure import erase_memories, memory_texts, redact_quotes_in_memories
+from bot.engine.quotes import QuoteRule
+from bot.engine.stores import ErasureJob, Storage
 
 log = logging.getLogger(__name__)
+
+PERSON, QUOTES = "person", "quotes"
 
 
 @dataclass(frozen=True)
@@ -23,26 +40,135 @@ class ErasureResult:
     memories: int
     pending_turns: int
     messages: int
+    reduced: int = 0  # memories of a purge that were also learned elsewhere and were cut back, not deleted
+    quotes: int = 0  # texts elsewhere (answers, summaries, other people's messages and memories) redacted
 
 
-async def erase_person(
-    storage: Storage, user_id: str | int, *, guild_id: str | None = None, conversations=None, by: Actor | None = None
-) -> ErasureResult:
-    """Erase a person's data (all of it, or what was learned in ``guild_id``); see the module docstring.
+Hold = Callable[[str], AbstractAsyncContextManager]
 
-    Args:
-        storage: the opened storage (see :class:`bot.engine.stores.Storage`).
-        user_id: whose data.
-        guild_id: limit to one server (a moderator purge).
-        conversations: the engine's :class:`~bot.engine.conversations.ConversationEraser`, when the
-            person's messages should be removed from conversation state too.
-        by: a moderator doing a purge: recorded, without any content, in the person's change log.
-    """
-    user = str(user_id)
-    messages = 0
-    if conversations is not None:  # first: it waits for any turn of theirs in flight to finish
-        messages = await conversations.erase_author(user, guild_id=guild_id)
-    pending = await storage.maintenance.erase_person_rows(user, guild_id=guild_id)
-    count = await MemoryRepository(storage.store).erase(user, guild_id=guild_id, record=by)
-    await storage.maintenance.compact()
-    return ErasureResult(memories=count, pending_turns=pending, messages=messages)
+
+class Eraser:
+    """Runs erasures: records them, gathers the words, removes and redacts them everywhere, compacts."""
+
+    def __init__(self, storage: Storage, conversations: ConversationEraser | None, *, hold: Hold | None = None) -> None:
+        self.storage = storage
+        self.conversations = conversations
+        self.memories = MemoryRepository(storage.store)
+        self.hold = hold or (lambda _user: nullcontext())
+
+    # ---- the words to erase
+    async def words_of(self, user: str, guild_id: str | None, key: bytes | None = None) -> QuoteRule:
+        """The quote rule for everything of ``user`` an erasure is about to remove (read, nothing changed)."""
+        texts: list[str] = []
+        if self.conversations is not None:
+            texts += await self.conversations.texts_of(user, guild_id=guild_id)
+        texts += await memory_texts(self.memories, user, guild_id)
+        texts += [t.human for t in await self.storage.inbox.every_turn()
+                  if t.user_id == user and (guild_id is None or str(t.origin.get("guild_id")) == str(guild_id))]
+        return QuoteRule.from_texts(texts, key)
+
+    # ---- entry points
+    async def erase_person(
+        self, user_id: str | int, *, guild_id: str | None = None, by: Actor | None = None
+    ) -> ErasureResult:
+        """Erase a person's data (all of it, or what was learned in ``guild_id``); see the module docstring.
+
+        Args:
+            user_id: whose data.
+            guild_id: limit to one server (a moderator purge).
+            by: a moderator doing a purge: recorded, without any content, in the person's change log.
+        """
+        user = str(user_id)
+        async with self.hold(user):
+            quotes = await self.words_of(user, guild_id)
+            job_id = await self.storage.erasures.begin(kind=PERSON, user_id=user, guild_id=guild_id,
+                                                       actor=by.kind if by else None, actor_id=by.id if by else None,
+                                                       quotes=quotes.to_bytes())
+            result = await self._erase_person(job_id, user, guild_id, by, quotes)
+            await self._finish(job_id)
+        return result
+
+    async def erase_quotes(self, texts: Iterable[str], *, author: str | None = None) -> int:
+        """Cut runs copied from ``texts`` (deleted messages) out of everything else; return how many texts.
+
+        ``author``'s own messages and memories are left alone (removing those is the caller's decision).
+        """
+        quotes = QuoteRule.from_texts(texts)
+        if not quotes:
+            return 0
+        job_id = await self.storage.erasures.begin(kind=QUOTES, user_id=author or "", quotes=quotes.to_bytes())
+        redacted = await self._cut_quotes(quotes, author or None)
+        await self._finish(job_id)
+        return redacted
+
+    async def request(self, user_id: str) -> int:
+        """Record a wipe for the running bot to do (from another process); return the journal ID."""
+        return await self.storage.erasures.begin(kind=PERSON, user_id=str(user_id))
+
+    async def resume(self) -> int:
+        """Finish every erasure a crash (or another process's request) left in the journal; return how many."""
+        jobs = await self.storage.erasures.unfinished()
+        for job in jobs:
+            await self.run_job(job)
+        if jobs:
+            log.info("finished %d erasure(s) left unfinished", len(jobs))
+        return len(jobs)
+
+    async def run_job(self, job: ErasureJob) -> None:
+        """Run one recorded erasure again, from the start (every step is idempotent)."""
+        if job.kind == QUOTES:
+            await self._cut_quotes(QuoteRule.from_bytes(job.quotes or b""), job.user_id or None)
+            await self._finish(job.id)
+            return
+        by = Actor(job.actor, job.actor_id) if job.actor else None
+        async with self.hold(job.user_id):
+            if job.quotes is None:  # requested by another process: gather the words first, then record them
+                quotes = await self.words_of(job.user_id, job.guild_id)
+                await self.storage.erasures.set_quotes(job.id, quotes.to_bytes())
+            else:  # what is left now, plus what was gathered before the crash (same key)
+                recorded = QuoteRule.from_bytes(job.quotes)
+                quotes = await self.words_of(job.user_id, job.guild_id, recorded.key)
+                quotes.merge(recorded)
+            await self._erase_person(job.id, job.user_id, job.guild_id, by, quotes)
+            await self._finish(job.id)
+
+    # ---- the steps (each idempotent)
+    async def _erase_person(
+        self, job_id: int, user: str, guild_id: str | None, by: Actor | None, quotes: QuoteRule
+    ) -> ErasureResult:
+        messages = redacted = 0
+        if self.conversations is not None:  # first: it waits for any turn of theirs in flight to finish
+            messages, redacted = await self.conversations.erase_author(user, guild_id=guild_id, quotes=quotes)
+        pending = await self.storage.maintenance.erase_person_rows(user, guild_id=guild_id)
+        erased = await erase_memories(self.memories, user, guild_id=guild_id, record=by, record_key=f"erasure-{job_id}")
+        redacted += await redact_quotes_in_memories(self.memories, quotes, skip_user=user)
+        redacted += await self._cut_quotes_in_inbox(quotes, user)
+        await self.storage.maintenance.compact()
+        return ErasureResult(memories=erased.deleted, pending_turns=pending, messages=messages,
+                             reduced=erased.reduced, quotes=redacted)
+
+    async def _cut_quotes(self, quotes: QuoteRule, author: str | None) -> int:
+        redacted = 0
+        if self.conversations is not None:
+            _, redacted = await self.conversations.erase_author(None, quotes=quotes, keep_author=author)
+        redacted += await redact_quotes_in_memories(self.memories, quotes, skip_user=author)
+        redacted += await self._cut_quotes_in_inbox(quotes, author)
+        await self.storage.maintenance.compact()
+        return redacted
+
+    async def _cut_quotes_in_inbox(self, quotes: QuoteRule, author: str | None) -> int:
+        """Other people's turns (what they said, and the bot's answers) lose the quoted runs."""
+        if not quotes:
+            return 0
+        texts: dict[int, tuple[str, str]] = {}
+        for turn in await self.storage.inbox.every_turn():
+            human = turn.human if turn.user_id == author else quotes.redact(turn.human)
+            ai = quotes.redact(turn.ai)
+            if (human, ai) != (turn.human, turn.ai):
+                texts[turn.id] = (human, ai)
+        await self.storage.inbox.rewrite_turns(texts)
+        return len(texts)
+
+    async def _finish(self, job_id: int) -> None:
+        await self.storage.erasures.finish(job_id)
+        await self.storage.maintenance.compact()  # the journal row (quote hashes) leaves no page behind

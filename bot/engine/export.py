@@ -37,6 +37,7 @@ def export_memories(user_id: str, memories: Sequence[StoredMemory], history: Seq
                 "id": m.key,
                 "content": m.content,
                 "origin": m.origin,
+                "sources": list(m.sources),
                 "created_at": m.created_at.isoformat(),
                 "updated_at": m.updated_at.isoformat(),
             }
@@ -54,6 +55,7 @@ class _Memory(_Strict):
     id: str = Field(min_length=1, max_length=64)
     content: str = Field(min_length=1, max_length=MAX_CONTENT)
     origin: dict[str, Any]
+    sources: list[dict[str, Any]] = Field(default_factory=list, max_length=1000)
     created_at: datetime
     updated_at: datetime
 

@@ -21,9 +21,9 @@ from langgraph.runtime import Runtime
 from bot.engine import prompts
 from bot.engine.extraction import MemoryWriter, WriteRequest
 from bot.engine.memory import MemoryRepository, StoredMemory
-from bot.engine.ranking import estimate_tokens, fits, select_within_budget
-from bot.engine.semantic import SemanticScorer
+from bot.engine.recall import SemanticIndex, choose_memories, estimate_tokens, memory_line
 from bot.engine.state import ChatState, Speaker
+from bot.engine.visibility import allowed_here
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class ChatDeps:
     keep_messages: int = 6
     limiter: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(8))
     on_usage: UsageCallback | None = None
-    semantic: SemanticScorer | None = None
+    semantic: SemanticIndex | None = None
 
 
 def author_line(message: BaseMessage) -> str:
@@ -63,24 +63,22 @@ def for_model(messages: list[AnyMessage]) -> list[BaseMessage]:
     return out
 
 
-def visible_memories(memories: list[StoredMemory], speaker: Speaker) -> list[StoredMemory]:
-    """Memories learned in DMs stay out of server prompts unless the person (or config) allows them."""
-    if speaker.in_dm or speaker.dm_in_servers:
-        return memories
-    return [m for m in memories if m.origin.get("guild_id") != "dm"]
-
-
 def system_prompt(deps: ChatDeps, speaker: Speaker, memories: list[StoredMemory], summary: str) -> str:
-    if not speaker.use_memories:
+    persona = deps.persona
+    if speaker.persona_addition:  # the server's instructions (/settings), after the operator's persona
+        persona = prompts.SERVER_PERSONA.format(persona=persona, addition=speaker.persona_addition)
+    if speaker.memories_off_here:
+        block = prompts.SERVER_MEMORIES_OFF_BLOCK
+    elif not speaker.use_memories:
         block = prompts.MEMORY_DISABLED_BLOCK.format(speaker=speaker.name)
     elif memories:
-        lines = "\n".join(f"- {m.content}" for m in memories)
+        lines = "\n".join(memory_line(m) for m in memories)
         block = prompts.MEMORY_BLOCK.format(speaker=speaker.name, memories=lines)
     else:
         block = prompts.NO_MEMORY_BLOCK.format(speaker=speaker.name)
     summary_block = prompts.SUMMARY_BLOCK.format(summary=summary) if summary else ""
     return prompts.REPLY_SYSTEM.format(
-        persona=deps.persona,
+        persona=persona,
         place=speaker.place,
         speaker=speaker.name,
         speaker_id=speaker.user_id,
@@ -89,8 +87,12 @@ def system_prompt(deps: ChatDeps, speaker: Speaker, memories: list[StoredMemory]
     ).strip()
 
 
-def _recent_text(messages: list[AnyMessage], n: int = 4) -> str:
-    return "\n".join(m.text for m in messages[-n:] if isinstance(m, HumanMessage))
+def recall_query(messages: list[AnyMessage], turns: int = 3, reply_chars: int = 200) -> str:
+    """What memories are chosen for: the current message plus the recent turns (the bot's last reply cut short)."""
+    recent = messages[-2 * turns:]
+    parts = [m.text if isinstance(m, HumanMessage) else m.text[:reply_chars] for m in recent
+             if isinstance(m, (HumanMessage, AIMessage))]
+    return "\n".join(p for p in parts if p)
 
 
 def needs_summary(messages: list[AnyMessage], deps: ChatDeps) -> bool:
@@ -119,12 +121,12 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
         memories: list[StoredMemory] = []
         if speaker.use_memories and runtime.store is not None:
             everything = await MemoryRepository(runtime.store).list(speaker.user_id)
-            shown = visible_memories(everything, speaker)
-            query = _recent_text(state["messages"])
-            semantic = None
-            if deps.semantic is not None and not fits(shown, deps.memory_budget_tokens):
-                semantic = await deps.semantic.scores(speaker.user_id, shown, query)
-            memories = select_within_budget(shown, query, deps.memory_budget_tokens, semantic)
+            shown = allowed_here(everything, speaker.policy)
+            selection = await choose_memories(
+                shown, recall_query(state["messages"]), deps.memory_budget_tokens,
+                user_id=speaker.user_id, index=deps.semantic,
+            )
+            memories = selection.memories
         system = SystemMessage(content=system_prompt(deps, speaker, memories, state.get("summary", "")))
         reply = await call([system, *for_model(state["messages"])], speaker)
         return {"messages": [AIMessage(content=reply.text, id=reply.id)], "guild_id": speaker.guild_id}

@@ -1,9 +1,13 @@
 """Memories: one store namespace per person, one item per fact, every change logged in the same batch.
 
-A memory's value is ``{"content", "origin", "created_at", "updated_at"}``. ``origin`` says where the
-current text was learned: ``guild_id`` (a server ID, or ``"dm"``), ``channel_id``, ``message_id`` and
-``source``. The timestamps live in the value (ISO 8601, UTC) rather than only in the store's own columns
-so that an export can be imported back exactly.
+A memory's value is ``{"content", "origin", "sources", "created_at", "updated_at"}``. ``origin`` says
+where the current text was learned: ``guild_id`` (a server ID, or ``"dm"``), ``channel_id``,
+``message_id`` and ``source``. ``sources`` lists *every* message (or command) that contributed to the
+memory, oldest first: the one that created it and each that patched or edited it, de-duplicated by
+message. A memory remembers all the places it came from, not only the last, so that per-place rules
+(DM facts stay out of servers, a purge in one server) and the deletion of one message can find every
+memory it touched. The timestamps live in the value (ISO 8601, UTC) rather than only in the store's own
+columns so that an export can be imported back exactly.
 
 Every insert, update and delete also writes a change-log entry into ``("memory_history", user_id)``: the
 action, who did it (extraction, the person, a moderator, an import), when, the text before and after, and
@@ -13,6 +17,7 @@ in one transaction: an extraction's changes land all together, with their histor
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
@@ -33,6 +38,10 @@ class Memory(BaseModel):
     """A durable fact about the person: who they are, what they like, what they do, what they plan."""
 
     content: str = Field(description="The fact, as one short sentence in the third person.")
+    source_messages: list[int] = Field(
+        default_factory=list,
+        description="The numbers (#1, #2, ...) of the new messages this fact comes from.",
+    )
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,27 @@ class Actor:
 
 
 EXTRACTION = Actor("extraction")
+
+
+def _source_id(source: dict[str, Any]) -> tuple:
+    """What makes two sources the same: the message, or (for commands) the place and the actor kind."""
+    message = source.get("message_id")
+    if message:
+        return ("message", str(message))
+    return ("place", str(source.get("guild_id")), str(source.get("channel_id")), str(source.get("source")))
+
+
+def merge_sources(*lists: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Concatenate source lists, oldest first, keeping the first occurrence of each source."""
+    seen: set[tuple] = set()
+    out: list[dict[str, Any]] = []
+    for sources in lists:
+        for source in sources:
+            ident = _source_id(source)
+            if ident not in seen:
+                seen.add(ident)
+                out.append(dict(source))
+    return out
 
 
 def _now() -> str:
@@ -66,6 +96,7 @@ class StoredMemory:
     origin: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    sources: tuple[dict[str, Any], ...] = ()
 
     @property
     def short_id(self) -> str:
@@ -75,13 +106,24 @@ class StoredMemory:
     @classmethod
     def from_item(cls, item: Item) -> "StoredMemory":
         value = item.value or {}
+        origin = dict(value.get("origin") or {})
+        sources = value.get("sources") or ([origin] if origin else [])
         return cls(
             key=item.key,
             content=str(value.get("content", "")),
-            origin=dict(value.get("origin") or {}),
+            origin=origin,
             created_at=_parse(value.get("created_at"), item.created_at),
             updated_at=_parse(value.get("updated_at"), item.updated_at),
+            sources=tuple(dict(s) for s in sources),
         )
+
+    def places(self) -> set[str]:
+        """Every ``guild_id`` (a server ID, or ``"dm"``) that contributed to this memory."""
+        return {str(s.get("guild_id")) for s in self.sources if s.get("guild_id") is not None}
+
+    def message_ids(self) -> set[str]:
+        """Every Discord message ID this memory was learned or changed from."""
+        return {str(s["message_id"]) for s in self.sources if s.get("message_id")}
 
 
 @dataclass(frozen=True)
@@ -160,6 +202,10 @@ class MemoryRepository:
     def __init__(self, store: BaseStore) -> None:
         self.store = store
 
+    async def items(self, ns: tuple[str, ...], **filters: Any) -> list[Item]:
+        """Every item of a namespace (paged), optionally filtered on value fields."""
+        return await self._all(ns, **filters)
+
     async def _all(self, ns: tuple[str, ...], **filters: Any) -> list[Item]:
         items: list[Item] = []
         offset = 0
@@ -212,21 +258,30 @@ class MemoryRepository:
         self,
         user_id: str | int,
         *,
-        inserts: Iterable[tuple[str, dict]] = (),
-        updates: Iterable[tuple[str, str, dict]] = (),
+        inserts: Iterable[tuple[str, dict] | tuple[str, dict, list[dict]]] = (),
+        updates: Iterable[tuple[str, str, dict] | tuple[str, str, dict, list[dict]]] = (),
         deletes: Iterable[str] = (),
         actor: Actor = EXTRACTION,
         watermark: tuple[str, int, str] | None = None,
+        watermarks: Iterable[tuple[str, int, str]] = (),
+        cap: int | None = None,
     ) -> MemoryChanges:
-        """Apply inserts ``(content, origin)``, updates ``(key, content, origin)`` and deletes, logged, in one batch.
+        """Apply inserts ``(content, origin[, sources])``, updates ``(key, content, origin[, sources])`` and
+        deletes, logged, in one batch.
 
-        Updates and deletes of keys the person does not have are ignored. ``watermark`` (thread ID, inbox
-        turn ID, inbox epoch) is written in the same transaction, so after a crash the scheduler knows these turns were
-        applied and does not extract them twice.
+        ``sources`` (the messages a change came from) default to ``[origin]``; an update appends them to
+        the memory's existing sources. Updates and deletes of keys the person does not have are ignored.
+        ``watermark`` (thread ID, inbox turn ID, inbox epoch) is written in the same transaction, so after
+        a crash the scheduler knows these turns were applied and does not extract them twice.
+        ``cap`` (the most memories one person may have) makes room for inserts (see :meth:`_make_room`).
         """
         ns, hns = namespace(user_id), history_namespace(user_id)
-        inserts, updates, deletes = list(inserts), list(updates), list(dict.fromkeys(deletes))
-        touched = [k for k, _, _ in updates] + deletes
+        inserts = [(i[0], i[1], list(i[2]) if len(i) > 2 else [i[1]]) for i in inserts]
+        updates = [(u[0], u[1], u[2], list(u[3]) if len(u) > 3 else [u[2]]) for u in updates]
+        deletes = list(dict.fromkeys(deletes))
+        if cap is not None and inserts:
+            inserts, deletes = await self._make_room(user_id, cap, inserts, updates, deletes)
+        touched = [u[0] for u in updates] + deletes
         current: dict[str, Item] = {}
         if touched:
             found = await self.store.abatch([GetOp(ns, k) for k in touched])
@@ -241,15 +296,19 @@ class MemoryRepository:
                      "at": now, "before": before, "after": after, "origin": origin}
             ops.append(PutOp(hns, next(log_keys), entry, index=False))
 
-        for (content, origin), key in zip(inserts, time_ordered_keys(len(inserts))):
-            ops.append(PutOp(ns, key, {"content": content, "origin": origin, "created_at": now, "updated_at": now}, index=False))
+        for (content, origin, sources), key in zip(inserts, time_ordered_keys(len(inserts))):
+            value = {"content": content, "origin": origin, "sources": merge_sources(sources),
+                     "created_at": now, "updated_at": now}
+            ops.append(PutOp(ns, key, value, index=False))
             log(key, "created", None, content, origin)
             changes.inserted.append(key)
-        for key, content, origin in updates:
+        for key, content, origin, sources in updates:
             old = current.get(key)
             if old is None or key in deletes:
                 continue
-            value = {**old.value, "content": content, "origin": origin, "updated_at": now}
+            before = StoredMemory.from_item(old).sources
+            value = {**old.value, "content": content, "origin": origin, "sources": merge_sources(before, sources),
+                     "updated_at": now}
             value.setdefault("created_at", old.created_at.isoformat())
             ops.append(PutOp(ns, key, value, index=False))
             log(key, "updated", old.value.get("content"), content, origin)
@@ -261,12 +320,42 @@ class MemoryRepository:
             ops.append(PutOp(ns, key, None))
             log(key, "deleted", old.value.get("content"), None, dict(old.value.get("origin") or {}))
             changes.deleted.append(key)
-        if watermark is not None:
-            ops.append(PutOp(watermark_namespace(user_id), watermark[0],
-                             {"last_turn_id": watermark[1], "epoch": watermark[2]}, index=False))
+        # One extraction can cover turns of several threads (channels of one server): one mark each.
+        for thread_id, turn_id, epoch in [*([watermark] if watermark is not None else []), *watermarks]:
+            ops.append(PutOp(watermark_namespace(user_id), thread_id,
+                             {"last_turn_id": turn_id, "epoch": epoch}, index=False))
         if ops:
             await self.store.abatch(ops)
         return changes
+
+    async def _make_room(self, user_id, cap: int, inserts: list, updates: list, deletes: list) -> tuple[list, list]:
+        """Keep a person at ``cap`` memories when extraction learns more: drop the least recently used.
+
+        "Used" is when a memory was last learned or confirmed (``updated_at``). Only memories learned by
+        extraction make room; what the person wrote themselves (``remember``, ``edit``, an import) is never
+        dropped to make room for something the bot inferred: when nothing else can go, the newest inserts
+        are dropped instead. Either way the log says how many (never which text, at INFO).
+        """
+        items = [StoredMemory.from_item(i) for i in await self._all(namespace(user_id))]
+        kept = [m for m in items if m.key not in set(deletes)]
+        over = len(kept) + len(inserts) - cap
+        if over <= 0:
+            return inserts, deletes
+        touched = {u[0] for u in updates}
+        evictable = sorted((m for m in kept if m.key not in touched and m.origin.get("source", "extraction") == "extraction"),
+                           key=lambda m: (m.updated_at, m.key))
+        evicted = [m.key for m in evictable[:over]]
+        dropped = max(0, over - len(evicted))
+        if dropped:
+            inserts = inserts[: len(inserts) - dropped]
+        logging.getLogger(__name__).warning(
+            "user %s is at the cap of %d memories: dropped %d least recently used, skipped %d new",
+            user_id, cap, len(evicted), dropped)
+        return inserts, deletes + evicted
+
+    async def room(self, user_id: str | int, cap: int) -> int:
+        """How many more memories a person may have under ``cap`` (0 when full)."""
+        return max(0, cap - await self.count(user_id))
 
     async def add(self, user_id: str | int, content: str, origin: dict, *, actor: Actor = EXTRACTION) -> str:
         """Insert one memory and return its key."""
@@ -281,38 +370,22 @@ class MemoryRepository:
         return bool((await self.apply(user_id, deletes=[key], actor=actor)).deleted)
 
     async def erase(self, user_id: str | int, *, guild_id: str | None = None, record: Actor | None = None) -> int:
-        """Erase memories and their change log, leaving no trace; return how many memories there were.
+        """Erase memories and their change log, leaving no trace; return how many memories were removed.
 
-        ``guild_id`` limits it to what was learned in that server (memories whose origin is there, and
-        every log entry of those memories or with that origin). Unlike ``delete``, nothing is logged:
-        erasure is for when the text must be gone. ``record`` (a moderator) leaves one content-free entry
-        saying who erased how many memories from which server, so the person can see that it happened.
+        See :func:`bot.engine.memory_erasure.erase_memories` (a purge reduces memories that were also
+        learned elsewhere instead of deleting them).
         """
-        ns, hns = namespace(user_id), history_namespace(user_id)
-        memories = await self._all(ns)
+        from bot.engine.memory_erasure import erase_memories
 
-        def here(value: dict) -> bool:
-            return guild_id is None or str((value.get("origin") or {}).get("guild_id")) == str(guild_id)
-
-        chosen = {i.key for i in memories if here(i.value)}
-        history = [h for h in await self._all(hns) if h.value.get("memory_key") in chosen or here(h.value)]
-        ops = [PutOp(ns, k, None) for k in chosen] + [PutOp(hns, h.key, None) for h in history]
-        if guild_id is None:
-            ops += [PutOp(watermark_namespace(user_id), w.key, None) for w in await self._all(watermark_namespace(user_id))]
-        if record is not None:
-            entry = {"memory_key": "*", "action": "deleted", "actor": record.kind, "actor_id": record.id, "at": _now(),
-                     "before": None, "after": None, "origin": {"guild_id": guild_id or "", "erased": len(chosen)}}
-            ops.append(PutOp(hns, time_ordered_keys(1)[0], entry, index=False))
-        if ops:
-            await self.store.abatch(ops)
-        return len(chosen)
+        return (await erase_memories(self, user_id, guild_id=guild_id, record=record)).deleted
 
     async def restore(self, user_id: str | int, memories: list[dict], history: list[dict]) -> int:
         """Write exported memories and log entries back under their own keys, in one batch."""
         ns, hns = namespace(user_id), history_namespace(user_id)
         ops = [
-            PutOp(ns, m["id"], {"content": m["content"], "origin": m["origin"], "created_at": m["created_at"],
-                                "updated_at": m["updated_at"]}, index=False)
+            PutOp(ns, m["id"], {"content": m["content"], "origin": m["origin"],
+                                "sources": merge_sources(m.get("sources") or [m["origin"]]),
+                                "created_at": m["created_at"], "updated_at": m["updated_at"]}, index=False)
             for m in memories
         ]
         ops += [PutOp(hns, h["key"], {k: v for k, v in h.items() if k != "key"}, index=False) for h in history]

@@ -33,21 +33,3 @@ def build_chat_model(settings: Settings, *, streaming: bool | None = None) -> Ba
     from langchain_openai import ChatOpenAI
 
     return ChatOpenAI(base_url=m.base_url, api_key=key or "not-needed", **common)
-
-
-def build_embeddings(settings: Settings):
-    """The configured embeddings client (any OpenAI-compatible ``/embeddings`` endpoint), or None."""
-    mem = settings.memory
-    if not mem.embeddings_model:
-        return None
-    from langchain_openai import OpenAIEmbeddings
-
-    key = settings.secrets.embeddings_api_key.get_secret_value() if settings.secrets.embeddings_api_key else "not-needed"
-    return OpenAIEmbeddings(
-        model=mem.embeddings_model,
-        base_url=mem.embeddings_base_url,
-        api_key=key,
-        check_embedding_ctx_length=False,  # plain strings, not tiktoken ids: works with non-OpenAI servers
-        timeout=settings.model.timeout_seconds,
-        max_retries=settings.model.max_retries,
-    )

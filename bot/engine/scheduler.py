@@ -1,4 +1,4 @@
-"""Background memory extraction, debounced per (thread, person), off the reply path.
+"""Background memory extraction, debounced per (server or DMs, person), off the reply path.
 
 A turn is recorded in the inbox before its reply is returned; this scheduler later runs the memory graph
 for that pair when the conversation has been quiet for ``quiet_seconds`` or when ``after_messages`` turns
@@ -14,8 +14,11 @@ import time
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Awaitable, Callable
 
+from bot.engine.bounds import BoundedDict, KeyedLocks
 from bot.engine.extraction import TurnText, WriteRequest
 from bot.engine.stores import Inbox, InboxTurn
+from bot.engine.recall import estimate_tokens
+from bot.engine.transcript import MAX_MESSAGE_CHARS, REPLY_CHARS
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +40,39 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(status, int) and (status >= 500 or status in TRANSIENT_STATUS)
 
 
+NEW_BUDGET_TOKENS = 1100  # new messages (with their shortened replies) in one call; the rest waits for the next
+
+
 def _text(turn: InboxTurn) -> TurnText:
-    return TurnText(author=turn.author, human=turn.human, ai=turn.ai)
+    return TurnText(author_id=turn.user_id, author=turn.author, human=turn.human, ai=turn.ai, at=turn.created,
+                    origin=dict(turn.origin), thread_id=turn.thread_id, turn_id=turn.id)
+
+
+def scope_of(origin: dict) -> str:
+    """Where one extraction may gather turns from: one server (its ID), or the person's DMs ("dm")."""
+    return str(origin.get("guild_id") or "dm")
+
+
+def within_budget(turns: list[InboxTurn], budget: int) -> list[InboxTurn]:
+    """The oldest turns whose text fits the budget (always at least one): each call stays bounded."""
+    taken, used = [], 0
+    for t in turns:
+        cost = estimate_tokens(t.human[:MAX_MESSAGE_CHARS]) + estimate_tokens(t.ai[:REPLY_CHARS]) + 20  # + header
+        if taken and used + cost > budget:
+            break
+        taken.append(t)
+        used += cost
+    return taken
 
 
 class ExtractionScheduler:
-    """Decides when to extract, and makes sure each pending turn is extracted exactly once."""
+    """Decides when to extract, and makes sure each pending turn is extracted exactly once.
+
+    Work is keyed by (scope, person), where the scope is a server or the person's DMs: one extraction
+    covers the person's pending turns in every channel of that server, so someone who says one thing in
+    each of five channels costs one call, not five. Watermarks stay per thread (committed with the memory
+    changes), so exactly-once after a crash is unchanged.
+    """
 
     def __init__(
         self,
@@ -65,32 +95,48 @@ class ExtractionScheduler:
         self.context_turns = context_turns
         self.on_change = on_change
         self._timers: dict[tuple[str, str], asyncio.Task] = {}
-        self._user_locks: dict[str, asyncio.Lock] = {}
-        self._failures: dict[tuple[str, str], int] = {}
+        self._user_locks: KeyedLocks[str] = KeyedLocks()  # only while held: bounded by work in flight
+        self._failures: BoundedDict[tuple[str, str], int] = BoundedDict(10_000)
         self._closed = False
+
+    async def _pending_by_scope(self, user_id: str | None = None) -> dict[tuple[str, str], float]:
+        """(scope, person) -> newest pending turn time, for everyone (or one person)."""
+        out: dict[tuple[str, str], float] = {}
+        for p in await self.inbox.pending():
+            if user_id is not None and p.user_id != user_id:
+                continue
+            _before, turns = await self.inbox.batch(p.thread_id, p.user_id, 0)
+            if turns:
+                key = (scope_of(turns[-1].origin), p.user_id)
+                out[key] = max(out.get(key, 0.0), p.last_created)
+        return out
 
     async def start(self) -> None:
         """Resume the work a previous process left pending."""
-        pending = await self.inbox.pending()
+        pending = await self._pending_by_scope()
         now = time.time()
-        for p in pending:
-            self._schedule(p.thread_id, p.user_id, max(0.0, p.last_created + self.quiet_seconds - now))
+        for (scope, user_id), last in pending.items():
+            self._schedule(scope, user_id, max(0.0, last + self.quiet_seconds - now))
         if pending:
-            log.info("resuming memory extraction for %d conversation(s)", len(pending))
+            log.info("resuming memory extraction for %d person/place pair(s)", len(pending))
 
-    def notify(self, thread_id: str, user_id: str, pending_count: int) -> None:
-        """A turn was recorded: restart the quiet timer, or extract now if enough turns are waiting."""
+    def notify(self, thread_id: str, user_id: str, pending_count: int, scope: str = "dm") -> None:
+        """A turn was recorded: restart the quiet timer, or extract now if enough turns are waiting.
+
+        ``scope`` is the turn's server ID (or "dm"): the timer is the person's in that server, so a message
+        in another channel of the same server postpones (and joins) the same extraction.
+        """
         delay = 0.0 if pending_count >= self.after_messages else self.quiet_seconds
-        self._schedule(thread_id, user_id, delay)
+        self._schedule(str(scope or "dm"), user_id, delay)
 
-    def _schedule(self, thread_id: str, user_id: str, delay: float) -> None:
+    def _schedule(self, scope: str, user_id: str, delay: float) -> None:
         if self._closed:
             return
-        key = (thread_id, user_id)
+        key = (scope, user_id)
         old = self._timers.get(key)
         if old is not None and not old.done():
             old.cancel()
-        self._timers[key] = asyncio.create_task(self._after(key, delay), name=f"extract:{thread_id}:{user_id}")
+        self._timers[key] = asyncio.create_task(self._after(key, delay), name=f"extract:{scope}:{user_id}")
 
     async def _after(self, key: tuple[str, str], delay: float) -> None:
         await asyncio.sleep(delay)
@@ -102,48 +148,67 @@ class ExtractionScheduler:
             if self._timers.get(key) is asyncio.current_task():
                 del self._timers[key]
 
-    async def run(self, thread_id: str, user_id: str) -> dict | None:
-        """Extract a pair's pending turns now; return the changes (None when nothing was pending).
+    async def _gather(self, scope: str, user_id: str) -> tuple[list[InboxTurn], list[InboxTurn]]:
+        """(context, pending) for a person in one scope, across its threads; already-applied turns closed."""
+        context: list[InboxTurn] = []
+        pending: list[InboxTurn] = []
+        for p in await self.inbox.pending():
+            if p.user_id != user_id:
+                continue
+            before, turns = await self.inbox.batch(p.thread_id, user_id, self.context_turns)
+            if not turns or scope_of(turns[-1].origin) != scope:
+                continue
+            if self.applied_up_to is not None:
+                # Turns whose memory changes were committed before a crash cut the inbox update short.
+                done = await self.applied_up_to(user_id, p.thread_id, self.inbox.epoch)
+                already = [t.id for t in turns if t.id <= done]
+                if already:
+                    await self.inbox.mark_extracted(p.thread_id, already)
+                    turns = [t for t in turns if t.id > done]
+            if turns:
+                pending += turns
+                context += before
+        pending.sort(key=lambda t: t.id)
+        context.sort(key=lambda t: t.id)
+        return context[-self.context_turns:] if self.context_turns > 0 else [], pending
+
+    async def run(self, scope: str, user_id: str) -> dict | None:
+        """Extract a person's pending turns in one scope now; return the changes (None when nothing was pending).
 
         When the database is unreachable the turns stay pending there and the pair is tried again later
         (the outage itself is logged once, by storage).
         """
         try:
-            return await self._run(thread_id, user_id)
+            return await self._run(scope, user_id)
         except self.storage_errors as exc:
-            key = (thread_id, user_id)
+            key = (scope, user_id)
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
             log.debug("memory extraction for user %s waits for the database: %r", user_id, exc)
-            self._schedule(thread_id, user_id, min(60.0, STORAGE_RETRY_SECONDS * 2 ** min(failures - 1, 5)))
+            self._schedule(scope, user_id, min(60.0, STORAGE_RETRY_SECONDS * 2 ** min(failures - 1, 5)))
             return None
 
-    async def _run(self, thread_id: str, user_id: str) -> dict | None:
-        lock = self._user_locks.setdefault(user_id, asyncio.Lock())
-        async with lock:
-            before, pending = await self.inbox.batch(thread_id, user_id, self.context_turns)
+    async def _run(self, scope: str, user_id: str) -> dict | None:
+        leftover = False
+        async with self._user_locks.hold(user_id):
+            before, pending = await self._gather(scope, user_id)
             if not pending:
                 return None
-            if self.applied_up_to is not None:
-                # Turns whose memory changes were committed before a crash cut the inbox update short.
-                done = await self.applied_up_to(user_id, thread_id, self.inbox.epoch)
-                already = [t.id for t in pending if t.id <= done]
-                if already:
-                    await self.inbox.mark_extracted(thread_id, already)
-                    pending = [t for t in pending if t.id > done]
-                    if not pending:
-                        return None
+            taken = within_budget(pending, NEW_BUDGET_TOKENS)
+            leftover = len(taken) < len(pending)
+            marks: dict[str, int] = {}
+            for t in taken:
+                marks[t.thread_id] = max(marks.get(t.thread_id, 0), t.id)
             request = WriteRequest(
                 user_id=user_id,
-                speaker_name=pending[-1].author,
-                new=[_text(t) for t in pending],
+                speaker_name=taken[-1].author,
+                new=[_text(t) for t in taken],
                 context=[_text(t) for t in before],
-                origin=pending[-1].origin,
-                thread_id=thread_id,
-                last_turn_id=pending[-1].id,
+                origin=taken[-1].origin,
+                watermarks=tuple(marks.items()),
                 inbox_epoch=self.inbox.epoch,
             )
-            key = (thread_id, user_id)
+            key = (scope, user_id)
             try:
                 changes = await self.run_write(request)
             except self.storage_errors:
@@ -152,16 +217,19 @@ class ExtractionScheduler:
                 failures = self._failures.get(key, 0) + 1
                 self._failures[key] = failures
                 if is_transient(exc) or failures < MAX_FAILURES:
-                    # The model API is down or busy: the turns stay pending (in storage) and are retried
+                    # The model API is down or busy: the turns stay pending (in the inbox) and are retried
                     # with a growing delay for as long as it takes. Nothing is dropped for an outage.
                     log.warning("memory extraction failed for user %s (attempt %d): %r; will retry",
                                 user_id, failures, exc)
-                    self._schedule(thread_id, user_id, min(300.0, 5.0 * 2 ** min(failures, 6)))
+                    self._schedule(scope, user_id, min(300.0, 5.0 * 2 ** min(failures, 6)))
                     return None
                 log.exception("memory extraction failed %d times for user %s; skipping these turns", failures, user_id)
                 changes = {}
             self._failures.pop(key, None)
-            await self.inbox.mark_extracted(thread_id, [t.id for t in pending])
+            for thread_id in marks:
+                await self.inbox.mark_extracted(thread_id, [t.id for t in taken if t.thread_id == thread_id])
+        if leftover:
+            self._schedule(scope, user_id, 0.0)  # the rest of a long backlog, in the next bounded call
         if changes and any(changes.values()) and self.on_change is not None:
             try:
                 await self.on_change(request, changes)
@@ -179,20 +247,29 @@ class ExtractionScheduler:
         """
         for key in [k for k in self._timers if k[1] == user_id]:
             self._timers.pop(key).cancel()
-        lock = self._user_locks.setdefault(user_id, asyncio.Lock())
-        async with lock:
+        async with self._user_locks.hold(user_id):
             yield
-        for p in await self.inbox.pending():
-            if p.user_id == user_id:
-                self._schedule(p.thread_id, user_id, self.quiet_seconds)
+        for scope, _user in await self._pending_by_scope(user_id):
+            self._schedule(scope, user_id, self.quiet_seconds)
 
     async def flush(self) -> None:
         """Extract everything pending now (used at shutdown and by tests and the console)."""
         for task in list(self._timers.values()):
             task.cancel()
         self._timers.clear()
-        for p in await self.inbox.pending():
-            await self.run(p.thread_id, p.user_id)
+        while True:  # a long backlog is taken in bounded calls: go on while calls succeed
+            progressed = False
+            for scope, user_id in await self._pending_by_scope():
+                if await self.run(scope, user_id) is not None:
+                    progressed = True
+                    self._drop_timer(scope, user_id)  # its leftovers are taken by the next round
+            if not progressed:  # nothing left, or the model is failing (its retry timers stay)
+                return
+
+    def _drop_timer(self, scope: str, user_id: str) -> None:
+        task = self._timers.pop((scope, user_id), None)
+        if task is not None:
+            task.cancel()
 
     async def close(self, timeout: float = 30.0) -> None:
         """Stop scheduling and flush pending work, within ``timeout``; what is left stays in the inbox."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -17,21 +18,27 @@ from typing import Callable
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.graph.state import CompiledStateGraph
 
+from bot.engine.bounds import RateLimiter
 from bot.engine.conversations import ConversationEraser
-from bot.engine.erasure import ErasureResult, erase_person
+from bot.engine.erasure import Eraser, ErasureResult
 from bot.engine.extraction import MemoryWriter, WriteRequest
 from bot.engine.graph import ChatDeps, build_chat_graph, build_memory_graph
+from bot.engine.guild_settings import GuildPolicy, GuildSettingsService, OperatorDefaults
 from bot.engine.memory import Actor, MemoryRepository
 from bot.engine.scheduler import ExtractionScheduler, OnChange
-from bot.engine.semantic import SemanticScorer
+from bot.engine.recall import SemanticIndex
+from bot.engine.recall.embedders import LocalMiniLM
 from bot.engine.state import Speaker
 from bot.engine.stores import Storage
+from bot.engine.visibility import resolve_visibility
+from bot.metrics import Backlog, Metrics
 from bot.settings import Settings
 
 log = logging.getLogger(__name__)
 
 DeltaCallback = Callable[[str], None]
-PRUNE_EVERY = 8  # a thread keeps at most this many superseded checkpoints between prunes
+PRUNE_EVERY = 8
+ERASURE_POLL_SECONDS = 2.0  # how often the journal is checked for wipes requested by another process  # a thread keeps at most this many superseded checkpoints between prunes
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,42 @@ class Reply:
     """The answer to one message."""
 
     text: str
+
+
+@dataclass(eq=False)
+class _Ticket:
+    user_id: str
+    erased: bool = False
+
+
+class InflightTurns:
+    """The turns being answered right now, per person: an erasure marks them so none is learned from.
+
+    Only turns in flight are held (each is removed when it ends), so the map is bounded by concurrency,
+    not by how many people ever spoke or were erased.
+    """
+
+    def __init__(self) -> None:
+        self._by_user: dict[str, set[_Ticket]] = {}
+
+    def open(self, user_id: str) -> _Ticket:
+        ticket = _Ticket(user_id)
+        self._by_user.setdefault(user_id, set()).add(ticket)
+        return ticket
+
+    def close(self, ticket: _Ticket) -> None:
+        tickets = self._by_user.get(ticket.user_id)
+        if tickets is not None:
+            tickets.discard(ticket)
+            if not tickets:
+                del self._by_user[ticket.user_id]
+
+    def mark_erased(self, user_id: str) -> None:
+        for ticket in self._by_user.get(user_id, ()):
+            ticket.erased = True
+
+    def __len__(self) -> int:
+        return sum(len(t) for t in self._by_user.values())
 
 
 def _usage(message: BaseMessage) -> tuple[int, int]:
@@ -58,8 +101,11 @@ class ChatEngine:
         memory_model=None,
         on_memory_change: OnChange | None = None,
         embeddings=None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics if metrics is not None else Metrics()
+        self._chat_observer = self.metrics.observer()
         self.storage = storage
         self.store = storage.store
         self.checkpointer = storage.checkpointer
@@ -67,8 +113,15 @@ class ChatEngine:
         self.prefs = storage.prefs
         self.usage = storage.usage
         self.memories = MemoryRepository(self.store)
+        self.guild_settings = GuildSettingsService(
+            storage.guild_settings,
+            OperatorDefaults.from_settings(settings),
+            cache_seconds=settings.server_settings.cache_seconds,
+        )
         self.limiter = asyncio.Semaphore(settings.model.max_concurrent_calls)
         conv, mem = settings.conversation, settings.memory
+        self.embeddings = embeddings
+        self.semantic = SemanticIndex(embeddings, storage.vectors) if embeddings is not None else None
         self.chat_deps = ChatDeps(
             model=chat_model,
             persona=settings.bot.persona,
@@ -78,7 +131,7 @@ class ChatEngine:
             keep_messages=conv.keep_messages,
             limiter=self.limiter,
             on_usage=self._record_usage,
-            semantic=SemanticScorer(embeddings, storage.vectors) if embeddings is not None else None,
+            semantic=self.semantic,
         )
         self.graph: CompiledStateGraph = build_chat_graph(self.chat_deps).compile(
             checkpointer=self.checkpointer, store=self.store
@@ -88,6 +141,7 @@ class ChatEngine:
             max_existing=mem.extraction_max_existing,
             limiter=self.limiter,
             on_usage=self._record_extraction_usage,
+            callbacks=[self.metrics.observer("extraction")],
         )
         self.memory_graph: CompiledStateGraph = build_memory_graph(self.writer).compile(store=self.store)
         self.scheduler = ExtractionScheduler(
@@ -104,20 +158,69 @@ class ChatEngine:
         self._tails: set[asyncio.Task] = set()
         self._turns_since_prune: dict[str, int] = {}
         self._started = False
-        self._erased_at: dict[str, float] = {}  # person -> loop time of their latest erasure
+        self._journal_watch: asyncio.Task | None = None
+        self._usage_pruned_on = ""
+        self._inflight = InflightTurns()
+        # /memories remember and import, per person per hour: bounded like every map keyed by person.
+        self.memory_commands: RateLimiter[str] = RateLimiter(settings.limits.memory_commands_per_hour, 3600.0)
         self.conversations = ConversationEraser(self.graph, self.checkpointer, self._lock, storage.maintenance.prune_thread)
+        self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold)
 
     async def start(self) -> None:
-        """Resume pending memory work left by a previous run."""
+        """Finish erasures and resume pending memory work left by a previous run; watch for wipe requests.
+
+        Erasures come first, so nothing of an erased person is learned from on the way back up.
+        """
         self._started = True
+        await self.eraser.resume()
+        await self.prune_usage()
+        if isinstance(self.embeddings, LocalMiniLM):
+            # Load the embedded model in the background now, so no reply waits for it.
+            self._warming = asyncio.create_task(self.embeddings.warm(), name="load-embedding-model")
+            self._warming.add_done_callback(_log_failure)
         await self.scheduler.start()
+        self._journal_watch = asyncio.create_task(self._watch_erasure_requests(), name="erasure-requests")
+
+    async def _watch_erasure_requests(self) -> None:
+        """Do the wipes other processes recorded (``python -m bot memories wipe`` while the bot runs).
+
+        The shell cannot erase safely beside a running bot (an extraction in flight would write back
+        what it erased), so it records the request in the journal and this process does it, under the
+        same per-person hold as any other erasure.
+        """
+        while True:
+            await asyncio.sleep(ERASURE_POLL_SECONDS)
+            try:
+                for job in await self.storage.erasures.unfinished():
+                    if job.quotes is None:
+                        self._inflight.mark_erased(job.user_id)
+                        await self.eraser.run_job(job)
+                        log.info("did the wipe of user %s requested by another process", job.user_id)
+            except Exception:  # noqa: BLE001 - the request stays in the journal; the next round retries
+                log.exception("a requested erasure failed; it stays recorded and is retried")
+
+    async def prune_usage(self) -> int:
+        """Drop usage counts older than ``limits.usage_retention_days`` (at start-up and once a day)."""
+        today = time.strftime("%Y-%m-%d", time.gmtime())
+        self._usage_pruned_on = today
+        cutoff = time.strftime("%Y-%m-%d", time.gmtime(time.time() - 86400 * self.settings.limits.usage_retention_days))
+        try:
+            return await self.usage.prune(cutoff)
+        except Exception:  # noqa: BLE001 - housekeeping; tomorrow tries again
+            log.exception("pruning old usage counts failed")
+            return 0
 
     async def close(self) -> None:
         """Finish in-flight turns, then flush pending memory extraction (if this engine was started)."""
         if self._tails:
             await asyncio.gather(*self._tails, return_exceptions=True)
+        if self._journal_watch is not None:
+            self._journal_watch.cancel()
+            await asyncio.gather(self._journal_watch, return_exceptions=True)
         if self._started:
             await self.scheduler.close()
+        if self.semantic is not None:
+            await self.semantic.drain()
 
     def _lock(self, thread_id: str) -> asyncio.Lock:
         lock = self._thread_locks.get(thread_id)
@@ -134,6 +237,7 @@ class ChatEngine:
         *,
         on_delta: DeltaCallback | None = None,
         timeout: float | None = None,
+        policy: GuildPolicy | None = None,
     ) -> Reply:
         """Answer ``text`` from ``speaker`` in ``thread_id``.
 
@@ -141,28 +245,38 @@ class ChatEngine:
         which case the thread keeps the question and stays usable. ``on_delta`` receives the text so far
         while the model streams. ``timeout`` bounds the wait for the answer from the moment this message's
         turn starts (earlier messages of the thread are answered first and are not on its clock); past it
-        the model call is cancelled and ``TimeoutError`` is raised.
+        the model call is cancelled and ``TimeoutError`` is raised. ``policy`` is the server's effective
+        settings as the caller resolved them for this message (looked up when not given).
         """
+        timer = self.metrics.reply_timer()
+        policy = policy or await self.guild_policy(speaker.guild_id)
         prefs = await self.prefs.get(speaker.user_id)
-        speaker = replace(
-            speaker,
-            use_memories=speaker.use_memories and not prefs.private,
-            dm_in_servers=self.settings.memory.dm_memories_in_servers if prefs.dm_in_servers is None else prefs.dm_in_servers,
-        )
+        visibility = resolve_visibility(prefs, self.settings.memory, speaker.guild_id)
+        if not policy.use_memories:  # the server's admins keep memories out of replies there
+            visibility = replace(visibility, use_memories=False)
+        speaker = replace(speaker, visibility=visibility, persona_addition=policy.persona_addition,
+                          memories_off_here=not policy.use_memories)
         lock = self._lock(thread_id)
         answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(
-            self._turn(lock, thread_id, speaker, text, answered, on_delta, not prefs.paused, timeout)
+            self._turn(lock, thread_id, speaker, text, answered, timer.wrap(on_delta),
+                       not prefs.paused and policy.learning, timeout)
         )
         self._tails.add(task)
         task.add_done_callback(self._tails.discard)
         try:
-            return await answered
+            reply = await answered
         except asyncio.CancelledError:
             # The caller gave up (its deadline passed): stop the model call too, so the thread does not
             # keep an answer nobody saw. The question stays in the thread; the thread stays usable.
             task.cancel()
             raise
+        except Exception as exc:
+            timer.failed(exc)
+            raise
+        timer.answered()
+        self.metrics.note_channel(thread_id)
+        return reply
 
     async def _turn(self, lock, thread_id, speaker, text, answered, on_delta, learn: bool, timeout) -> None:
         message = HumanMessage(
@@ -174,8 +288,9 @@ class ChatEngine:
                 "guild_id": speaker.guild_id,
             },
         )
-        config = {"configurable": {"thread_id": thread_id}}
-        started = asyncio.get_running_loop().time()
+        config = {"configurable": {"thread_id": thread_id}, "callbacks": [self._chat_observer]}
+        ticket = self._inflight.open(speaker.user_id)  # an erasure from now on means: don't learn this turn
+        asyncio.current_task().add_done_callback(lambda _task: self._inflight.close(ticket))
         async with lock:
             streamed = ""
             try:
@@ -194,8 +309,7 @@ class ChatEngine:
                         if "respond" in chunk:
                             clock.reschedule(None)  # answered: the summary after it is on nobody's clock
                             ai: AIMessage = chunk["respond"]["messages"][-1]
-                            erased = self._erased_at.get(speaker.user_id, float("-inf")) >= started
-                            if learn and not erased:  # paused or erased meanwhile: never queued for learning
+                            if learn and not ticket.erased:  # paused or erased meanwhile: never queued for learning
                                 await self._after_answer(thread_id, speaker, text, ai.text)
                             if not answered.done():  # the caller may have given up waiting
                                 answered.set_result(Reply(text=ai.text))
@@ -248,36 +362,60 @@ class ChatEngine:
         except Exception:  # noqa: BLE001 - the reply still goes out; the log says what was not recorded
             log.exception("could not record a turn for memory extraction in thread %s", thread_id)
             return
-        self.scheduler.notify(thread_id, speaker.user_id, count)
+        self.scheduler.notify(thread_id, speaker.user_id, count, scope=speaker.guild_id)
 
     async def _write(self, request: WriteRequest) -> dict:
         prefs = await self.prefs.get(request.user_id)
         if prefs.paused:  # paused after these turns were queued: they are dropped, not learned
             return {}
-        in_server = str(request.origin.get("guild_id", "dm")) != "dm"
-        shared = self.settings.memory.dm_memories_in_servers if prefs.dm_in_servers is None else prefs.dm_in_servers
-        request = replace(request, see_dm_memories=not in_server or shared)
+        place = str(request.origin.get("guild_id", "dm"))
+        if not (await self.guild_policy(place)).learning:
+            return {}  # the server turned learning off after these turns were queued: dropped too
+        request = replace(request, visibility=resolve_visibility(prefs, self.settings.memory, place, for_reply=False),
+                          max_memories=self.settings.memory.max_per_person)
         result = await self.memory_graph.ainvoke({"request": request})
-        return result["changes"]
+        changes = result["changes"]
+        if self.semantic is not None and (changes.get("inserted") or changes.get("updated")):
+            # Memory vectors are made at write time, off the reply path.
+            user = request.user_id
+            self.semantic.index_later(user, lambda: self.memories.list(user))
+        return changes
 
     async def _record_usage(self, speaker: Speaker, message: BaseMessage) -> None:
         p, c = _usage(message)
         await self.usage.record(speaker.guild_id, speaker.user_id, p, c)
+        if self._usage_pruned_on != time.strftime("%Y-%m-%d", time.gmtime()):  # a new UTC day
+            await self.prune_usage()
 
     async def _record_extraction_usage(self, request: WriteRequest, message: BaseMessage) -> None:
         p, c = _usage(message)
         if p or c:
             await self.usage.record(str(request.origin.get("guild_id", "dm")), request.user_id, p, c)
 
-    async def budget_exhausted(self, speaker: Speaker) -> str | None:
-        """The budget bucket (a server, or a person's DMs) that has no tokens left today, if any."""
+    async def tokens_today(self, guild_id: str, user_id: str | None = None) -> int:
+        """Tokens used today (UTC) in a server (or by one person there, or in DMs)."""
+        return await self.usage.tokens_today(guild_id, user_id)
+
+    async def guild_policy(self, guild_id: str | int | None) -> GuildPolicy:
+        """A server's effective settings (``"dm"``/None: DMs), cached; see ``bot.engine.guild_settings``."""
+        return await self.guild_settings.policy(guild_id)
+
+    async def budget_exhausted(self, speaker: Speaker, policy: GuildPolicy | None = None) -> str | None:
+        """The budget bucket (a server, a member there, or a person's DMs) with no tokens left today, if any.
+
+        A server's budgets are its admins' choice within the operator's caps (``policy``).
+        """
         limits = self.settings.limits
         if speaker.in_dm:
             if limits.dm_daily_tokens and await self.usage.tokens_today("dm", speaker.user_id) >= limits.dm_daily_tokens:
                 return f"dm:{speaker.user_id}"
             return None
-        if limits.guild_daily_tokens and await self.usage.tokens_today(speaker.guild_id) >= limits.guild_daily_tokens:
+        policy = policy or await self.guild_policy(speaker.guild_id)
+        if policy.daily_tokens and await self.usage.tokens_today(speaker.guild_id) >= policy.daily_tokens:
             return f"guild:{speaker.guild_id}"
+        member = policy.member_daily_tokens
+        if member and await self.usage.tokens_today(speaker.guild_id, speaker.user_id) >= member:
+            return f"member:{speaker.guild_id}:{speaker.user_id}"
         return None
 
     async def erase_person(
@@ -288,10 +426,28 @@ class ChatEngine:
         A turn of theirs already in flight finishes first (erasing a thread takes its lock) and is not
         queued for learning (it started before the erasure).
         """
-        user = str(user_id)
-        self._erased_at[user] = asyncio.get_running_loop().time()
-        async with self.scheduler.hold(user):
-            return await erase_person(self.storage, user, guild_id=guild_id, conversations=self.conversations, by=by)
+        self._inflight.mark_erased(str(user_id))
+        result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
+        self.metrics.erasure("person" if guild_id is None else "server")
+        return result
+
+    async def learning_backlog(self) -> Backlog:
+        """Turns waiting to be learned from (in every process sharing this storage), and the oldest's age."""
+        pending = await self.inbox.pending()
+        if not pending:
+            return Backlog(turns=0, oldest_age_seconds=0.0)
+        oldest = min(p.last_created for p in pending)
+        return Backlog(turns=sum(p.count for p in pending), oldest_age_seconds=time.time() - oldest)
+
+    async def storage_answers(self) -> bool:
+        """Whether the databases answer a read right now (the health check's storage half)."""
+        await self.store.aget(("health",), "ping")
+        await self.usage.tokens_today("health")
+        return True
+
+    async def sample_backlog(self) -> None:
+        """Refresh the backlog gauges from storage (run before each metrics scrape)."""
+        self.metrics.set_backlog(await self.learning_backlog())
 
     async def thread_state(self, thread_id: str) -> dict:
         """The thread's current state values (messages, summary)."""
@@ -299,9 +455,22 @@ class ChatEngine:
         return dict(snapshot.values)
 
 
-def create_engine(settings: Settings, storage: Storage, *, chat_model=None, on_memory_change: OnChange | None = None) -> ChatEngine:
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("loading the embedded embedding model failed: %r; memories are ranked lexically", task.exception())
+
+
+def create_engine(
+    settings: Settings,
+    storage: Storage,
+    *,
+    chat_model=None,
+    on_memory_change: OnChange | None = None,
+    metrics: Metrics | None = None,
+) -> ChatEngine:
     """Build the engine over opened storage, with the configured model unless one is given."""
-    from bot.engine.model import build_chat_model, build_embeddings
+    from bot.engine.model import build_chat_model
+    from bot.engine.recall.embedders import build_embeddings
 
     model = chat_model or build_chat_model(settings)
     memory_model = chat_model or build_chat_model(settings, streaming=False)
@@ -312,4 +481,5 @@ def create_engine(settings: Settings, storage: Storage, *, chat_model=None, on_m
         memory_model=memory_model,
         on_memory_change=on_memory_change,
         embeddings=build_embeddings(settings),
+        metrics=metrics,
     )

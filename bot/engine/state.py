@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from langgraph.graph import MessagesState
 
+from bot.engine.visibility import Visibility
+
 
 class ChatState(MessagesState):
     """A thread's conversation: its recent messages plus a running summary of older ones.
@@ -29,12 +31,23 @@ class Speaker:
     channel_id: str = ""
     message_id: str = ""
     place: str = "a direct message"  # human-readable, for the prompt only
-    use_memories: bool = True  # False in private mode: no memories in the prompt
-    dm_in_servers: bool = False  # whether memories learned in DMs may appear in server prompts
+    visibility: Visibility | None = None  # the person's policy here, resolved once per message (the engine)
+    persona_addition: str = ""  # the server's instructions for the bot (/settings), after the persona
+    memories_off_here: bool = False  # the server's admins turned memories off in replies there
 
     @property
     def in_dm(self) -> bool:
         return self.guild_id == "dm"
+
+    @property
+    def policy(self) -> Visibility:
+        """Where this person's memories may be used (the defaults until the engine resolved it)."""
+        return self.visibility or Visibility(place=self.guild_id)
+
+    @property
+    def use_memories(self) -> bool:
+        """False in private mode: no memories in the prompt."""
+        return self.policy.use_memories
 
     def origin(self) -> dict[str, str]:
         """Where a memory learned from this message came from."""

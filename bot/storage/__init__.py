@@ -12,19 +12,23 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 from bot.settings import Settings
-from bot.storage.bundle import OpenStorage
+from bot.storage.bundle import OpenStorage, StorageBusy
 
-__all__ = ["OpenStorage", "open_storage"]
+__all__ = ["OpenStorage", "StorageBusy", "open_storage"]
 
 
 @asynccontextmanager
-async def open_storage(settings: Settings) -> AsyncIterator[OpenStorage]:
-    """Open the configured backend; close every connection on exit, even after an error."""
+async def open_storage(settings: Settings, *, writer: bool = True) -> AsyncIterator[OpenStorage]:
+    """Open the configured backend; close every connection on exit, even after an error.
+
+    ``writer`` False is for read-only commands beside a running bot: an embedded backend (SQLite) lets
+    one writer process at a time open its files and raises :class:`StorageBusy` for a second one.
+    """
     backend = settings.storage.backend
     if backend == "sqlite":
         from bot.storage.sqlite import open_sqlite
 
-        async with open_sqlite(settings) as storage:
+        async with open_sqlite(settings, writer=writer) as storage:
             yield storage
         return
     if backend == "postgres":

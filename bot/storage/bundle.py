@@ -7,7 +7,13 @@ from dataclasses import dataclass, field
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
-from bot.engine.stores import Inbox, Maintenance, PrefsStore, UsageStore, VectorCache
+from bot.engine.stores import (
+    ErasureJournal, GuildSettingsStore, Inbox, Maintenance, PrefsStore, UsageStore, VectorCache,
+)
+
+
+class StorageBusy(RuntimeError):
+    """The storage is already in use by another writer (one line, for the person who started this one)."""
 
 
 @dataclass
@@ -22,4 +28,6 @@ class OpenStorage:
     usage: UsageStore
     vectors: VectorCache
     maintenance: Maintenance
+    guild_settings: GuildSettingsStore
+    erasures: ErasureJournal
     transient_errors: tuple[type[BaseException], ...] = field(default=())

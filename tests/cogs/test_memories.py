@@ -17,6 +17,18 @@ def button(call, label: str) -> str:
     raise AssertionError(f"no {label!r} button in {call.components}")
 
 
+async def click_erasure(r, custom_id: str, message: dict, *, user: dict) -> list:
+    """Press an erasure's confirm button and wait until it has finished.
+
+    An erasure waits on SQLite worker threads for longer stretches than ``settle``'s default quiet period,
+    which would count it as idle; so wait for a quiet second instead, and return every call made.
+    """
+    start = len(r.h.calls)
+    await r.h.click(custom_id, message, user=user)
+    await r.h.settle(timeout=60, quiet=1.0)
+    return r.h.calls[start:]
+
+
 async def seed(r, user: dict, facts: list[str], guild: str = str(GUILD_ID)) -> list[str]:
     origin = {"guild_id": guild, "channel_id": str(GENERAL), "message_id": "123456789", "source": "extraction"}
     changes = await r.engine.memories.apply(str(user["id"]), inserts=[(f, origin) for f in facts])
@@ -75,7 +87,7 @@ async def test_wipe_acts_only_after_the_callers_confirm(r):
     refused = await r.h.click(button(prompt, "Wipe"), prompt.message, user=BOB)
     assert refused[0].ephemeral and "aren't for you" in refused[0].content
     assert len(await r.engine.memories.list(str(ALICE["id"]))) == 3
-    done = await r.h.click(button(prompt, "Wipe"), prompt.message, user=ALICE)
+    done = await click_erasure(r, button(prompt, "Wipe"), prompt.message, user=ALICE)
     assert done[0].callback_type == 6  # deferred: erasing can take longer than Discord's 3 seconds
     assert "deleted 3 memories" in done[-1].content and done[-1].components == []
     assert await r.engine.memories.list(str(ALICE["id"])) == []

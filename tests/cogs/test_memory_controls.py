@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, MOD, OTHER_CHANNEL, OTHER_GUILD, rig
-from tests.cogs.test_memories import button, seed
+from tests.cogs.test_memories import button, click_erasure, seed
 from tests.fakes import discord_harness as dh
 
 BRAIN = "\N{BRAIN}"
@@ -94,7 +94,7 @@ async def test_change_log_records_extraction_person_and_moderator(r):
     await r.engine.scheduler.flush()
     await r.h.invoke_slash("memories remember", user=BOB, channel_id=GENERAL, options={"text": "Bob has two dogs"})
     res = await r.h.invoke_slash("purge-memories", user=MOD, channel_id=GENERAL, options={"member": BOB})
-    await r.h.click(button(res[-1], "Purge"), res[-1].message, user=MOD)
+    await click_erasure(r, button(res[-1], "Purge"), res[-1].message, user=MOD)
     await r.h.invoke_slash("memories remember", user=BOB, channel_id=r.h.dm(BOB)["id"], options={"text": "Bob lives in Oslo"})
     export = await r.h.invoke_slash("memories export", user=BOB, channel_id=GENERAL)
     doc = json.loads(export[-1].files[0].data)
@@ -127,7 +127,7 @@ async def test_wipe_leaves_the_canary_in_no_file(tmp_path):
         r.engine.scheduler._closed = False
         assert files_containing(r.data_dir, canary), "the canary should be on disk before the wipe"
         res = await r.h.invoke_slash("memories wipe", user=ALICE, channel_id=GENERAL)
-        await r.h.click(button(res[-1], "Wipe"), res[-1].message, user=ALICE)
+        await click_erasure(r, button(res[-1], "Wipe"), res[-1].message, user=ALICE)
         assert files_containing(r.data_dir, canary) == []
         assert files_containing(r.data_dir, "bob-phrase-4"), "other people's data stays"
         # The channel still works after the erasure.
@@ -145,7 +145,7 @@ async def test_purge_leaves_the_canary_in_no_file_but_keeps_other_servers(tmp_pa
         await r.engine.close()
         r.engine.scheduler._closed = False
         res = await r.h.invoke_slash("purge-memories", user=MOD, channel_id=GENERAL, options={"member": BOB})
-        await r.h.click(button(res[-1], "Purge"), res[-1].message, user=MOD)
+        await click_erasure(r, button(res[-1], "Purge"), res[-1].message, user=MOD)
         assert files_containing(r.data_dir, canary) == []
         assert files_containing(r.data_dir, "elsewherephrase")
         assert [m.content for m in await r.engine.memories.list(str(BOB["id"]))] == ["I like the elsewherephrase"]

@@ -26,10 +26,17 @@ def model_logic(request: dict) -> Reply:
     if request.get("tools"):
         # Like a real model, read the transcript wherever it is in the conversation (Trustcall appends
         # repair prompts after it when a call failed).
-        marker = "New messages to learn from:"
+        marker = "New messages to learn from"
         texts = [m.get("content") or "" for m in request["messages"] if marker in (m.get("content") or "")]
         body = texts[-1].split(marker, 1)[-1] if texts else ""
-        said = [line.split(":", 1)[1] for line in body.splitlines() if ":" in line and not line.startswith("assistant")]
+        said, in_reply = [], False
+        for line in body.splitlines():  # the person's text is indented under "#n ..." headers
+            if line.startswith("#"):
+                in_reply = False
+            elif line.startswith("  the assistant answered"):
+                in_reply = True
+            elif line.startswith("    | ") and not in_reply:
+                said.append(line[6:])
         facts = [m.group(1).strip() for line in said for m in FACT.finditer(line)]
         return Reply(tool_calls=[ToolCall("Memory", {"content": f}) for f in facts])
     return Reply(text="Here is a thoughtful answer, streamed in pieces.")

@@ -6,7 +6,7 @@ from langchain_core.messages import AIMessage
 
 from bot.engine.memory import MemoryRepository
 from bot.engine.state import Speaker
-from tests.conftest import Call, ScriptedChatModel, default_script, running_engine, tool_call
+from tests.conftest import Call, ScriptedChatModel, default_script, doc_id, running_engine, tool_call
 
 ADA = Speaker(user_id="42", name="Ada", guild_id="900", channel_id="7", message_id="70")
 
@@ -19,7 +19,7 @@ def existing_ids(call: Call) -> list[str]:
 async def test_patch_keeps_key_and_replaces_text(settings):
     def script(call: Call):
         if call.is_extraction and "moved to Oakland" in call.prompt_text:
-            key = holder["key"]
+            key = doc_id(call, "Lives in San Francisco")
             return AIMessage(content="", tool_calls=[tool_call("PatchDoc", {
                 "json_doc_id": key, "planned_edits": "replace city",
                 "patches": [{"op": "replace", "path": "/content", "value": "Lives in Oakland"}]})])
@@ -39,7 +39,7 @@ async def test_patch_keeps_key_and_replaces_text(settings):
 async def test_remove_doc_deletes_and_is_never_stored(settings):
     def script(call: Call):
         if call.is_extraction:
-            return AIMessage(content="", tool_calls=[tool_call("RemoveDoc", {"json_doc_id": holder["key"]})])
+            return AIMessage(content="", tool_calls=[tool_call("RemoveDoc", {"json_doc_id": doc_id(call, "Has a cat")})])
         return default_script(call)
 
     holder: dict = {}

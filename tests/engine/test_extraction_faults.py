@@ -51,7 +51,7 @@ async def test_an_outage_inside_trustcall_keeps_the_turns_pending(settings):
     async with running_engine(settings, model) as engine:
         await engine.memories.add("42", "Has a bike", {"guild_id": "900"})
         await engine.reply("t", ADA, "I like tea")
-        await engine.scheduler.run("t", "42")
+        await engine.scheduler.run("900", "42")  # the person, in that server
         assert [p.user_id for p in await engine.inbox.pending()] == ["42"]
         assert [m.content for m in await engine.memories.list("42")] == ["Has a bike"]
         await engine.scheduler.flush()  # the API is back

@@ -19,14 +19,13 @@ from langchain_core.messages import AIMessage
 from bot.engine.service import create_engine
 from bot.engine.state import Speaker
 from bot.storage import open_storage
-from tests.conftest import Call, ScriptedChatModel, default_script, make_settings, tool_call
+from tests.conftest import Call, ScriptedChatModel, cited_facts, default_script, make_settings, tool_call
 
 
 def script(call: Call):
     time.sleep(random.uniform(0, 0.02))
     if call.is_extraction:
-        facts = [line.split(": ", 1)[1] for line in call.messages[-1].text.split("New messages to learn from:")[-1].splitlines()
-                 if line.startswith("user")]
+        facts = [f for f, _n in cited_facts(call)]
         calls = []
         for f in facts:  # two memories per fact: an extraction's changes must land together or not at all
             calls += [tool_call("Memory", {"content": f}, len(calls)), tool_call("Memory", {"content": f"(pair) {f}"}, len(calls) + 1)]

@@ -84,3 +84,23 @@ async def test_erasing_a_persons_rows_takes_their_turns_and_vectors_only(storage
     assert await storage.vectors.get("42") == {} and await storage.vectors.get("7") != {}
     await storage.maintenance.compact()
     await storage.maintenance.prune_thread("no-such-thread")  # a no-op, not an error
+
+
+async def test_guild_settings_versioned_writes_and_delete(storage):
+    from bot.engine.stores import ServerSettings
+
+    gs = storage.guild_settings
+    assert await gs.get("900") is None and await gs.count() == 0
+    first = ServerSettings(guild_id="900", respond_channels=frozenset({"1", "2"}), persona="Be kind.", version=1,
+                           updated_by="5", updated_at=10.0)
+    assert await gs.put(first, replaces=0) is True
+    assert await gs.put(first, replaces=0) is False  # a record exists: a second "create" loses
+    assert await gs.get("900") == first
+    second = ServerSettings(guild_id="900", learning=False, version=2, updated_by="6", updated_at=11.0)
+    assert await gs.put(second, replaces=0) is False
+    assert await gs.put(second, replaces=5) is False  # not the stored version: nothing changes
+    assert await gs.get("900") == first
+    assert await gs.put(second, replaces=1) is True
+    assert await gs.get("900") == second and await gs.count() == 1
+    assert await gs.delete("900") is True and await gs.delete("900") is False
+    assert await gs.get("900") is None

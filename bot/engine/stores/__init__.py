@@ -26,6 +26,8 @@ from typing import Protocol
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
+from bot.engine.stores.guild_settings import GuildSettingsStore, ServerSettings
+from bot.engine.stores.erasures import ErasureJob, ErasureJournal
 from bot.engine.stores.inbox import Inbox, InboxTurn, PendingKey
 from bot.engine.stores.maintenance import Maintenance
 from bot.engine.stores.prefs import PREF_FIELDS, Prefs, PrefsStore
@@ -33,8 +35,9 @@ from bot.engine.stores.usage import UsageRow, UsageStore
 from bot.engine.stores.vectors import VectorCache
 
 __all__ = [
-    "Inbox", "InboxTurn", "PendingKey", "Maintenance", "PREF_FIELDS", "Prefs", "PrefsStore", "Storage",
-    "StorageUnavailable", "UsageRow", "UsageStore", "VectorCache",
+    "ErasureJob", "ErasureJournal", "GuildSettingsStore", "Inbox", "InboxTurn", "PendingKey", "Maintenance",
+    "PREF_FIELDS", "Prefs", "PrefsStore", "ServerSettings", "Storage", "StorageUnavailable", "UsageRow",
+    "UsageStore", "VectorCache",
 ]
 
 
@@ -59,6 +62,8 @@ class Storage(Protocol):
     usage: UsageStore
     vectors: VectorCache
     maintenance: Maintenance
+    guild_settings: GuildSettingsStore
+    erasures: ErasureJournal
     #: Errors that mean "the database is unreachable right now, try again later" (an outage, an exhausted
     #: pool), as opposed to a bug. Empty for SQLite, whose file is always there.
     transient_errors: tuple[type[BaseException], ...]

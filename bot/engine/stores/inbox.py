@@ -62,3 +62,14 @@ class Inbox(Protocol):
     async def mark_extracted(self, thread_id: str, ids: list[int]) -> None:
         """Mark turns done and trim the thread's extracted turns to the context window."""
         ...
+
+    async def every_turn(self) -> list[InboxTurn]:
+        """Every turn held, pending or kept as context (for erasure: quotes in other people's turns).
+
+        Bounded by threads times the context window plus what is pending, not by history.
+        """
+        ...
+
+    async def rewrite_turns(self, texts: dict[int, tuple[str, str]]) -> None:
+        """Replace the ``(human, ai)`` texts of some turns, in one transaction (quotes cut out)."""
+        ...

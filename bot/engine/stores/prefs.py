@@ -14,9 +14,10 @@ class Prefs:
     private: bool = False
     reactions: bool = True
     dm_in_servers: bool | None = None
+    scope: str | None = None  # "global" | "server"; None means the server's default (memory.scope)
 
 
-PREF_FIELDS = ("paused", "private", "reactions", "dm_in_servers")
+PREF_FIELDS = ("paused", "private", "reactions", "dm_in_servers", "scope")
 
 
 class PrefsStore(Protocol):
@@ -26,7 +27,7 @@ class PrefsStore(Protocol):
         """The person's settings (defaults when they never changed any)."""
         ...
 
-    async def set(self, user_id: str, **values: bool | None) -> Prefs:
+    async def set(self, user_id: str, **values: bool | str | None) -> Prefs:
         """Change some settings (names from ``PREF_FIELDS``, in one transaction); return all of them.
 
         Raises:

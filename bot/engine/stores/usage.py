@@ -29,3 +29,7 @@ class UsageStore(Protocol):
     async def totals(self) -> list[UsageRow]:
         """Usage summed over all days, per server and person, biggest first."""
         ...
+
+    async def prune(self, before_day: str) -> int:
+        """Delete the counts of days before ``before_day`` (``YYYY-MM-DD``, UTC); return how many rows."""
+        ...

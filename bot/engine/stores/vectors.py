@@ -1,4 +1,4 @@
-"""Cached memory embeddings, so a memory's text is embedded once (see ``bot.engine.semantic``)."""
+"""Cached memory embeddings, so a memory's text is embedded once (see ``bot.engine.recall.vectors``)."""
 
 from __future__ import annotations
 

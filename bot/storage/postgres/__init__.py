@@ -20,6 +20,8 @@ from bot.settings import Settings
 from bot.storage.bundle import OpenStorage
 from bot.storage.postgres.connection import POOL_LOGGER, Outages, check_reachable, describe, first_line, make_pool, password
 from bot.storage.postgres.db import PgDb
+from bot.storage.postgres.erasures import PostgresErasures
+from bot.storage.postgres.guild_settings import PostgresGuildSettings
 from bot.storage.postgres.inbox import PostgresInbox
 from bot.storage.postgres.maintenance import PostgresMaintenance
 from bot.storage.postgres.migrations import migrate
@@ -58,18 +60,25 @@ async def open_postgres(settings: Settings) -> AsyncIterator[OpenStorage]:
         async with pool.connection() as conn:
             epoch = await migrate(conn, saver, store)
         db = PgDb(pool, outages)
+        guild_settings = PostgresGuildSettings(db, dsn)
+        await guild_settings.start()  # its LISTEN connection: other processes' /settings changes
         log.info("storage open on PostgreSQL at %s", describe(dsn))
-        yield OpenStorage(
-            backend="postgres",
-            checkpointer=saver,
-            store=store,
-            inbox=PostgresInbox(db, epoch),
-            prefs=PostgresPrefs(db),
-            usage=PostgresUsage(db),
-            vectors=PostgresVectors(db),
-            maintenance=PostgresMaintenance(saver, db),
-            transient_errors=TRANSIENT_ERRORS,
-        )
+        try:
+            yield OpenStorage(
+                backend="postgres",
+                checkpointer=saver,
+                store=store,
+                inbox=PostgresInbox(db, epoch),
+                prefs=PostgresPrefs(db),
+                usage=PostgresUsage(db),
+                vectors=PostgresVectors(db),
+                maintenance=PostgresMaintenance(saver, db),
+                guild_settings=guild_settings,
+                erasures=PostgresErasures(db),
+                transient_errors=TRANSIENT_ERRORS,
+            )
+        finally:
+            await guild_settings.close()
     finally:
         try:
             await pool.close()

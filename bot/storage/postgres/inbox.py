@@ -67,6 +67,20 @@ class PostgresInbox:
             before = [_turn(r) for r in reversed(await cur.fetchall())]
         return before, pending
 
+    async def every_turn(self) -> list[InboxTurn]:
+        async with self._db.connection() as conn:
+            cur = await conn.execute(f"SELECT {_TURN_COLS} FROM bot_inbox ORDER BY id")
+            return [_turn(r) for r in await cur.fetchall()]
+
+    @shielded
+    async def rewrite_turns(self, texts: dict[int, tuple[str, str]]) -> None:
+        if not texts:
+            return
+        async with self._db.tx() as conn:
+            async with conn.cursor() as cur:
+                await cur.executemany("UPDATE bot_inbox SET human = %s, ai = %s WHERE id = %s",
+                                      [(*without_nul((h, a)), i) for i, (h, a) in texts.items()])
+
     @shielded
     async def mark_extracted(self, thread_id: str, ids: list[int]) -> None:
         if not ids:

@@ -21,6 +21,7 @@ from langgraph.store.postgres.aio import AsyncPostgresStore
 from langgraph.store.postgres.base import BasePostgresStore
 
 from bot.engine.stores import StorageUnavailable
+from bot.storage.postgres.guild_settings import GUILD_SETTINGS_MIGRATION
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX CONCURRENTLY IF NOT EXISTS bot_inbox_thread ON bot_inbox (thread_id, id)",
         "CREATE TABLE IF NOT EXISTS bot_prefs ("
         " user_id TEXT PRIMARY KEY, paused BOOLEAN NOT NULL DEFAULT FALSE, private BOOLEAN NOT NULL DEFAULT FALSE,"
-        " reactions BOOLEAN NOT NULL DEFAULT TRUE, dm_in_servers BOOLEAN)",
+        " reactions BOOLEAN NOT NULL DEFAULT TRUE, dm_in_servers BOOLEAN, scope TEXT)",
         "CREATE TABLE IF NOT EXISTS bot_embeddings ("
         " user_id TEXT NOT NULL, memory_key TEXT NOT NULL, digest TEXT NOT NULL, vector BYTEA NOT NULL,"
         " PRIMARY KEY (user_id, memory_key))",
@@ -46,6 +47,14 @@ MIGRATIONS: list[list[str]] = [
         " guild_id TEXT NOT NULL, user_id TEXT NOT NULL, day TEXT NOT NULL, calls BIGINT NOT NULL DEFAULT 0,"
         " prompt_tokens BIGINT NOT NULL DEFAULT 0, completion_tokens BIGINT NOT NULL DEFAULT 0,"
         " PRIMARY KEY (guild_id, user_id, day))",
+        # The daily-budget query asks for one server's day (and pruning for old days).
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS bot_usage_guild_day ON bot_usage (guild_id, day)",
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS bot_usage_day ON bot_usage (day)",
+        # Erasures in progress (bot.engine.stores.erasures): no text, only keyed hashes of the erased words.
+        "CREATE TABLE IF NOT EXISTS bot_erasures ("
+        " id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, kind TEXT NOT NULL, user_id TEXT NOT NULL,"
+        " guild_id TEXT, actor TEXT, actor_id TEXT, quotes BYTEA, requested DOUBLE PRECISION NOT NULL)",
+        *GUILD_SETTINGS_MIGRATION,
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

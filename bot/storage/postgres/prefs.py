@@ -13,10 +13,13 @@ from bot.storage.postgres.db import PgDb
 from bot.storage.shielding import shielded
 
 
+_COLS = "paused, private, reactions, dm_in_servers, scope"
+
+
 def _prefs(row: dict | None) -> Prefs:
     if row is None:
         return Prefs()
-    return Prefs(row["paused"], row["private"], row["reactions"], row["dm_in_servers"])
+    return Prefs(row["paused"], row["private"], row["reactions"], row["dm_in_servers"], row["scope"])
 
 
 class PostgresPrefs:
@@ -26,11 +29,11 @@ class PostgresPrefs:
     async def get(self, user_id: str) -> Prefs:
         async with self._db.connection() as conn:
             cur = await conn.execute(
-                "SELECT paused, private, reactions, dm_in_servers FROM bot_prefs WHERE user_id = %s", (user_id,))
+                f"SELECT {_COLS} FROM bot_prefs WHERE user_id = %s", (user_id,))
             return _prefs(await cur.fetchone())
 
     @shielded
-    async def set(self, user_id: str, **values: bool | None) -> Prefs:
+    async def set(self, user_id: str, **values: bool | str | None) -> Prefs:
         unknown = set(values) - set(PREF_FIELDS)
         if unknown:
             raise ValueError(f"unknown preference {sorted(unknown)}")
@@ -38,7 +41,7 @@ class PostgresPrefs:
         if names:
             query = sql.SQL(
                 "INSERT INTO bot_prefs (user_id, {cols}) VALUES (%s, {vals}) ON CONFLICT (user_id) DO UPDATE SET {sets}"
-                " RETURNING paused, private, reactions, dm_in_servers"
+                " RETURNING " + _COLS
             ).format(
                 cols=sql.SQL(", ").join(map(sql.Identifier, names)),
                 vals=sql.SQL(", ").join(sql.Placeholder() * len(names)),
@@ -48,7 +51,7 @@ class PostgresPrefs:
         else:
             query = sql.SQL(
                 "INSERT INTO bot_prefs (user_id) VALUES (%s) ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id"
-                " RETURNING paused, private, reactions, dm_in_servers")
+                " RETURNING " + _COLS)
             params = (user_id,)
         async with self._db.connection() as conn:
             cur = await conn.execute(query, params)

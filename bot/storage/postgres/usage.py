@@ -38,6 +38,11 @@ class PostgresUsage:
         async with self._db.connection() as conn:
             return int((await (await conn.execute(query, args)).fetchone())["n"])
 
+    @shielded
+    async def prune(self, before_day: str) -> int:
+        async with self._db.connection() as conn:
+            return (await conn.execute("DELETE FROM bot_usage WHERE day < %s", (before_day,))).rowcount
+
     async def totals(self) -> list[UsageRow]:
         async with self._db.connection() as conn:
             cur = await conn.execute(

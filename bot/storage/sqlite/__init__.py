@@ -9,7 +9,7 @@ wait for the store's (SQLite busy waits cost up to 100 ms).
 from __future__ import annotations
 
 import logging
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from typing import AsyncIterator
 
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -19,7 +19,10 @@ from bot.settings import Settings
 from bot.storage.bundle import OpenStorage
 from bot.storage.sqlite import schema
 from bot.storage.sqlite.connection import LedgerDb, connect
+from bot.storage.sqlite.guild_settings import SqliteGuildSettings
+from bot.storage.sqlite.erasures import SqliteErasures
 from bot.storage.sqlite.inbox import SqliteInbox
+from bot.storage.sqlite.lock import writer_lock
 from bot.storage.sqlite.maintenance import SqliteMaintenance
 from bot.storage.sqlite.prefs import SqlitePrefs
 from bot.storage.sqlite.usage import SqliteUsage
@@ -33,10 +36,20 @@ LEDGER_FILE = "ledger.sqlite"
 
 
 @asynccontextmanager
-async def open_sqlite(settings: Settings) -> AsyncIterator[OpenStorage]:
-    """Open (creating if needed) the three files; close every connection on exit, even after an error."""
+async def open_sqlite(settings: Settings, *, writer: bool = True) -> AsyncIterator[OpenStorage]:
+    """Open (creating if needed) the three files; close every connection on exit, even after an error.
+
+    A writer holds the data directory's lock (``lock.py``) for as long as the files are open.
+    """
     data_dir = settings.bot.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
+    with writer_lock(data_dir) if writer else nullcontext():
+        async with _open_files(settings, data_dir) as storage:
+            yield storage
+
+
+@asynccontextmanager
+async def _open_files(settings: Settings, data_dir) -> AsyncIterator[OpenStorage]:
     # The saver commits explicitly (as its own from_conn_string does), so it gets a deferred connection;
     # the store and the ledger issue their own BEGIN/COMMIT and need autocommit.
     conv_conn = await connect(data_dir / CONVERSATIONS_FILE, autocommit=False)
@@ -59,6 +72,8 @@ async def open_sqlite(settings: Settings) -> AsyncIterator[OpenStorage]:
             usage=SqliteUsage(ledger),
             vectors=SqliteVectors(ledger),
             maintenance=SqliteMaintenance(checkpointer, store, ledger),
+            guild_settings=SqliteGuildSettings(ledger),
+            erasures=SqliteErasures(ledger),
         )
     finally:
         for conn in (ledger_conn, mem_conn, conv_conn):

@@ -63,6 +63,18 @@ class SqliteInbox:
         before = [_turn(r) for r in reversed(await cur.fetchall())]
         return before, pending
 
+    async def every_turn(self) -> list[InboxTurn]:
+        cur = await self._db.conn.execute(f"SELECT {_TURN_COLS} FROM memory_inbox ORDER BY id")
+        return [_turn(r) for r in await cur.fetchall()]
+
+    @shielded
+    async def rewrite_turns(self, texts: dict[int, tuple[str, str]]) -> None:
+        if not texts:
+            return
+        async with self._db.tx() as db:
+            await db.executemany("UPDATE memory_inbox SET human=?, ai=? WHERE id=?",
+                                 [(h, a, i) for i, (h, a) in texts.items()])
+
     @shielded
     async def mark_extracted(self, thread_id: str, ids: list[int]) -> None:
         if not ids:

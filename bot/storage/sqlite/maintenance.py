@@ -6,6 +6,9 @@ backend's business only, so it happens here and nowhere else.
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+
 import aiosqlite
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.store.sqlite.aio import AsyncSqliteStore
@@ -16,11 +19,45 @@ from bot.storage.sqlite.connection import LedgerDb
 VACUUM_FREE_PAGES = 256
 
 
-async def _truncate_wal(conn: aiosqlite.Connection) -> None:
-    await conn.commit()
-    await conn.execute("PRAGMA incremental_vacuum")
-    await conn.commit()
-    await conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+TRUNCATE_ATTEMPTS = 8
+CHECKPOINT_BUSY_MS = 1000  # each attempt waits this long for readers (the connection's usual wait is 30 s)
+BUSY_MS = 30000  # as set in connection.connect
+
+
+class CompactionIncomplete(RuntimeError):
+    """A write-ahead log could not be truncated (another connection kept reading): erased pages may remain."""
+
+
+async def _checkpoint(conn: aiosqlite.Connection, name: str, *, commit: bool) -> None:
+    """Checkpoint-and-truncate one file's WAL, retrying while a reader blocks it; raise if it never works.
+
+    ``wal_checkpoint(TRUNCATE)`` answers ``(busy, wal pages, checkpointed pages)``: busy 1 means a reader
+    (another process: a shell command) holds an old snapshot and the log was not emptied. The result is
+    checked, the step retried with a growing pause, and a failure raised, so an erasure is never
+    reported done while its text may still be in a ``-wal`` file (the journal keeps it for a retry).
+    """
+    for attempt in range(TRUNCATE_ATTEMPTS):
+        try:
+            if commit:
+                await conn.commit()
+            await conn.execute("PRAGMA incremental_vacuum")
+            if commit:
+                await conn.commit()
+            await conn.execute(f"PRAGMA busy_timeout={CHECKPOINT_BUSY_MS}")
+            try:
+                async with conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cur:
+                    busy, pages, _ = await cur.fetchone()
+            finally:
+                await conn.execute(f"PRAGMA busy_timeout={BUSY_MS}")
+            if busy == 0 and pages in (0, -1):  # -1: not in WAL mode (nothing to truncate)
+                return
+        except sqlite3.OperationalError as exc:
+            # "database table is locked": a statement of this connection not yet finalized (a cursor the
+            # garbage collector has not reached). It is gone after a moment, so this is retried too.
+            if "locked" not in str(exc):
+                raise
+        await asyncio.sleep(min(2.0, 0.05 * 2**attempt))
+    raise CompactionIncomplete(f"the write-ahead log of {name} could not be truncated (a reader kept it busy)")
 
 
 class SqliteMaintenance:
@@ -75,9 +112,8 @@ class SqliteMaintenance:
         pages in the main files.
         """
         async with self._saver.lock:
-            await _truncate_wal(self._saver.conn)
+            await _checkpoint(self._saver.conn, "conversations", commit=True)
         async with self._store.lock:
-            await _truncate_wal(self._store.conn)
+            await _checkpoint(self._store.conn, "memories", commit=True)
         async with self._ledger.lock:
-            await self._ledger.conn.execute("PRAGMA incremental_vacuum")
-            await self._ledger.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            await _checkpoint(self._ledger.conn, "the ledger", commit=False)

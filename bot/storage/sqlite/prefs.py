@@ -31,15 +31,15 @@ class SqlitePrefs:
 
     async def _load(self, user_id: str) -> Prefs:
         cur = await self._db.conn.execute(
-            "SELECT paused, private, reactions, dm_in_servers FROM prefs WHERE user_id=?", (user_id,)
+            "SELECT paused, private, reactions, dm_in_servers, scope FROM prefs WHERE user_id=?", (user_id,)
         )
         row = await cur.fetchone()
         if row is None:
             return Prefs()
-        return Prefs(bool(row[0]), bool(row[1]), bool(row[2]), None if row[3] is None else bool(row[3]))
+        return Prefs(bool(row[0]), bool(row[1]), bool(row[2]), None if row[3] is None else bool(row[3]), row[4])
 
     @shielded
-    async def set(self, user_id: str, **values: bool | None) -> Prefs:
+    async def set(self, user_id: str, **values: bool | str | None) -> Prefs:
         unknown = set(values) - set(PREF_FIELDS)
         if unknown:
             raise ValueError(f"unknown preference {sorted(unknown)}")

@@ -47,7 +47,30 @@ CREATE TABLE IF NOT EXISTS usage (
     completion_tokens INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (guild_id, user_id, day)
 );
+CREATE TABLE IF NOT EXISTS guild_settings (
+    guild_id TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    updated_at REAL NOT NULL
+);
+-- The daily-budget query asks for one server's day (and pruning for old days).
+CREATE INDEX IF NOT EXISTS usage_guild_day ON usage (guild_id, day);
+CREATE INDEX IF NOT EXISTS usage_day ON usage (day);
+-- Erasures in progress (bot.engine.stores.erasures): no text, only keyed hashes of the erased words.
+CREATE TABLE IF NOT EXISTS erasures (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    guild_id TEXT,
+    actor TEXT,
+    actor_id TEXT,
+    quotes BLOB,
+    requested REAL NOT NULL
+);
 """
+
+# Columns added after a table first shipped: (table, column, definition). Added when missing.
+ADDED_COLUMNS = [("prefs", "scope", "TEXT")]
 
 
 async def setup(db: LedgerDb) -> str:
@@ -57,6 +80,10 @@ async def setup(db: LedgerDb) -> str:
     trusted for the ledger that wrote them (inbox IDs restart if the file is ever recreated).
     """
     await db.conn.executescript(SCHEMA)
+    for table, column, definition in ADDED_COLUMNS:
+        cur = await db.conn.execute(f"PRAGMA table_info({table})")
+        if column not in {row[1] for row in await cur.fetchall()}:
+            await db.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
     await db.conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('epoch', ?)", (uuid.uuid4().hex,))
     cur = await db.conn.execute("SELECT value FROM meta WHERE key='epoch'")
     (epoch,) = await cur.fetchone()

@@ -38,6 +38,12 @@ class SqliteUsage:
         (total,) = await cur.fetchone()
         return int(total)
 
+    @shielded
+    async def prune(self, before_day: str) -> int:
+        async with self._db.tx() as db:
+            cur = await db.execute("DELETE FROM usage WHERE day<?", (before_day,))
+            return cur.rowcount
+
     async def totals(self) -> list[UsageRow]:
         cur = await self._db.conn.execute(
             "SELECT guild_id, user_id, SUM(calls), SUM(prompt_tokens), SUM(completion_tokens) FROM usage"

@@ -1,0 +1,144 @@
+"""Semantic relevance: one unit vector per memory text, computed when memories are written.
+
+Vectors are cached per person, keyed by memory and a digest of its text, in storage's vector cache
+(``bot.engine.stores.VectorCache``; the benchmark uses an in-memory one), and compared with one matrix
+product: no vector extension is needed, so this works on a Python whose ``sqlite3`` cannot load sqlite-vec.
+
+The reply path (``scores``) embeds at most one text, the query, and only the caller decides when (when a
+person's memories exceed the budget). Memory vectors are made by ``index``, which the engine runs after
+memories are written, off the reply path. A memory the reply finds without a vector (written by a path that
+did not index it, or while the embedder was down) gets no semantic score this time and is indexed in the
+background for the next reply. Any failure of the embedder is logged once and relevance falls back to
+lexical and recency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from typing import Awaitable, Callable, Sequence
+
+import numpy as np
+from langchain_core.embeddings import Embeddings
+
+from bot.engine.memory import StoredMemory
+from bot.engine.stores import VectorCache
+
+log = logging.getLogger(__name__)
+
+
+class MemoryVectorCache:
+    """A ``VectorCache`` in a dict, for the benchmark and for tools that open no storage."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, dict[str, tuple[str, bytes]]] = {}
+
+    async def get(self, user_id: str) -> dict[str, tuple[str, bytes]]:
+        return dict(self._rows.get(user_id, {}))
+
+    async def put(self, user_id: str, rows: list[tuple[str, str, bytes]]) -> None:
+        self._rows.setdefault(user_id, {}).update({k: (d, v) for k, d, v in rows})
+
+
+def unit(vector: Sequence[float]) -> np.ndarray:
+    """The vector scaled to length 1, as float32 (what the cache stores)."""
+    v = np.asarray(vector, dtype=np.float32)
+    norm = float(np.linalg.norm(v)) or 1.0
+    return v / norm
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _cosines(query: np.ndarray, vectors: list[np.ndarray | None]) -> list[float | None]:
+    present = [v for v in vectors if v is not None]
+    if not present:
+        return [None] * len(vectors)
+    values = iter((np.stack(present) @ query).tolist())
+    return [None if v is None else next(values) for v in vectors]
+
+
+class SemanticIndex:
+    """Memory vectors written ahead of time, and cosine scores against one query vector at reply time."""
+
+    def __init__(self, embeddings: Embeddings, cache: VectorCache, *, batch_size: int = 64) -> None:
+        self.embeddings = embeddings
+        self.cache = cache
+        self.batch_size = batch_size
+        self._warned = False
+        self._background: dict[str, asyncio.Task] = {}
+        self.query_embeddings = 0  # how many query vectors the reply path computed (a benchmark figure)
+
+    def _failed(self, exc: BaseException) -> None:
+        if not self._warned:
+            log.warning("embeddings failed (%r); ranking memories by lexical relevance and recency only", exc)
+            self._warned = True
+
+    async def index(self, user_id: str, memories: Sequence[StoredMemory]) -> int:
+        """Compute and store vectors for the memories whose text has none yet; return how many.
+
+        Runs after writes, never on the reply path. Raises nothing: a failing embedder is logged and the
+        memories are indexed on a later write or reply.
+        """
+        try:
+            cached = await self.cache.get(user_id)
+            stale = [m for m in memories if cached.get(m.key, ("", b""))[0] != digest(m.content)]
+            for start in range(0, len(stale), self.batch_size):
+                chunk = stale[start:start + self.batch_size]
+                fresh = await self.embeddings.aembed_documents([m.content for m in chunk])
+                rows = [(m.key, digest(m.content), unit(v).tobytes()) for m, v in zip(chunk, fresh)]
+                await self.cache.put(user_id, rows)
+            return len(stale)
+        except Exception as exc:  # noqa: BLE001 - indexing is an optimisation; the reply path falls back
+            self._failed(exc)
+            return 0
+
+    def index_later(
+        self, user_id: str, memories: Sequence[StoredMemory] | Callable[[], Awaitable[Sequence[StoredMemory]]]
+    ) -> None:
+        """Index in the background (at most one run per person at a time).
+
+        ``memories`` is the list, or an async function that reads it when the run starts (after a write).
+        """
+        running = self._background.get(user_id)
+        if running is not None and not running.done():
+            return
+
+        async def run() -> int:
+            current = await memories() if callable(memories) else memories
+            return await self.index(user_id, list(current))
+
+        task = asyncio.create_task(run(), name=f"index-memories:{user_id}")
+        self._background[user_id] = task
+        task.add_done_callback(lambda t, u=user_id: self._background.pop(u, None) if self._background.get(u) is t else None)
+
+    async def drain(self) -> None:
+        """Wait for background indexing (shutdown, tests)."""
+        tasks = list(self._background.values())
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def scores(self, user_id: str, memories: Sequence[StoredMemory], query: str) -> list[float | None] | None:
+        """Cosine of each memory with the query (None for a memory not indexed yet), or None when unavailable.
+
+        Embeds exactly one text, the query. Memories without a vector are indexed in the background.
+        """
+        if not memories or not query.strip():
+            return None
+        try:
+            cached = await self.cache.get(user_id)
+            self.query_embeddings += 1
+            query_vec = unit(await self.embeddings.aembed_query(query))
+        except Exception as exc:  # noqa: BLE001 - relevance degrades to lexical, the reply goes on
+            self._failed(exc)
+            return None
+        vectors: list[np.ndarray | None] = []
+        for m in memories:
+            row = cached.get(m.key)
+            v = np.frombuffer(row[1], dtype=np.float32) if row is not None and row[0] == digest(m.content) else None
+            vectors.append(v if v is not None and v.shape == query_vec.shape else None)
+        if any(v is None for v in vectors):
+            self.index_later(user_id, memories)
+        return _cosines(query_vec, vectors)  # one matrix product: well under a millisecond for 1,000

@@ -1,0 +1,47 @@
+"""The erasure journal: an erasure is recorded before it starts and finished after a crash at any point.
+
+An erasure touches several files (conversations, memories, the inbox) and cannot be one transaction. So
+it is written down first (who, which server, who asked, and the quote rule: keyed hashes of the erased
+words, never the words), every step is idempotent, and the row is deleted only once every step is done
+and the deleted content is unrecoverable (WAL truncated). At start-up unfinished erasures run again.
+A row with ``quotes`` None was requested by another process (``python -m bot memories wipe`` while the
+bot runs): the running bot gathers the words and does it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class ErasureJob:
+    """One erasure, as recorded. ``kind`` is ``person`` (a wipe or purge) or ``quotes`` (deleted messages)."""
+
+    id: int
+    kind: str
+    user_id: str
+    guild_id: str | None
+    actor: str | None
+    actor_id: str | None
+    quotes: bytes | None
+    requested: float
+
+
+class ErasureJournal(Protocol):
+    async def begin(self, *, kind: str, user_id: str, guild_id: str | None = None, actor: str | None = None,
+                    actor_id: str | None = None, quotes: bytes | None = None) -> int:
+        """Record an erasure before any of it happens (committed on return); return its ID."""
+        ...
+
+    async def set_quotes(self, job_id: int, quotes: bytes) -> None:
+        """Store the quote rule of a requested erasure once its words are gathered (before any deletion)."""
+        ...
+
+    async def unfinished(self) -> list[ErasureJob]:
+        """Erasures recorded and not yet finished, oldest first."""
+        ...
+
+    async def finish(self, job_id: int) -> None:
+        """Forget a finished erasure (its row, and so its quote hashes, go)."""
+        ...

@@ -1,0 +1,41 @@
+"""The erasure journal on SQLite (see :class:`bot.engine.stores.ErasureJournal`)."""
+
+from __future__ import annotations
+
+import time
+
+from bot.engine.stores import ErasureJob
+from bot.storage.shielding import shielded
+from bot.storage.sqlite.connection import LedgerDb
+
+
+class SqliteErasures:
+    def __init__(self, db: LedgerDb) -> None:
+        self._db = db
+
+    @shielded
+    async def begin(self, *, kind: str, user_id: str, guild_id: str | None = None, actor: str | None = None,
+                    actor_id: str | None = None, quotes: bytes | None = None) -> int:
+        async with self._db.tx() as db:
+            cur = await db.execute(
+                "INSERT INTO erasures (kind, user_id, guild_id, actor, actor_id, quotes, requested)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (kind, user_id, guild_id, actor, actor_id, quotes, time.time()),
+            )
+            return int(cur.lastrowid)
+
+    @shielded
+    async def set_quotes(self, job_id: int, quotes: bytes) -> None:
+        async with self._db.tx() as db:
+            await db.execute("UPDATE erasures SET quotes=? WHERE id=?", (quotes, job_id))
+
+    async def unfinished(self) -> list[ErasureJob]:
+        cur = await self._db.conn.execute(
+            "SELECT id, kind, user_id, guild_id, actor, actor_id, quotes, requested FROM erasures ORDER BY id"
+        )
+        return [ErasureJob(*row) for row in await cur.fetchall()]
+
+    @shielded
+    async def finish(self, job_id: int) -> None:
+        async with self._db.tx() as db:
+            await db.execute("DELETE FROM erasures WHERE id=?", (job_id,))

@@ -1,0 +1,27 @@
+"""Posting an audit line to a server's mod-log channel. Not an extension: a helper for the cogs."""
+
+from __future__ import annotations
+
+import logging
+
+import discord
+
+log = logging.getLogger(__name__)
+
+
+async def post_mod_log(guild: discord.Guild, channel_id: str | int | None, line: str) -> None:
+    """Copy ``line`` to the mod-log channel (the server's, or the operator's) if it belongs to ``guild``.
+
+    Nobody is pinged; a channel of another server or one the bot cannot post in keeps the line in the
+    process log only.
+    """
+    if not channel_id:
+        return
+    channel = guild.get_channel_or_thread(int(channel_id))
+    if channel is None:
+        log.warning("mod-log channel %s is not in server %s; audit line kept in the log only", channel_id, guild.id)
+        return
+    try:
+        await channel.send(line[:2000], allowed_mentions=discord.AllowedMentions.none())
+    except discord.HTTPException:
+        log.warning("could not post to the mod-log channel %s", channel_id, exc_info=True)

@@ -1,0 +1,300 @@
+"""``/settings``: a server's admins run the bot from Discord.
+
+Who: members with Manage Server, server-wide (from their roles). The group has
+``default_permissions(manage_guild=True)`` so the client hides it from everyone else, and every use is
+checked again here (``interaction_check``), and once more when the Confirm button is pressed: a client
+can be bypassed and a role can lose the permission between the command's display and its use.
+
+What (each change is shown, confirmed with a button, then written to the audit log and the mod-log
+channel; every answer is ephemeral): channels and threads where the bot answers every message, channels
+where it ignores mentions, the server's instructions for the bot (added after the operator's persona),
+whether it learns here and uses memories here, the server's daily token budget and each member's (within
+the operator's caps), the mod-log channel, ``reset`` (back to the operator's default) and ``show``.
+Bad input (another server's channel, a channel or thread the bot cannot see or post in, instructions
+over the cap, a budget over the cap) gets one clear sentence and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+from typing import Callable
+
+import discord
+from discord import app_commands
+from discord.ext import commands
+
+from bot.client import MemoryBot
+from bot.engine.guild_settings import (
+    OPERATOR,
+    Edit,
+    GuildPolicy,
+    SettingRefused,
+    channel_listed,
+    check,
+    reset,
+    set_field,
+)
+from bot.engine.stores.guild_settings import ServerSettings
+from cogs._modlog import post_mod_log
+from cogs.views import confirm
+
+log = logging.getLogger(__name__)
+audit = logging.getLogger("bot.audit")
+
+AnyChannel = app_commands.AppCommandChannel | app_commands.AppCommandThread
+THREADS = (discord.ChannelType.public_thread, discord.ChannelType.private_thread, discord.ChannelType.news_thread)
+RESETTABLE = {
+    "respond_channels": "channels where I answer every message",
+    "mentions_off": "channels where I ignore mentions",
+    "persona": "this server's instructions",
+    "learning": "learning",
+    "use_memories": "using memories",
+    "daily_tokens": "the server's daily token budget",
+    "member_daily_tokens": "each member's daily token budget",
+    "mod_log_channel": "the mod-log channel",
+}
+
+
+def has_manage_server(interaction: discord.Interaction) -> bool:
+    """Manage Server from the member's roles, in a server; raises the error the central handler explains."""
+    if interaction.guild_id is None or interaction.guild is None:
+        raise app_commands.NoPrivateMessage()
+    member = interaction.user
+    if not isinstance(member, discord.Member) or not member.guild_permissions.manage_guild:
+        raise app_commands.MissingPermissions(["manage_guild"])
+    return True
+
+
+def _onoff(value: bool) -> str:
+    return "on" if value else "off"
+
+
+def _tokens(value: int) -> str:
+    return f"{value:,} tokens a day" if value else "no limit"
+
+
+def _channels(ids) -> str:
+    return ", ".join(f"<#{c}>" for c in sorted(ids, key=lambda c: (len(str(c)), str(c)))) or "none"
+
+
+@app_commands.guild_only()
+@app_commands.default_permissions(manage_guild=True)
+class SettingsCommands(commands.GroupCog, group_name="settings", group_description="How I behave in this server (Manage Server)"):
+    """The ``/settings`` group."""
+
+    def __init__(self, bot: MemoryBot) -> None:
+        self.bot = bot
+        self.service = bot.engine.guild_settings
+        super().__init__()
+
+    async def interaction_check(self, interaction: discord.Interaction) -> bool:
+        """The real check behind ``default_permissions``, on every use."""
+        return has_manage_server(interaction)
+
+    # ---- helpers
+    def _refuse_channel(self, interaction: discord.Interaction, channel: AnyChannel, *, post: bool) -> str | None:
+        """Why ``channel`` cannot be used (None when it can): another server's, a category, invisible to me."""
+        guild = interaction.guild
+        assert guild is not None
+        # discord.py stamps resolved channels with the interaction's server, so ask the cache whose it is.
+        known = self.bot.get_channel(channel.id)
+        if channel.guild_id != guild.id or (known is not None and getattr(known, "guild", guild).id != guild.id):
+            return "That channel belongs to another server: pick one of this server's channels. Nothing was changed."
+        if channel.type == discord.ChannelType.category:
+            return "That is a category, not a channel: pick a channel or a thread. Nothing was changed."
+        real = guild.get_channel_or_thread(channel.id)
+        kind = "thread" if channel.type in THREADS else "channel"
+        if real is None or not real.permissions_for(guild.me).view_channel:
+            return f"I can't see that {kind}; give me access to it first. Nothing was changed."
+        perms = real.permissions_for(guild.me)
+        can_post = perms.send_messages_in_threads if isinstance(real, discord.Thread) else perms.send_messages
+        if post and not can_post:
+            return f"I can see that {kind} but I'm not allowed to send messages there. Nothing was changed."
+        return None
+
+    def _operator_channels_here(self, guild: discord.Guild) -> frozenset[str]:
+        return frozenset(c for c in self.service.defaults.respond_channels if guild.get_channel_or_thread(int(c)))
+
+    async def _propose(
+        self, interaction: discord.Interaction, question: str, edit: Edit, describe: Callable[[GuildPolicy], str],
+        *, embed: discord.Embed | None = None,
+    ) -> None:
+        """Check the change, ask for confirmation, re-check the permission on the click, then apply and audit."""
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        guild = interaction.guild
+        assert guild is not None
+        current = await self.service.store.get(str(guild.id)) or ServerSettings(guild_id=str(guild.id))
+        try:
+            check(edit(current), self.service.defaults, current)
+        except SettingRefused as refused:
+            await interaction.followup.send(str(refused), ephemeral=True)
+            return
+        ok, button = await confirm(interaction, question, confirm_label="Apply", embed=embed)
+        if not ok:
+            return
+        try:
+            has_manage_server(button)  # the permission may be gone since the prompt was shown
+        except app_commands.MissingPermissions:
+            await button.response.edit_message(
+                content="You no longer have the Manage Server permission: nothing was changed.", view=None, embed=None)
+            return
+        await button.response.defer()
+        try:
+            before, after = await self.service.change(guild.id, edit, by=str(button.user.id))
+        except SettingRefused as refused:  # someone else changed something meanwhile
+            await button.edit_original_response(content=str(refused), view=None, embed=None)
+            return
+        what = describe(after)
+        await button.edit_original_response(content=f"Done: {what}.", view=None, embed=None)
+        self.bot.engine.metrics.settings_changes.inc()
+        await self._audit(interaction, button.user, what, after)
+
+    async def _audit(self, interaction: discord.Interaction, admin: discord.abc.User, what: str,
+                     after: GuildPolicy) -> None:
+        guild = interaction.guild
+        assert guild is not None
+        when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        line = f"server settings: {admin} ({admin.id}) changed {what} in server {guild.name} ({guild.id}) at {when}"
+        audit.warning(line)
+        await post_mod_log(guild, after.mod_log_channel, line)
+
+    # ---- commands
+    @app_commands.command(name="show")
+    async def show(self, interaction: discord.Interaction) -> None:
+        """Show this server's settings and where each comes from."""
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        guild = interaction.guild
+        assert guild is not None
+        policy = await self.service.policy(guild.id)
+        used = await self.bot.engine.tokens_today(str(guild.id))
+        await interaction.followup.send(embed=self.render(guild, policy, used), ephemeral=True)
+
+    def render(self, guild: discord.Guild, p: GuildPolicy, used_today: int) -> discord.Embed:
+        def src(name: str) -> str:
+            return " *(operator default)*" if p.sources.get(name) == OPERATOR else " *(set here)*"
+
+        here = frozenset(c for c in p.respond_channels if guild.get_channel_or_thread(int(c)))
+        embed = discord.Embed(title=f"Settings in {guild.name}",
+                              description=p.persona_addition or "*No instructions of this server's own.*")
+        embed.add_field(name="Instructions", value=("shown above" if p.persona_addition else "none") + src("persona"),
+                        inline=False)
+        embed.add_field(name="Answers every message in", value=_channels(here) + src("respond_channels"), inline=False)
+        embed.add_field(name="Ignores mentions in", value=_channels(p.mentions_off) + src("mentions_off"), inline=False)
+        embed.add_field(name="Learns from conversations", value=_onoff(p.learning) + src("learning"))
+        embed.add_field(name="Uses memories in replies", value=_onoff(p.use_memories) + src("use_memories"))
+        embed.add_field(name="Daily token budget",
+                        value=f"{_tokens(p.daily_tokens)} ({used_today:,} used today)" + src("daily_tokens"),
+                        inline=False)
+        embed.add_field(name="Each member's daily budget", value=_tokens(p.member_daily_tokens) + src("member_daily_tokens"),
+                        inline=False)
+        log_here = p.mod_log_channel if p.mod_log_channel and guild.get_channel_or_thread(int(p.mod_log_channel)) else None
+        embed.add_field(name="Mod-log channel", value=(f"<#{log_here}>" if log_here else "none") + src("mod_log_channel"),
+                        inline=False)
+        return embed
+
+    @app_commands.command(name="answer-all")
+    @app_commands.describe(channel="A channel or thread of this server", on="Answer every message there (on), or only mentions and replies (off)")
+    async def answer_all(self, interaction: discord.Interaction, channel: AnyChannel, on: bool) -> None:
+        """Choose channels and threads where I answer every message."""
+        if (why := self._refuse_channel(interaction, channel, post=on)) is not None:
+            await interaction.response.send_message(why, ephemeral=True)
+            return
+        assert interaction.guild is not None
+        start = self._operator_channels_here(interaction.guild)
+        edit = channel_listed("respond_channels", str(channel.id), on, start)
+        verb = "answer every message" if on else "answer only mentions and replies"
+        await self._propose(interaction, f"Make me {verb} in <#{channel.id}>?", edit,
+                            lambda p: f"answer every message in <#{channel.id}>: {_onoff(on)}")
+
+    @app_commands.command(name="mentions")
+    @app_commands.describe(channel="A channel or thread of this server", on="Answer mentions and replies there (on) or ignore them (off)")
+    async def mentions(self, interaction: discord.Interaction, channel: AnyChannel, on: bool) -> None:
+        """Choose whether I answer mentions at all in a channel."""
+        if (why := self._refuse_channel(interaction, channel, post=False)) is not None:
+            await interaction.response.send_message(why, ephemeral=True)
+            return
+        edit = channel_listed("mentions_off", str(channel.id), not on, frozenset())
+        question = (f"Answer mentions and replies in <#{channel.id}> again?" if on
+                    else f"Ignore mentions and replies to me in <#{channel.id}>? (Channels where I answer every message still get answers.)")
+        await self._propose(interaction, question, edit, lambda p: f"answer mentions in <#{channel.id}>: {_onoff(on)}")
+
+    @app_commands.command(name="instructions")
+    @app_commands.describe(text="What I should know or do in this server (added to my persona)")
+    async def instructions(self, interaction: discord.Interaction, text: app_commands.Range[str, 1, 4000]) -> None:
+        """Give me this server's instructions (added after my persona)."""
+        text = text.strip()
+        embed = discord.Embed(title="New instructions for this server", description=text or "(empty)")
+        await self._propose(interaction, "Use these instructions in this server?", set_field("persona", text),
+                            lambda p: f"this server's instructions: set ({len(text):,} characters)", embed=embed)
+
+    @app_commands.command(name="learning")
+    @app_commands.describe(on="Learn from conversations in this server (on) or not (off)")
+    async def learning(self, interaction: discord.Interaction, on: bool) -> None:
+        """Choose whether I learn about people from conversations in this server."""
+        question = ("Learn from conversations in this server again?" if on else
+                    "Stop learning from conversations in this server? (What waits to be learned is dropped; "
+                    "what I already know stays until people or moderators remove it.)")
+        await self._propose(interaction, question, set_field("learning", on), lambda p: f"learning: {_onoff(on)}")
+
+    @app_commands.command(name="memories")
+    @app_commands.describe(on="Use what I remember about people in my replies here (on) or not (off)")
+    async def memories(self, interaction: discord.Interaction, on: bool) -> None:
+        """Choose whether I use what I remember about people in this server."""
+        question = ("Use memories in my replies in this server again?" if on
+                    else "Stop using memories in my replies in this server? (Nothing is deleted.)")
+        await self._propose(interaction, question, set_field("use_memories", on),
+                            lambda p: f"using memories: {_onoff(on)}")
+
+    @app_commands.command(name="budget")
+    @app_commands.describe(tokens="Most tokens I may use in this server per UTC day")
+    async def budget(self, interaction: discord.Interaction, tokens: app_commands.Range[int, 1, 1_000_000_000]) -> None:
+        """Set this server's daily token budget (within this bot's limit)."""
+        await self._propose(interaction, f"Set this server's daily token budget to {tokens:,}?",
+                            set_field("daily_tokens", tokens),
+                            lambda p: f"the server's daily token budget: {_tokens(p.daily_tokens)}")
+
+    @app_commands.command(name="member-budget")
+    @app_commands.describe(tokens="Most tokens one member may use here per UTC day")
+    async def member_budget(self, interaction: discord.Interaction,
+                            tokens: app_commands.Range[int, 1, 1_000_000_000]) -> None:
+        """Set each member's daily token budget in this server (within this bot's limit)."""
+        await self._propose(interaction, f"Set each member's daily token budget here to {tokens:,}?",
+                            set_field("member_daily_tokens", tokens),
+                            lambda p: f"each member's daily token budget: {_tokens(p.member_daily_tokens)}")
+
+    @app_commands.command(name="mod-log")
+    @app_commands.describe(channel="Where I post a line for every settings change and moderator purge")
+    async def mod_log(self, interaction: discord.Interaction, channel: AnyChannel) -> None:
+        """Choose the channel where I log settings changes and moderator purges."""
+        if (why := self._refuse_channel(interaction, channel, post=True)) is not None:
+            await interaction.response.send_message(why, ephemeral=True)
+            return
+        await self._propose(interaction, f"Post the mod log in <#{channel.id}>?",
+                            set_field("mod_log_channel", str(channel.id)),
+                            lambda p: f"the mod-log channel: <#{channel.id}>")
+
+    @app_commands.command(name="reset")
+    @app_commands.describe(setting="The setting to put back to this bot's default")
+    @app_commands.choices(setting=[app_commands.Choice(name=v, value=k) for k, v in RESETTABLE.items()])
+    async def reset_setting(self, interaction: discord.Interaction, setting: app_commands.Choice[str]) -> None:
+        """Put one setting back to this bot's default."""
+        label = RESETTABLE.get(setting.value)
+        if label is None:  # a client sending a value that was never offered
+            await interaction.response.send_message("That is not a setting I know. Nothing was changed.", ephemeral=True)
+            return
+        await self._propose(interaction, f"Put {label} back to this bot's default?", reset(setting.value),
+                            lambda p: f"{label}: back to the default")
+
+    @commands.Cog.listener()
+    async def on_guild_remove(self, guild: discord.Guild) -> None:
+        """Removed from a server (not an outage: discord.py reports those as unavailable): forget its settings."""
+        try:
+            if await self.service.forget(guild.id):
+                log.info("deleted the settings of server %s (the bot was removed)", guild.id)
+        except Exception:  # noqa: BLE001 - retried at the next removal; logged meanwhile
+            log.exception("could not delete the settings of server %s", guild.id)
+
+
+async def setup(bot: MemoryBot) -> None:
+    await bot.add_cog(SettingsCommands(bot))

@@ -1,0 +1,243 @@
+"""/settings through real interactions: permission-checked on every use and click, confirmed, audited, applied."""
+
+from __future__ import annotations
+
+import logging
+
+import discord
+
+from tests.cogs.conftest import (
+    ALICE, BOB, GENERAL, GUILD, GUILD_ID, LISTED, MOD, MOD_ROLE, MODLOG, OTHER_CHANNEL, OTHER_GUILD, OWNER, THREAD, rig,
+)
+from tests.cogs.test_memories import button
+from tests.fakes import discord_harness as dh
+
+MANAGE_SERVER = discord.Permissions(manage_guild=True, manage_messages=True).value
+SECRET_THREAD, CLOSED_CHANNEL = 960, 961
+
+
+def channel(id: int, guild_id: int = GUILD_ID, name: str = "c") -> dict:
+    return dh.text_channel(id, guild_id, name)
+
+
+async def settings(r, command: str, user: dict = OWNER, **options):
+    return await r.h.invoke_slash(f"settings {command}", user=user, channel_id=GENERAL, options=options or None)
+
+
+async def apply(r, command: str, user: dict = OWNER, clicker: dict | None = None, **options):
+    """Run a change and press Apply; return (prompt, responses to the click)."""
+    res = await settings(r, command, user, **options)
+    prompt = res[-1]
+    assert prompt.ephemeral
+    done = await r.h.click(button(prompt, "Apply"), prompt.message, user=clicker or user)
+    return prompt, done
+
+
+def grant_manage_server(r, on: bool) -> None:
+    """Edit the Mods role like an admin would: Discord sends GUILD_ROLE_UPDATE."""
+    perms = MANAGE_SERVER if on else discord.Permissions(manage_messages=True).value
+    r.h.feed("GUILD_ROLE_UPDATE", {"guild_id": str(GUILD_ID), "role": dh.role(MOD_ROLE, "Mods", perms, position=1)})
+
+
+async def test_the_group_is_hidden_from_members_without_manage_server(r):
+    payload = r.bot.tree.get_command("settings").to_dict(r.bot.tree)
+    assert int(payload["default_member_permissions"]) == discord.Permissions(manage_guild=True).value
+    assert payload["contexts"] == [0]  # guild only
+    names = {c["name"] for c in payload["options"]}
+    assert {"show", "answer-all", "mentions", "instructions", "learning", "memories", "budget",
+            "member-budget", "mod-log", "reset"} <= names
+
+
+async def test_a_member_without_the_permission_bypassing_the_client_is_refused(r):
+    res = await settings(r, "learning", ALICE, on=False)
+    assert len(res) == 1 and res[0].ephemeral and "Manage Server" in res[0].content
+    assert (await r.engine.guild_policy(GUILD_ID)).learning is True
+    res = await settings(r, "show", MOD)  # Manage Messages is not Manage Server
+    assert res[0].ephemeral and "Manage Server" in res[0].content
+
+
+async def test_not_in_dms(r):
+    res = await r.h.invoke_slash("settings show", user=OWNER, channel_id=r.h.dm(OWNER)["id"])
+    assert res[0].ephemeral and "only works in a server" in res[0].content
+
+
+async def test_show_says_where_each_setting_comes_from(r):
+    res = await settings(r, "show")
+    (embed,) = res[-1].embeds
+    assert res[-1].ephemeral
+    fields = {f["name"]: f["value"] for f in embed["fields"]}
+    assert fields["Answers every message in"] == f"<#{LISTED}> *(operator default)*"
+    assert fields["Learns from conversations"] == "on *(operator default)*"
+    assert fields["Mod-log channel"] == f"<#{MODLOG}> *(operator default)*"
+    assert "2,000,000 tokens a day" in fields["Daily token budget"]
+    await apply(r, "learning", on=False)
+    fields = {f["name"]: f["value"] for f in (await settings(r, "show"))[-1].embeds[0]["fields"]}
+    assert fields["Learns from conversations"] == "off *(set here)*"
+
+
+async def test_answer_all_in_a_channel_applies_at_once_and_is_audited(r, caplog):
+    caplog.set_level(logging.INFO, logger="bot.audit")
+    assert await r.h.send_message(r.msg(ALICE, "anyone there?")) == []  # general: mentions only
+    prompt, done = await apply(r, "answer-all", channel=channel(GENERAL, name="general"), on=True)
+    assert f"<#{GENERAL}>" in prompt.content
+    assert "Done: answer every message in" in done[-1].content
+    assert done[-1].message["flags"] & dh.EPHEMERAL  # the confirmation prompt, edited: only the admin sees it
+    sent = await r.h.send_message(r.msg(ALICE, "anyone there now?"))
+    assert any("anyone there now?" in (c.content or "") for c in sent)  # no restart needed
+    # The operator's listed channel stays listed: the server's list started from it.
+    assert (await r.engine.guild_policy(GUILD_ID)).respond_channels == {str(GENERAL), str(LISTED)}
+    audit = [rec.getMessage() for rec in caplog.records if rec.name == "bot.audit"]
+    assert len(audit) == 1 and f"({OWNER['id']}) changed answer every message in <#{GENERAL}>: on" in audit[0]
+    (logged,) = r.h.sent_messages(MODLOG)
+    assert logged.content == audit[0] and logged.json["allowed_mentions"]["parse"] == []
+    await apply(r, "answer-all", channel=channel(GENERAL, name="general"), on=False)
+    assert await r.h.send_message(r.msg(ALICE, "and now?")) == []
+
+
+async def test_mentions_off_in_a_channel(r):
+    await apply(r, "mentions", channel=dh.thread(THREAD, GUILD_ID, GENERAL, "a-thread"), on=False)
+    assert await r.h.send_message(r.mentioning(ALICE, "hello?", channel_id=THREAD)) == []
+    assert await r.h.send_message(r.mentioning(ALICE, "hello?", channel_id=GENERAL)) != []
+    await apply(r, "mentions", channel=dh.thread(THREAD, GUILD_ID, GENERAL, "a-thread"), on=True)
+    assert await r.h.send_message(r.mentioning(ALICE, "hello again?", channel_id=THREAD)) != []
+
+
+async def test_instructions_are_shown_back_capped_and_reach_the_prompt(r):
+    text = "Speak like a pirate. Our server is about sailing."
+    res = await settings(r, "instructions", text=text)
+    assert res[-1].embeds[0]["description"] == text  # shown back before confirming
+    await r.h.click(button(res[-1], "Apply"), res[-1].message, user=OWNER)
+    await r.h.send_message(r.mentioning(ALICE, "hi"))
+    system = r.model.chat_calls[-1].system
+    assert system.index("You are TestBot.") < system.index(text)
+    await r.h.send_message(r.mentioning(ALICE, "hi", channel_id=OTHER_CHANNEL, guild_id=OTHER_GUILD))
+    assert text not in r.model.chat_calls[-1].system  # another server does not get them
+    shown = (await settings(r, "show"))[-1].embeds[0]
+    assert shown["description"] == text
+
+    too_long = "x" * 1001
+    res = await settings(r, "instructions", text=too_long)
+    assert len(res) == 2 and res[-1].ephemeral and "1,001 characters" in res[-1].content
+    assert "at most 1,000" in res[-1].content and not res[-1].components
+    assert (await r.engine.guild_policy(GUILD_ID)).persona_addition == text
+
+
+async def test_learning_off_stops_learning_here_and_memories_off_keeps_them_out(r):
+    await apply(r, "learning", on=False)
+    await r.h.send_message(r.mentioning(ALICE, "my name is Alice and I like kites"))
+    await r.engine.scheduler.flush()
+    assert await r.engine.memories.list(str(ALICE["id"])) == []
+    await r.h.send_message(r.mentioning(ALICE, "I like kites", channel_id=OTHER_CHANNEL, guild_id=OTHER_GUILD))
+    await r.engine.scheduler.flush()
+    assert [m.content for m in await r.engine.memories.list(str(ALICE["id"]))] == ["I like kites"]
+
+    await apply(r, "memories", on=False)
+    await r.h.send_message(r.mentioning(ALICE, "what do I like?"))
+    system = r.model.chat_calls[-1].system
+    assert "kites" not in system and "do not use remembered facts here" in system
+    await r.h.send_message(r.mentioning(ALICE, "what do I like?", channel_id=OTHER_CHANNEL, guild_id=OTHER_GUILD))
+    assert "kites" in r.model.chat_calls[-1].system
+
+
+async def test_turns_waiting_when_learning_is_turned_off_are_dropped(r):
+    await r.h.send_message(r.mentioning(ALICE, "my name is Alice and I like kites"))
+    await apply(r, "learning", on=False)
+    await r.engine.scheduler.flush()
+    assert await r.engine.memories.list(str(ALICE["id"])) == []
+
+
+async def test_budgets_within_the_operators_caps(r):
+    res = await settings(r, "budget", tokens=3_000_000)
+    assert "over this bot's limit of 2,000,000" in res[-1].content and not res[-1].components
+    await apply(r, "budget", tokens=500)
+    res = await settings(r, "member-budget", tokens=600)
+    assert "cannot be more than the server's (500 a day)" in res[-1].content
+    await apply(r, "member-budget", tokens=50)
+    policy = await r.engine.guild_policy(GUILD_ID)
+    assert (policy.daily_tokens, policy.member_daily_tokens) == (500, 50)
+    await r.h.send_message(r.mentioning(ALICE, "a question " * 40))  # uses well over 50 tokens
+    sent = await r.h.send_message(r.mentioning(ALICE, "another one"))
+    assert len(sent) == 1 and "allowance" in sent[0].content  # Alice is out for today...
+    sent = await r.h.send_message(r.mentioning(BOB, "and me?"))
+    assert "allowance" not in sent[-1].content  # ...Bob is not
+
+
+async def test_bad_channels_are_refused_and_change_nothing(tmp_path):
+    bot_only_hidden = dh.overwrite(dh.BOT_ID, member=True, deny=discord.Permissions(view_channel=True).value)
+    bot_mute = dh.overwrite(dh.BOT_ID, member=True, deny=discord.Permissions(send_messages=True).value)
+    async with rig(tmp_path) as r:
+        r.h.feed("CHANNEL_CREATE", dh.text_channel(CLOSED_CHANNEL, GUILD_ID, "closed", [bot_only_hidden]))
+        r.h.feed("CHANNEL_CREATE", dh.text_channel(CLOSED_CHANNEL + 1, GUILD_ID, "read-only", [bot_mute]))
+        cases = [
+            (channel(OTHER_CHANNEL, OTHER_GUILD, "elsewhere"), "belongs to another server"),
+            (dh.thread(SECRET_THREAD, GUILD_ID, GENERAL, "secret", owner_id=int(ALICE["id"]), type=12),
+             "I can't see that thread"),
+            (channel(CLOSED_CHANNEL, name="closed"), "I can't see that channel"),
+            (channel(CLOSED_CHANNEL + 1, name="read-only"), "not allowed to send messages there"),
+        ]
+        for payload, reason in cases:
+            res = await settings(r, "answer-all", channel=payload, on=True)
+            assert len(res) == 1 and res[0].ephemeral and reason in res[0].content, (reason, res[0].content)
+        res = await settings(r, "mod-log", channel=channel(OTHER_CHANNEL, OTHER_GUILD, "elsewhere"))
+        assert "belongs to another server" in res[0].content
+        assert (await r.engine.guild_policy(GUILD_ID)).sources["respond_channels"] == "operator"
+        assert await r.engine.guild_settings.store.get(str(GUILD_ID)) is None
+
+
+async def test_permission_granted_then_revoked_between_display_and_use(r):
+    grant_manage_server(r, True)
+    await r.h.settle()
+    res = await settings(r, "learning", MOD, on=False)
+    prompt = res[-1]
+    assert "Stop learning" in prompt.content
+    grant_manage_server(r, False)  # the role loses Manage Server while the prompt is on screen
+    await r.h.settle()
+    done = await r.h.click(button(prompt, "Apply"), prompt.message, user=MOD)
+    assert "no longer have the Manage Server permission" in done[-1].content
+    assert (await r.engine.guild_policy(GUILD_ID)).learning is True
+    res = await settings(r, "learning", MOD, on=False)  # the client may still show the command
+    assert len(res) == 1 and "Manage Server" in res[0].content
+
+
+async def test_only_the_admin_who_asked_can_press_apply(r):
+    grant_manage_server(r, True)
+    await r.h.settle()
+    res = await settings(r, "memories", OWNER, on=False)
+    other = await r.h.click(button(res[-1], "Apply"), res[-1].message, user=MOD)
+    assert "aren't for you" in other[-1].content
+    assert (await r.engine.guild_policy(GUILD_ID)).use_memories is True
+
+
+async def test_reset_goes_back_to_the_default_and_cancel_changes_nothing(r):
+    await apply(r, "budget", tokens=1000)
+    res = await settings(r, "reset", setting="daily_tokens")
+    cancelled = await r.h.click(button(res[-1], "Cancel"), res[-1].message, user=OWNER)
+    assert "nothing was changed" in cancelled[-1].content
+    assert (await r.engine.guild_policy(GUILD_ID)).daily_tokens == 1000
+    await apply(r, "reset", setting="daily_tokens")
+    policy = await r.engine.guild_policy(GUILD_ID)
+    assert policy.daily_tokens == 2_000_000 and policy.sources["daily_tokens"] == "operator"
+
+
+async def test_mod_log_channel_of_the_server_gets_purges_and_changes(r):
+    other_log = 906
+    r.h.feed("CHANNEL_CREATE", channel(other_log, name="bot-log"))
+    await apply(r, "mod-log", channel=channel(other_log, name="bot-log"))
+    assert len(r.h.sent_messages(other_log)) == 1  # the change itself goes to the new channel
+    await apply(r, "learning", on=False)
+    assert len(r.h.sent_messages(other_log)) == 2 and r.h.sent_messages(MODLOG) == []
+    res = await r.h.invoke_slash("purge-memories", user=MOD, channel_id=GENERAL, options={"member": BOB})
+    await r.h.click(button(res[-1], "Purge"), res[-1].message, user=MOD)
+    assert "memory purge" in r.h.sent_messages(other_log)[-1].content
+
+
+async def test_settings_are_deleted_when_the_bot_is_removed_not_on_an_outage(r):
+    await apply(r, "learning", on=False)
+    r.h.feed("GUILD_DELETE", {"id": str(GUILD_ID), "unavailable": True})  # an outage
+    await r.h.settle()
+    assert await r.engine.guild_settings.store.get(str(GUILD_ID)) is not None
+    r.h.feed("GUILD_CREATE", GUILD)
+    await r.h.settle()
+    r.h.feed("GUILD_DELETE", {"id": str(GUILD_ID)})  # removed (kicked, or the server was deleted)
+    await r.h.settle()
+    assert await r.engine.guild_settings.store.get(str(GUILD_ID)) is None

@@ -1,0 +1,56 @@
+"""Cross-channel batching: one extraction call covers a person's pending turns in every channel of a server."""
+
+from __future__ import annotations
+
+from bot.engine.state import Speaker
+from tests.conftest import ScriptedChatModel, default_script, new_section, record_figure, running_engine
+
+
+def speaker(user: int, channel: int, guild: str = "900") -> Speaker:
+    return Speaker(user_id=str(user), name=f"member{user}", guild_id=guild, channel_id=str(channel),
+                   message_id=f"{user}{channel}")
+
+
+async def test_four_people_in_five_channels_cost_at_most_1_3_calls_a_message(settings):
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        for channel in range(1, 6):
+            for user in range(1, 5):
+                await engine.reply(f"c{channel}", speaker(user, channel), f"I like topic {user} in {channel}")
+        await engine.scheduler.flush()
+        learned = {u: sorted(m.content for m in await engine.memories.list(str(u))) for u in range(1, 5)}
+    messages = 20
+    per_message = len(model.calls) / messages
+    assert len(model.extraction_calls) == 4  # one per person, not one per (person, channel)
+    assert per_message <= 1.3
+    for user in range(1, 5):  # and nothing was lost by batching
+        assert learned[user] == sorted(f"I like topic {user} in {c}" for c in range(1, 6))
+    record_figure("model calls a message (4 people x 5 channels)", f"{per_message:.2f}",
+                  f"{len(model.extraction_calls)} extraction calls for {messages} messages (was 2.00)")
+
+
+async def test_servers_and_dms_are_never_batched_together(settings):
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        await engine.reply("a", speaker(1, 1, guild="900"), "I like server one things")
+        await engine.reply("b", speaker(1, 2, guild="901"), "I like server two things")
+        await engine.reply("dm", speaker(1, 3, guild="dm"), "I like private things")
+        await engine.scheduler.flush()
+        memories = {m.content: m.origin["guild_id"] for m in await engine.memories.list("1")}
+    assert len(model.extraction_calls) == 3
+    assert memories == {"I like server one things": "900", "I like server two things": "901",
+                        "I like private things": "dm"}
+    for call in model.extraction_calls:  # each call's new messages came from its own place only
+        assert sum(t in new_section(call) for t in ("server one", "server two", "private")) == 1
+
+
+async def test_a_long_backlog_is_split_into_bounded_calls_and_all_of_it_learned(settings):
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        for i in range(30):
+            await engine.reply(f"c{i % 3}", speaker(1, i % 3), f"I like item {i} " + "and so on " * 60)
+        await engine.scheduler.flush()
+        learned = {m.content.split(" and")[0] for m in await engine.memories.list("1")}
+        assert await engine.inbox.pending() == []
+    assert len(model.extraction_calls) > 1
+    assert learned == {f"I like item {i}" for i in range(30)}

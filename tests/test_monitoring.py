@@ -1,0 +1,208 @@
+"""The operators' endpoint, scraped over real HTTP while real traffic flows through the harness."""
+
+from __future__ import annotations
+
+import math
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from bot.metrics import FAILURES, KINDS, OUTCOMES, SCOPES
+from bot.monitoring import probe_health
+from bot.settings import MonitoringSection
+from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, LISTED, MOD, OTHER_GUILD, rig
+from tests.conftest import ScriptedChatModel, default_script
+
+ON = {"metrics": True, "health": True, "port": 0}
+VOCABULARY = set(KINDS) | set(FAILURES) | set(OUTCOMES) | set(SCOPES) | {"prompt", "completion"}
+
+
+async def scrape(r) -> dict[str, float]:
+    """Every sample as ``name{label=value,...}`` -> value, over HTTP like Prometheus does."""
+    url = f"http://127.0.0.1:{r.bot.monitoring.port}/metrics"
+    async with aiohttp.ClientSession() as http, http.get(url) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/plain; version=")
+        text = await resp.text()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}"] = s.value
+    return out
+
+
+async def health(r) -> tuple[int, dict]:
+    url = f"http://127.0.0.1:{r.bot.monitoring.port}/health"
+    async with aiohttp.ClientSession() as http, http.get(url) as resp:
+        return resp.status, await resp.json()
+
+
+def label_values(samples: dict[str, float]) -> set[str]:
+    values = set()
+    for key in samples:
+        inside = key[key.index("{") + 1 : -1]
+        pairs = [pair.split("=", 1) for pair in inside.split(",") if pair]
+        values |= {v for k, v in pairs if k != "le"}  # histogram bucket bounds are numbers we chose
+    return values
+
+
+async def test_figures_move_with_traffic_and_no_label_holds_personal_data(tmp_path):
+    def script(call):
+        if not call.is_extraction and "please fail" in call.prompt_text.split("\n")[-1]:
+            raise ConnectionError("the model API is down")
+        return default_script(call)
+
+    async with rig(tmp_path, ScriptedChatModel(script), monitoring=ON) as r:
+        assert await r.bot.start_monitoring(r.engine.metrics)
+        before = await scrape(r)
+        assert before["mnemo_model_calls_total{kind=reply}"] == 0
+        assert before["mnemo_learning_backlog_turns{}"] == 0
+        assert before["mnemo_guilds{}"] == 2
+
+        secret_words = "my name is Zanzibar Quux and I like hidden-canary-words"
+        await r.h.send_message(r.mentioning(ALICE, secret_words))
+        await r.h.send_message(r.msg(BOB, "hello there from bob", channel_id=LISTED))
+        await r.h.send_message(r.mentioning(ALICE, "please fail"))
+        after = await scrape(r)
+
+        assert after["mnemo_model_calls_total{kind=reply}"] == 3
+        assert after["mnemo_model_failures_total{kind=reply,reason=connection}"] == 1
+        assert after["mnemo_replies_total{outcome=answered}"] == 2
+        assert after["mnemo_replies_total{outcome=failed}"] == 1
+        assert after["mnemo_reply_seconds_count{}"] == 2
+        assert after["mnemo_reply_first_text_seconds_count{}"] == 2
+        assert after["mnemo_model_tokens_total{direction=prompt,kind=reply}"] > 0
+        assert after["mnemo_active_channels{}"] == 2  # general and bot-chat
+        assert after["mnemo_learning_backlog_turns{}"] == 2  # two answered turns wait to be learned
+        assert after["mnemo_learning_backlog_age_seconds{}"] >= 0
+        assert math.isnan(after["mnemo_gateway_latency_seconds{}"])  # no websocket in the harness
+
+        await r.engine.scheduler.flush()  # learn now
+        await r.engine.erase_person(str(BOB["id"]))
+        await r.engine.erase_person(str(ALICE["id"]), guild_id=str(GUILD_ID))
+        learned = await scrape(r)
+        assert learned["mnemo_learning_backlog_turns{}"] == 0
+        assert learned["mnemo_learning_backlog_age_seconds{}"] == 0
+        assert learned["mnemo_model_calls_total{kind=extraction}"] >= 1
+        assert learned["mnemo_model_tokens_total{direction=completion,kind=extraction}"] > 0
+        assert learned["mnemo_erasures_total{scope=person}"] == 1
+        assert learned["mnemo_erasures_total{scope=server}"] == 1
+
+        values = label_values(learned)
+        assert values <= VOCABULARY, values - VOCABULARY
+        text = "\n".join(learned)
+        for personal in (ALICE["id"], BOB["id"], MOD["id"], str(GUILD_ID), str(OTHER_GUILD), str(GENERAL),
+                         str(LISTED), "alice", "Alice", "bob", "Zanzibar", "canary", "hello there"):
+            assert personal not in text
+
+
+async def test_health_is_ready_only_when_the_gateway_is_up_and_storage_answers(tmp_path):
+    async with rig(tmp_path, monitoring=ON) as r:
+        assert await r.bot.start_monitoring(r.engine.metrics)
+        status, body = await health(r)
+        assert (status, body) == (200, {"status": "ok", "gateway": True, "storage": True})
+
+        r.bot.dispatch("disconnect")  # what discord.py dispatches when the websocket drops
+        await r.h.settle()
+        status, body = await health(r)
+        assert status == 503 and body["gateway"] is False and body["storage"] is True
+
+        r.h.feed("RESUMED", {})  # the gateway resumes the session
+        await r.h.settle()
+        assert (await health(r))[0] == 200
+
+        async def broken() -> bool:
+            raise OSError("disk I/O error")
+
+        r.bot.monitoring.health.checks["storage"] = broken
+        status, body = await health(r)
+        assert status == 503 and body == {"status": "unavailable", "gateway": True, "storage": False}
+
+
+async def test_endpoints_are_off_unless_configured(tmp_path):
+    async with rig(tmp_path, monitoring={"metrics": True, "port": 0}) as r:
+        assert await r.bot.start_monitoring(r.engine.metrics)
+        url = f"http://127.0.0.1:{r.bot.monitoring.port}/health"
+        async with aiohttp.ClientSession() as http, http.get(url) as resp:
+            assert resp.status == 404
+    async with rig(tmp_path, monitoring={"port": 0}) as r:
+        assert await r.bot.start_monitoring(r.engine.metrics)
+        assert r.bot.monitoring.port is None  # nothing listens at all
+
+
+async def test_a_taken_port_is_one_line_and_no_start(tmp_path, caplog):
+    async with rig(tmp_path, monitoring=ON) as r:
+        assert await r.bot.start_monitoring(r.engine.metrics)
+        taken = r.bot.monitoring.port
+        async with rig(tmp_path / "second", monitoring=dict(ON, port=taken)) as second:
+            assert not await second.bot.start_monitoring(second.engine.metrics)
+        assert any("cannot listen on 127.0.0.1:%d" % taken in rec.getMessage() for rec in caplog.records)
+
+
+async def test_the_health_command_reports_what_the_endpoint_says(tmp_path):
+    async with rig(tmp_path, monitoring=ON) as r:
+        assert await r.bot.start_monitoring(r.engine.metrics)
+        section = MonitoringSection(health=True, port=r.bot.monitoring.port)
+        import asyncio
+
+        healthy, line = await asyncio.to_thread(probe_health, section)
+        assert healthy and '"status": "ok"' in line
+        r.bot.dispatch("disconnect")
+        await r.h.settle()
+        healthy, line = await asyncio.to_thread(probe_health, section)
+        assert not healthy and '"gateway": false' in line
+    healthy, line = probe_health(MonitoringSection(health=True, port=section.port))  # the bot is gone
+    assert not healthy and "unreachable" in line
+    assert probe_health(MonitoringSection()) == (False, "the health endpoint is off: set monitoring.health = true")
+
+
+async def test_docker_healthcheck_command_exits_0_only_when_healthy(tmp_path):
+    """The exact command of the Dockerfile's HEALTHCHECK, as a real process, against a running bot."""
+    import asyncio
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    dockerfile = (root / "Dockerfile").read_text()
+    command = re.search(r'HEALTHCHECK .*?CMD \[(.*?)\]', dockerfile, re.S).group(1)
+    argv = [a.strip().strip('"') for a in command.split(",")]
+    assert argv[:3] == ["python", "-m", "bot"] and argv[-1] == "health"
+
+    async with rig(tmp_path, monitoring=ON) as r:
+        assert await r.bot.start_monitoring(r.engine.metrics)
+        cfg = tmp_path / "config.toml"
+        cfg.write_text(f'[monitoring]\nhealth = true\nport = {r.bot.monitoring.port}\n')
+        run = [sys.executable, *argv[1:3], "--config", str(cfg), "health"]
+
+        def probe() -> subprocess.CompletedProcess:
+            return subprocess.run(run, capture_output=True, text=True, cwd=root, timeout=60,
+                                  env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)})
+
+        ok = await asyncio.to_thread(probe)
+        assert ok.returncode == 0 and '"status": "ok"' in ok.stdout, ok.stderr
+        r.bot.dispatch("disconnect")
+        await r.h.settle()
+        down = await asyncio.to_thread(probe)
+        assert down.returncode == 1 and '"gateway": false' in down.stdout
+
+
+def test_the_image_config_turns_the_health_endpoint_on(tmp_path):
+    """The Dockerfile's sed over config.toml yields a valid config with /health on and data in /data."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    from bot.settings import load_settings
+
+    root = Path(__file__).resolve().parents[1]
+    sed = re.search(r"RUN (sed -i .*?) /app/config.toml", (root / "Dockerfile").read_text()).group(1)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text((root / "config.toml").read_text())
+    subprocess.run(f"{sed} {cfg}", shell=True, check=True)
+    settings = load_settings(cfg, env={}, need_model=False)
+    assert settings.monitoring.health is True and settings.monitoring.metrics is False
+    assert settings.monitoring.host == "127.0.0.1"
+    assert str(settings.bot.data_dir) == "/data"
