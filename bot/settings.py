@@ -101,7 +101,7 @@ class StorageSection(_Section):
     pool_min_size: int = Field(ge=1, le=100, default=2)
     pool_max_size: int = Field(ge=2, le=200, default=10)
     pool_timeout_seconds: float = Field(gt=0, le=300, default=10.0)
-    claim_lease_seconds: float = Field(ge=5, le=3600, default=120.0)
+    claim_lease_seconds: float = Field(ge=1, le=3600, default=60.0)
 
 
 class MonitoringSection(_Section):

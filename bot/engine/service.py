@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import weakref
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -25,6 +24,7 @@ from bot.engine.extraction import MemoryWriter, WriteRequest
 from bot.engine.graph import ChatDeps, build_chat_graph, build_memory_graph
 from bot.engine.guild_settings import GuildPolicy, GuildSettingsService, OperatorDefaults
 from bot.engine.memory import Actor, MemoryRepository
+from bot.engine.locks import Locks
 from bot.engine.scheduler import ExtractionScheduler, OnChange
 from bot.engine.recall import SemanticIndex
 from bot.engine.recall.embedders import LocalMiniLM
@@ -144,6 +144,7 @@ class ChatEngine:
             callbacks=[self.metrics.observer("extraction")],
         )
         self.memory_graph: CompiledStateGraph = build_memory_graph(self.writer).compile(store=self.store)
+        self.locks = Locks(storage.locks)  # every lock the engine takes (bot.engine.locks)
         self.scheduler = ExtractionScheduler(
             self.inbox,
             self._write,
@@ -153,8 +154,8 @@ class ChatEngine:
             on_change=on_memory_change,
             applied_up_to=self.memories.watermark,
             storage_errors=storage.transient_errors,
+            locks=self.locks,
         )
-        self._thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._tails: set[asyncio.Task] = set()
         self._turns_since_prune: dict[str, int] = {}
         self._started = False
@@ -163,7 +164,8 @@ class ChatEngine:
         self._inflight = InflightTurns()
         # /memories remember and import, per person per hour: bounded like every map keyed by person.
         self.memory_commands: RateLimiter[str] = RateLimiter(settings.limits.memory_commands_per_hour, 3600.0)
-        self.conversations = ConversationEraser(self.graph, self.checkpointer, self._lock, storage.maintenance.prune_thread)
+        self.conversations = ConversationEraser(self.graph, self.checkpointer, self.locks.channel,
+                                                storage.maintenance.prune_thread)
         self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold)
 
     async def start(self) -> None:
@@ -222,13 +224,6 @@ class ChatEngine:
         if self.semantic is not None:
             await self.semantic.drain()
 
-    def _lock(self, thread_id: str) -> asyncio.Lock:
-        lock = self._thread_locks.get(thread_id)
-        if lock is None:
-            lock = asyncio.Lock()
-            self._thread_locks[thread_id] = lock
-        return lock
-
     async def reply(
         self,
         thread_id: str,
@@ -256,7 +251,7 @@ class ChatEngine:
             visibility = replace(visibility, use_memories=False)
         speaker = replace(speaker, visibility=visibility, persona_addition=policy.persona_addition,
                           memories_off_here=not policy.use_memories)
-        lock = self._lock(thread_id)
+        lock = self.locks.channel(thread_id)  # entered by the turn's task: FIFO in the order messages came
         answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(
             self._turn(lock, thread_id, speaker, text, answered, timer.wrap(on_delta),

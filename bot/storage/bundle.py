@@ -8,7 +8,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
 from bot.engine.stores import (
-    ErasureJournal, GuildSettingsStore, Inbox, Maintenance, PrefsStore, UsageStore, VectorCache,
+    CrossProcessLocks, ErasureJournal, GuildSettingsStore, Inbox, Maintenance, PrefsStore, SingleProcessLocks,
+    UsageStore, VectorCache,
 )
 
 
@@ -30,4 +31,5 @@ class OpenStorage:
     maintenance: Maintenance
     guild_settings: GuildSettingsStore
     erasures: ErasureJournal
+    locks: CrossProcessLocks = field(default_factory=SingleProcessLocks)
     transient_errors: tuple[type[BaseException], ...] = field(default=())

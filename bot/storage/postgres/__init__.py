@@ -23,6 +23,7 @@ from bot.storage.postgres.db import PgDb
 from bot.storage.postgres.erasures import PostgresErasures
 from bot.storage.postgres.guild_settings import PostgresGuildSettings
 from bot.storage.postgres.inbox import PostgresInbox
+from bot.storage.postgres.locks import PostgresLocks
 from bot.storage.postgres.maintenance import PostgresMaintenance
 from bot.storage.postgres.migrations import migrate
 from bot.storage.postgres.prefs import PostgresPrefs
@@ -62,6 +63,7 @@ async def open_postgres(settings: Settings) -> AsyncIterator[OpenStorage]:
         db = PgDb(pool, outages)
         guild_settings = PostgresGuildSettings(db, dsn)
         await guild_settings.start()  # its LISTEN connection: other processes' /settings changes
+        locks = PostgresLocks(db, dsn, config.claim_lease_seconds)
         log.info("storage open on PostgreSQL at %s", describe(dsn))
         try:
             yield OpenStorage(
@@ -75,9 +77,11 @@ async def open_postgres(settings: Settings) -> AsyncIterator[OpenStorage]:
                 maintenance=PostgresMaintenance(saver, db),
                 guild_settings=guild_settings,
                 erasures=PostgresErasures(db),
+                locks=locks,
                 transient_errors=TRANSIENT_ERRORS,
             )
         finally:
+            await locks.close()
             await guild_settings.close()
     finally:
         try:

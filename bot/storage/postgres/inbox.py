@@ -8,6 +8,7 @@ from psycopg.types.json import Jsonb
 
 from bot.engine.stores import InboxTurn, PendingKey
 from bot.storage.postgres.db import PgDb
+from bot.storage.postgres.locks import PostgresLocks
 from bot.storage.postgres.text import without_nul
 from bot.storage.shielding import shielded
 
@@ -31,17 +32,21 @@ class PostgresInbox:
 
     @shielded
     async def record(self, *, thread_id: str, user_id: str, author: str, human: str, ai: str, origin: dict) -> int:
-        # One statement: the insert and the count of what is now pending (the CTE's row is not yet visible
-        # to the count, hence the + 1).
+        # One statement: the insert (unless an erasure of this person is running in any process) and the
+        # count of what is now pending (the CTE's row is not yet visible to the count, hence the + added).
+        author, human, ai = without_nul((author, human, ai))
         async with self._db.connection() as conn:
             cur = await conn.execute(
                 "WITH added AS (INSERT INTO bot_inbox (thread_id, user_id, author, human, ai, origin, created)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id)"
-                " SELECT COUNT(*) + 1 AS n FROM bot_inbox WHERE thread_id = %s AND user_id = %s AND NOT extracted",
-                (thread_id, user_id, *without_nul((author, human, ai)), Jsonb(without_nul(origin)), time.time(),
-                 thread_id, user_id),
+                " SELECT %(thread)s, %(user)s, %(author)s, %(human)s, %(ai)s, %(origin)s, %(created)s"
+                " WHERE NOT " + PostgresLocks.erasing_clause() + " RETURNING id)"
+                " SELECT (SELECT COUNT(*) FROM added) AS added, COUNT(*) AS n FROM bot_inbox"
+                " WHERE thread_id = %(thread)s AND user_id = %(user)s AND NOT extracted",
+                {"thread": thread_id, "user": user_id, "author": author, "human": human, "ai": ai,
+                 "origin": Jsonb(without_nul(origin)), "created": time.time()},
             )
-            return int((await cur.fetchone())["n"])
+            row = await cur.fetchone()
+            return int(row["n"]) + int(row["added"]) if row["added"] else 0  # 0: refused during an erasure
 
     async def pending(self) -> list[PendingKey]:
         async with self._db.connection() as conn:

@@ -55,6 +55,9 @@ MIGRATIONS: list[list[str]] = [
         " id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, kind TEXT NOT NULL, user_id TEXT NOT NULL,"
         " guild_id TEXT, actor TEXT, actor_id TEXT, quotes BYTEA, requested DOUBLE PRECISION NOT NULL)",
         *GUILD_SETTINGS_MIGRATION,
+        # Claims on people across processes (bot/storage/postgres/locks.py): who, and until when.
+        "CREATE TABLE IF NOT EXISTS bot_claims ("
+        " user_id TEXT PRIMARY KEY, owner TEXT NOT NULL, kind TEXT NOT NULL, lease_until TIMESTAMPTZ NOT NULL)",
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -18,6 +18,7 @@ from psycopg.rows import DictRow, dict_row
 from langgraph.store.base import Op, PutOp, Result
 from langgraph.store.postgres.aio import AsyncPostgresStore
 
+from bot.storage.postgres.locks import fence
 from bot.storage.postgres.text import without_nul
 
 
@@ -36,5 +37,6 @@ class TransactionalPostgresStore(AsyncPostgresStore):
             return
         async with self.conn.connection() as conn:
             async with conn.transaction():
+                await fence(conn)  # under a claim whose lease ran out, nothing is written (ClaimLost)
                 async with conn.pipeline(), conn.cursor(binary=True, row_factory=dict_row) as cur:
                     yield cur
