@@ -95,6 +95,7 @@ class MemoryBot(commands.Bot):
                     fingerprints.pop()
                     continue
                 log.info("synced %d slash commands %s", len(synced), f"to guild {guild.id}" if guild else "globally")
+        path.parent.mkdir(parents=True, exist_ok=True)  # on PostgreSQL nothing else creates the data dir
         path.write_text("\n".join(fingerprints))
 
     async def on_message(self, message: discord.Message) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import weakref
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -25,6 +24,7 @@ from bot.engine.extraction import MemoryWriter, WriteRequest
 from bot.engine.graph import ChatDeps, build_chat_graph, build_memory_graph
 from bot.engine.guild_settings import GuildPolicy, GuildSettingsService, OperatorDefaults
 from bot.engine.memory import Actor, MemoryRepository
+from bot.engine.locks import Locks
 from bot.engine.scheduler import ExtractionScheduler, OnChange
 from bot.engine.recall import SemanticIndex
 from bot.engine.recall.embedders import LocalMiniLM
@@ -108,6 +108,7 @@ class ChatEngine:
             callbacks=[self.metrics.observer("extraction")],
         )
         self.memory_graph: CompiledStateGraph = build_memory_graph(self.writer).compile(store=self.store)
+        self.locks = Locks(storage.locks)  # every lock the engine takes (bot.engine.locks)
         self.scheduler = ExtractionScheduler(
             self.inbox,
             self._write,
@@ -116,8 +117,9 @@ class ChatEngine:
             context_turns=mem.extraction_context_messages,
             on_change=on_memory_change,
             applied_up_to=self.memories.watermark,
+            storage_errors=storage.transient_errors,
+            locks=self.locks,
         )
-        self._thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._tails: set[asyncio.Task] = set()
         self._turns_since_prune: dict[str, int] = {}
         self._started = False
@@ -126,7 +128,8 @@ class ChatEngine:
         self._inflight = InflightTurns()
         # /memories remember and import, per person per hour: bounded like every map keyed by person.
         self.memory_commands: RateLimiter[str] = RateLimiter(settings.limits.memory_commands_per_hour, 3600.0)
-        self.conversations = ConversationEraser(self.graph, self.checkpointer, self._lock, storage.maintenance.prune_thread)
+        self.conversations = ConversationEraser(self.graph, self.checkpointer, self.locks.channel,
+                                                storage.maintenance.prune_thread)
         self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold, on_erase=self._inflight.mark_erased)
 
     async def start(self) -> None:
@@ -181,13 +184,6 @@ class ChatEngine:
         if self.semantic is not None:
             await self.semantic.drain()
 
-    def _lock(self, thread_id: str) -> asyncio.Lock:
-        lock = self._thread_locks.get(thread_id)
-        if lock is None:
-            lock = asyncio.Lock()
-            self._thread_locks[thread_id] = lock
-        return lock
-
     async def reply(
         self,
         thread_id: str,
@@ -215,7 +211,7 @@ class ChatEngine:
             visibility = replace(visibility, use_memories=False)
         speaker = replace(speaker, visibility=visibility, persona_addition=policy.persona_addition,
                           memories_off_here=not policy.use_memories)
-        lock = self._lock(thread_id)
+        lock = self.locks.channel(thread_id)  # entered by the turn's task: FIFO in the order messages came
         answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(
             self._turn(lock, thread_id, speaker, text, answered, timer.wrap(on_delta),
@@ -277,6 +273,8 @@ class ChatEngine:
                     answered.set_exception(exc)
                 elif isinstance(exc, asyncio.CancelledError):
                     log.debug("turn in thread %s cancelled: the caller stopped waiting", thread_id)
+                elif isinstance(exc, self.storage.transient_errors):  # the outage is logged once, by storage
+                    log.debug("finishing turn in thread %s waits for the database: %r", thread_id, exc)
                 else:
                     log.exception("finishing turn in thread %s failed after the reply", thread_id)
                 if not isinstance(exc, Exception):
@@ -294,11 +292,17 @@ class ChatEngine:
             return
         try:
             await self.storage.maintenance.prune_thread(thread_id)
+        except self.storage.transient_errors as exc:  # the outage is logged once, by storage
+            log.debug("pruning thread %s waits for the database: %r", thread_id, exc)
         except Exception:  # noqa: BLE001 - pruning is housekeeping; a later turn tries again
             log.exception("pruning thread %s failed", thread_id)
 
     async def _after_answer(self, thread_id: str, speaker: Speaker, human: str, ai: str) -> None:
-        """Record the turn for background extraction (before the reply is handed out: nothing is lost)."""
+        """Record the turn for background extraction (before the reply is handed out: nothing is lost).
+
+        If the database is unreachable the error goes to the caller: the person gets the apology instead
+        of an answer that would never be learned from.
+        """
         try:
             count = await self.inbox.record(
                 thread_id=thread_id,
@@ -308,6 +312,8 @@ class ChatEngine:
                 ai=ai,
                 origin=speaker.origin(),
             )
+        except self.storage.transient_errors:
+            raise
         except Exception:  # noqa: BLE001 - the reply still goes out; the log says what was not recorded
             log.exception("could not record a turn for memory extraction in thread %s", thread_id)
             return

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
 from bot.engine.stores import (
-    ErasureJournal, GuildSettingsStore, Inbox, Maintenance, PrefsStore, UsageStore, VectorCache,
+    CrossProcessLocks, ErasureJournal, GuildSettingsStore, Inbox, Maintenance, PrefsStore, SingleProcessLocks,
+    UsageStore, VectorCache,
 )
 
 
@@ -30,3 +31,5 @@ class OpenStorage:
     maintenance: Maintenance
     guild_settings: GuildSettingsStore
     erasures: ErasureJournal
+    locks: CrossProcessLocks = field(default_factory=SingleProcessLocks)
+    transient_errors: tuple[type[BaseException], ...] = field(default=())
