@@ -12,6 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
+from bot.engine.stores import StorageUnavailable
 from bot.settings import ConfigError, Settings, load_settings
 
 log = logging.getLogger("bot")
@@ -196,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except StorageUnavailable as exc:  # a wrong DATABASE_URL, a server that is not there: one line
+        sys.stderr.write(f"storage error: {exc}\n")
+        return 1
 
 
 if __name__ == "__main__":

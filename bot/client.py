@@ -106,6 +106,7 @@ class MemoryBot(commands.Bot):
                     fingerprints.pop()
                     continue
                 log.info("synced %d slash commands %s", len(synced), f"to guild {guild.id}" if guild else "globally")
+        path.parent.mkdir(parents=True, exist_ok=True)  # on PostgreSQL nothing else creates the data dir
         path.write_text("\n".join(fingerprints))
 
     async def on_message(self, message: discord.Message) -> None:
@@ -192,7 +193,9 @@ async def run_discord(settings: Settings, *, sync_only: bool = False, metrics: M
         discord.http.Route.BASE = settings.discord.api_base.rstrip("/")  # a local Discord-compatible server
     token = settings.secrets.discord_token.get_secret_value() if settings.secrets.discord_token else ""
     metrics = metrics or Metrics(active_channel_seconds=settings.monitoring.active_channel_seconds)
-    async with open_storage(settings) as storage:
+    # `sync` only pushes commands (no memory work): it may run beside the bot, so it does not take the
+    # data directory's writer lock.
+    async with open_storage(settings, writer=not sync_only) as storage:
         engine = create_engine(settings, storage, on_memory_change=None, metrics=metrics)
         bot = MemoryBot(settings=settings, engine=engine, storage=storage, force_sync=sync_only)
         if not sync_only and not await bot.start_monitoring(metrics):  # `sync` must not take the port

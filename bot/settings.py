@@ -53,7 +53,7 @@ class ConversationSection(_Section):
 
 
 class MemorySection(_Section):
-    prompt_budget_tokens: int = Field(ge=50, le=20_000, default=600)
+    prompt_budget_tokens: int = Field(ge=50, le=20_000, default=1000)  # chosen on benchmarks/recall.py (README)
     extraction_quiet_seconds: float = Field(ge=0, le=3600, default=20.0)
     extraction_after_messages: int = Field(ge=1, le=100, default=10)
     extraction_max_existing: int = Field(ge=1, le=500, default=40)
@@ -107,7 +107,12 @@ class AccessSection(_Section):
 
 
 class StorageSection(_Section):
-    backend: Literal["sqlite"] = "sqlite"
+    backend: Literal["sqlite", "postgres"] = "sqlite"
+    # PostgreSQL only (the DSN comes from DATABASE_URL in the environment, never from the file):
+    pool_min_size: int = Field(ge=1, le=100, default=2)
+    pool_max_size: int = Field(ge=2, le=200, default=10)
+    pool_timeout_seconds: float = Field(gt=0, le=300, default=10.0)
+    claim_lease_seconds: float = Field(ge=1, le=3600, default=60.0)
 
 
 class MonitoringSection(_Section):
@@ -135,6 +140,7 @@ class Secrets(BaseModel):
     discord_token: SecretStr | None = None
     model_api_key: SecretStr | None = None
     embeddings_api_key: SecretStr | None = None
+    database_url: SecretStr | None = None
 
 
 class Settings(_Section):
@@ -157,7 +163,24 @@ class Settings(_Section):
         for s in (self.secrets.discord_token, self.secrets.model_api_key, self.secrets.embeddings_api_key):
             if s is not None and s.get_secret_value():
                 out.append(s.get_secret_value())
+        password = _dsn_password(self.secrets.database_url)
+        if password:
+            out.append(password)
         return out
+
+
+def _dsn_password(dsn: SecretStr | None) -> str:
+    """The password inside a PostgreSQL connection string (URL or key=value form), if any."""
+    if dsn is None or not dsn.get_secret_value():
+        return ""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:  # pragma: no cover - psycopg is a dependency
+        return ""
+    try:
+        return str(conninfo_to_dict(dsn.get_secret_value()).get("password") or "")
+    except Exception:  # noqa: BLE001 - a malformed DSN is reported when connecting
+        return ""
 
 
 def _describe(err: ValidationError) -> str:
@@ -230,6 +253,11 @@ def load_settings(
         raise ConfigError("missing config key 'memory.embeddings_base_url': required with memory.embeddings_model")
     if settings.model.provider == "openai_compatible" and not base_url:
         raise ConfigError("missing config key 'model.base_url': required for provider 'openai_compatible'")
+    database_url = env.get("DATABASE_URL", "").strip()
+    if settings.storage.backend == "postgres" and not database_url:
+        raise ConfigError("missing secret 'DATABASE_URL': set it in the environment (storage.backend = \"postgres\")")
+    if settings.storage.pool_min_size > settings.storage.pool_max_size:
+        raise ConfigError("invalid config key 'storage.pool_min_size': larger than storage.pool_max_size")
     discord = settings.discord
     data_dir = settings.bot.data_dir
     if not data_dir.is_absolute():  # relative to the config file, not to wherever the process started
@@ -241,6 +269,7 @@ def load_settings(
                 discord_token=SecretStr(token) if token else None,
                 model_api_key=SecretStr(key) if key else None,
                 embeddings_api_key=SecretStr(env[emb_env]) if emb_env and env.get(emb_env) else None,
+                database_url=SecretStr(database_url) if database_url else None,
             ),
             "model": settings.model.model_copy(update={"base_url": base_url}),
             "discord": discord.model_copy(update={"api_base": api_base}),

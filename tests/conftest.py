@@ -1,8 +1,17 @@
-"""Shared test fixtures: a scripted chat model (the only fake inside the engine) and real SQLite storage."""
+"""Shared test fixtures: a scripted chat model (the only fake inside the engine) and real storage.
+
+Storage is real on both backends: every test that takes ``settings`` or ``backend`` runs once on SQLite
+files and once on a fresh PostgreSQL database (created with a unique name on the server at
+``MNEMO_TEST_POSTGRES``, default ``postgresql://postgres@127.0.0.1:5432/test``, and dropped afterwards).
+An unreachable server fails those tests loudly; ``MNEMO_TEST_BACKENDS=sqlite`` leaves the PostgreSQL
+half out on purpose.
+"""
 
 from __future__ import annotations
 
+import os
 import re
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from contextlib import asynccontextmanager
@@ -14,6 +23,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
+
+from pydantic import SecretStr
 
 from bot.settings import Settings
 
@@ -158,25 +169,93 @@ def scripted_model() -> ScriptedChatModel:
     return ScriptedChatModel(default_script)
 
 
-def make_settings(data_dir: Path, **sections: dict) -> Settings:
+@dataclass(frozen=True)
+class Backend:
+    """Which storage a test runs on: ``sqlite`` (files in the data dir) or ``postgres`` (its database)."""
+
+    name: str
+    database_url: str | None = None
+
+
+SQLITE = Backend("sqlite")
+POSTGRES_SERVER = os.environ.get("MNEMO_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+BACKENDS = [b.strip() for b in os.environ.get("MNEMO_TEST_BACKENDS", "sqlite,postgres").split(",") if b.strip()]
+
+
+def make_settings(data_dir: Path, backend: Backend = SQLITE, **sections: dict) -> Settings:
     """Settings for tests: defaults, a temp data dir, quick extraction, and any section overrides."""
     raw: dict[str, dict] = {
         "bot": {"data_dir": str(data_dir), "persona": "You are TestBot."},
         "memory": {"extraction_quiet_seconds": 3600, "extraction_after_messages": 100, "semantic": "off"},
+        # Small pools: the test server is shared, and a small pool is the harder case.
+        "storage": {"backend": backend.name, "pool_min_size": 1, "pool_max_size": 4},
     }
     for name, values in sections.items():
         raw.setdefault(name, {}).update(values)
-    return Settings.model_validate(raw)
+    settings = Settings.model_validate(raw)
+    if backend.database_url:
+        settings = settings.model_copy(update={"secrets": settings.secrets.model_copy(
+            update={"database_url": SecretStr(backend.database_url)})})
+    return settings
+
+
+def postgres_url(dbname: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    return make_conninfo(**{**conninfo_to_dict(POSTGRES_SERVER), "dbname": dbname})
+
+
+class FreshDatabase:
+    """A database with a unique name on the test server, dropped (connections and all) on exit."""
+
+    def __init__(self) -> None:
+        self.name = f"mnemo_test_{uuid.uuid4().hex[:12]}"
+        self.url = postgres_url(self.name)
+
+    def _admin(self):
+        import psycopg
+
+        try:
+            return psycopg.connect(POSTGRES_SERVER, autocommit=True, connect_timeout=5)
+        except psycopg.OperationalError as exc:
+            pytest.fail(f"the PostgreSQL test server at {POSTGRES_SERVER} is unreachable ({str(exc).strip()}); "
+                        "start it, or set MNEMO_TEST_BACKENDS=sqlite to leave the PostgreSQL half out", pytrace=False)
+
+    def __enter__(self) -> "FreshDatabase":
+        with self._admin() as conn:
+            conn.execute(f'CREATE DATABASE "{self.name}"')  # a generated name, not input
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> Backend:
+    """Each test that uses it runs on every backend; a PostgreSQL run gets a database of its own."""
+    if request.param == "sqlite":
+        yield SQLITE
+        return
+    with FreshDatabase() as db:
+        yield Backend("postgres", db.url)
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return make_settings(tmp_path / "data")
+def pg_backend() -> Backend:
+    """A fresh PostgreSQL database for a PostgreSQL-only test (dropped afterwards)."""
+    with FreshDatabase() as db:
+        yield Backend("postgres", db.url)
+
+
+@pytest.fixture
+def settings(tmp_path: Path, backend: Backend) -> Settings:
+    return make_settings(tmp_path / "data", backend)
 
 
 @asynccontextmanager
 async def running_engine(settings: Settings, model: BaseChatModel, **kw: Any) -> AsyncIterator["ChatEngine"]:
-    """A real engine on real SQLite files under the settings' data dir; closed (and flushed) on exit."""
+    """A real engine on the settings' storage (SQLite files or a PostgreSQL database); closed (and flushed) on exit."""
     from bot.engine.service import ChatEngine
     from bot.storage import open_storage
 
@@ -191,10 +270,19 @@ async def running_engine(settings: Settings, model: BaseChatModel, **kw: Any) ->
 
 # ---------------------------------------------------------------- fault-suite figures
 FAULT_FIGURES: list[tuple[str, str, str]] = []
+_RUNNING_ON = {"backend": ""}  # the backend of the test now running, for its figures
+
+
+@pytest.fixture(autouse=True)
+def _figures_name_their_backend(request):
+    callspec = getattr(request.node, "callspec", None)
+    _RUNNING_ON["backend"] = callspec.params.get("backend", "") if callspec else ""
 
 
 def record_figure(name: str, value: object, note: str = "") -> None:
-    """Add a line to the fault-suite table printed at the end of the test run."""
+    """Add a line to the fault-suite table printed at the end of the test run (per backend, when parametrized)."""
+    if _RUNNING_ON["backend"]:
+        name = f"{name} [{_RUNNING_ON['backend']}]"
     FAULT_FIGURES.append((name, str(value), note))
 
 

@@ -395,17 +395,6 @@ class MemoryRepository:
                     found.setdefault(item.namespace[1], []).append(item.key)
         return found
 
-    async def people(self) -> list[str]:
-        """Everyone who has memories (user IDs), for sweeps over all of them."""
-        out: list[str] = []
-        offset = 0
-        while True:
-            page = await self.store.alist_namespaces(prefix=(NAMESPACE_ROOT,), max_depth=2, limit=PAGE_SIZE, offset=offset)
-            out += [ns[1] for ns in page if len(ns) == 2]
-            if len(page) < PAGE_SIZE:
-                return out
-            offset += PAGE_SIZE
-
     async def restore(self, user_id: str | int, memories: list[dict], history: list[dict]) -> int:
         """Write exported memories and log entries back under their own keys, in one batch."""
         ns, hns = namespace(user_id), history_namespace(user_id)

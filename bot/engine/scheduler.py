@@ -14,9 +14,11 @@ import time
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Awaitable, Callable
 
-from bot.engine.bounds import BoundedDict, KeyedLocks
+from bot.engine.bounds import BoundedDict
 from bot.engine.extraction import TurnText, WriteRequest
+from bot.engine.locks import Locks
 from bot.engine.stores import Inbox, InboxTurn
+from bot.engine.stores.locks import ERASURE, EXTRACTION, ClaimLost, SingleProcessLocks
 from bot.engine.recall import estimate_tokens
 from bot.engine.transcript import MAX_MESSAGE_CHARS, REPLY_CHARS
 
@@ -25,6 +27,8 @@ log = logging.getLogger(__name__)
 RunWrite = Callable[[WriteRequest], Awaitable[dict]]
 OnChange = Callable[[WriteRequest, dict], Awaitable[None]]
 MAX_FAILURES = 3  # for errors that are not outages (a bug, a poison input): then the batch is skipped
+STORAGE_RETRY_SECONDS = 2.0  # first retry after the database went away; doubles up to 60 s
+CLAIMED_RETRY_SECONDS = 1.0  # another process is working on this person: look again after this
 TRANSIENT_STATUS = {408, 409, 429}
 
 
@@ -83,8 +87,12 @@ class ExtractionScheduler:
         context_turns: int,
         on_change: OnChange | None = None,
         applied_up_to: Callable[[str, str, str], Awaitable[int]] | None = None,
+        storage_errors: tuple[type[BaseException], ...] = (),
+        locks: Locks | None = None,
     ) -> None:
         self.inbox = inbox
+        self.locks = locks or Locks(SingleProcessLocks())
+        self.storage_errors = storage_errors
         self.applied_up_to = applied_up_to
         self.run_write = run_write
         self.quiet_seconds = quiet_seconds
@@ -92,9 +100,9 @@ class ExtractionScheduler:
         self.context_turns = context_turns
         self.on_change = on_change
         self._timers: dict[tuple[str, str], asyncio.Task] = {}
-        self._user_locks: KeyedLocks[str] = KeyedLocks()  # only while held: bounded by work in flight
         self._failures: BoundedDict[tuple[str, str], int] = BoundedDict(10_000)
         self._closed = False
+        self._sweeper: asyncio.Task | None = None
 
     async def _pending_by_scope(self, user_id: str | None = None) -> dict[tuple[str, str], float]:
         """(scope, person) -> newest pending turn time, for everyone (or one person)."""
@@ -116,6 +124,24 @@ class ExtractionScheduler:
             self._schedule(scope, user_id, max(0.0, last + self.quiet_seconds - now))
         if pending:
             log.info("resuming memory extraction for %d person/place pair(s)", len(pending))
+        sweep = self.locks.shared.sweep_seconds if self.locks is not None else None
+        if sweep:
+            self._sweeper = asyncio.create_task(self._sweep(sweep), name="extraction-sweep")
+
+    async def _sweep(self, every: float) -> None:
+        """On a shared database: pick up turns no timer here knows of (another process died with them)."""
+        while not self._closed:
+            await asyncio.sleep(every)
+            try:
+                now = time.time()
+                for (scope, user_id), last in (await self._pending_by_scope()).items():
+                    timer = self._timers.get((scope, user_id))
+                    if timer is None or timer.done():
+                        self._schedule(scope, user_id, max(0.0, last + self.quiet_seconds - now))
+            except self.storage_errors as exc:
+                log.debug("looking for left-over memory work waits for the database: %r", exc)
+            except Exception:  # noqa: BLE001 - the next round tries again
+                log.exception("looking for left-over memory work failed")
 
     def notify(self, thread_id: str, user_id: str, pending_count: int, scope: str = "dm") -> None:
         """A turn was recorded: restart the quiet timer, or extract now if enough turns are waiting.
@@ -170,9 +196,27 @@ class ExtractionScheduler:
         return context[-self.context_turns:] if self.context_turns > 0 else [], pending
 
     async def run(self, scope: str, user_id: str) -> dict | None:
-        """Extract a person's pending turns in one scope now; return the changes (None when nothing was pending)."""
+        """Extract a person's pending turns in one scope now; return the changes (None when nothing was pending).
+
+        When the database is unreachable the turns stay pending there and the pair is tried again later
+        (the outage itself is logged once, by storage).
+        """
+        try:
+            return await self._run(scope, user_id)
+        except self.storage_errors as exc:
+            key = (scope, user_id)
+            failures = self._failures.get(key, 0) + 1
+            self._failures[key] = failures
+            log.debug("memory extraction for user %s waits for the database: %r", user_id, exc)
+            self._schedule(scope, user_id, min(60.0, STORAGE_RETRY_SECONDS * 2 ** min(failures - 1, 5)))
+            return None
+
+    async def _run(self, scope: str, user_id: str) -> dict | None:
         leftover = False
-        async with self._user_locks.hold(user_id):
+        async with self.locks.person(user_id, kind=EXTRACTION, wait=False) as claimed:
+            if not claimed:  # another process works on this person now; it may leave some for us
+                self._schedule(scope, user_id, CLAIMED_RETRY_SECONDS)
+                return None
             before, pending = await self._gather(scope, user_id)
             if not pending:
                 return None
@@ -193,6 +237,11 @@ class ExtractionScheduler:
             key = (scope, user_id)
             try:
                 changes = await self.run_write(request)
+            except self.storage_errors:
+                raise  # see run(): an outage, not a bad batch
+            except ClaimLost:
+                log.info("memory extraction for user %s was taken over by another process", user_id)
+                return None
             except Exception as exc:
                 failures = self._failures.get(key, 0) + 1
                 self._failures[key] = failures
@@ -227,7 +276,7 @@ class ExtractionScheduler:
         """
         for key in [k for k in self._timers if k[1] == user_id]:
             self._timers.pop(key).cancel()
-        async with self._user_locks.hold(user_id):
+        async with self.locks.person(user_id, kind=ERASURE, wait=True):
             yield
         for scope, _user in await self._pending_by_scope(user_id):
             self._schedule(scope, user_id, self.quiet_seconds)
@@ -254,7 +303,13 @@ class ExtractionScheduler:
     async def close(self, timeout: float = 30.0) -> None:
         """Stop scheduling and flush pending work, within ``timeout``; what is left stays in the inbox."""
         self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
         try:
             await asyncio.wait_for(self.flush(), timeout)
         except asyncio.TimeoutError:
             log.warning("memory extraction flush timed out; the rest resumes on next start")
+        except self.storage_errors as exc:
+            log.warning("memory extraction flush stopped: the database is unreachable (%r); "
+                        "the rest resumes on next start", exc)

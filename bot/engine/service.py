@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import weakref
 from dataclasses import dataclass, replace
 from typing import Callable
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.graph.state import CompiledStateGraph
 
-from bot.engine.bounds import RateLimiter
+from bot.engine.bounds import InflightTurns, RateLimiter
 from bot.engine.conversations import ConversationEraser
 from bot.engine.changes import DiscordChanges
 from bot.engine.erasure import Eraser, ErasureResult
@@ -26,6 +25,7 @@ from bot.engine.extraction import MemoryWriter, WriteRequest
 from bot.engine.graph import ChatDeps, build_chat_graph, build_memory_graph, pending_start
 from bot.engine.guild_settings import GuildPolicy, GuildSettingsService, OperatorDefaults
 from bot.engine.memory import Actor, MemoryRepository
+from bot.engine.locks import Locks
 from bot.engine.scheduler import ExtractionScheduler, OnChange
 from bot.engine.recall import SemanticIndex
 from bot.engine.recall.embedders import LocalMiniLM
@@ -48,42 +48,6 @@ class Reply:
 
     text: str
     message_id: str = ""  # the answer's ID in the thread (see ChatEngine.attach_sent)
-
-
-@dataclass(eq=False)
-class _Ticket:
-    user_id: str
-    erased: bool = False
-
-
-class InflightTurns:
-    """The turns being answered right now, per person: an erasure marks them so none is learned from.
-
-    Only turns in flight are held (each is removed when it ends), so the map is bounded by concurrency,
-    not by how many people ever spoke or were erased.
-    """
-
-    def __init__(self) -> None:
-        self._by_user: dict[str, set[_Ticket]] = {}
-
-    def open(self, user_id: str) -> _Ticket:
-        ticket = _Ticket(user_id)
-        self._by_user.setdefault(user_id, set()).add(ticket)
-        return ticket
-
-    def close(self, ticket: _Ticket) -> None:
-        tickets = self._by_user.get(ticket.user_id)
-        if tickets is not None:
-            tickets.discard(ticket)
-            if not tickets:
-                del self._by_user[ticket.user_id]
-
-    def mark_erased(self, user_id: str) -> None:
-        for ticket in self._by_user.get(user_id, ()):
-            ticket.erased = True
-
-    def __len__(self) -> int:
-        return sum(len(t) for t in self._by_user.values())
 
 
 def _usage(message: BaseMessage) -> tuple[int, int]:
@@ -146,6 +110,7 @@ class ChatEngine:
             callbacks=[self.metrics.observer("extraction")],
         )
         self.memory_graph: CompiledStateGraph = build_memory_graph(self.writer).compile(store=self.store)
+        self.locks = Locks(storage.locks)  # every lock the engine takes (bot.engine.locks)
         self.scheduler = ExtractionScheduler(
             self.inbox,
             self._write,
@@ -154,8 +119,9 @@ class ChatEngine:
             context_turns=mem.extraction_context_messages,
             on_change=on_memory_change,
             applied_up_to=self.memories.watermark,
+            storage_errors=storage.transient_errors,
+            locks=self.locks,
         )
-        self._thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._tails: set[asyncio.Task] = set()
         self._turns_since_prune: dict[str, int] = {}
         self._started = False
@@ -164,8 +130,9 @@ class ChatEngine:
         self._inflight = InflightTurns()
         # /memories remember and import, per person per hour: bounded like every map keyed by person.
         self.memory_commands: RateLimiter[str] = RateLimiter(settings.limits.memory_commands_per_hour, 3600.0)
-        self.conversations = ConversationEraser(self.graph, self.checkpointer, self._lock, storage.maintenance.prune_thread)
-        self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold)
+        self.conversations = ConversationEraser(self.graph, self.checkpointer, self.locks.channel,
+                                                storage.maintenance.prune_thread)
+        self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold, on_erase=self._inflight.mark_erased)
         self.changes = DiscordChanges(storage=storage, conversations=self.conversations, eraser=self.eraser,
                                       scheduler=self.scheduler, thread_state=self.thread_state,
                                       removed_server_days=settings.retention.removed_server_days)
@@ -188,22 +155,18 @@ class ChatEngine:
         self._journal_watch = asyncio.create_task(self._watch_erasure_requests(), name="erasure-requests")
 
     async def _watch_erasure_requests(self) -> None:
-        """Do the wipes other processes recorded (``python -m bot memories wipe`` while the bot runs).
+        """Do the wipes other processes recorded, and retry erasures that failed here.
 
-        The shell cannot erase safely beside a running bot (an extraction in flight would write back
-        what it erased), so it records the request in the journal and this process does it, under the
-        same per-person hold as any other erasure.
+        ``python -m bot memories wipe`` cannot erase safely beside a running bot (an extraction in flight
+        would write back what it erased), so it records the request in the journal and this process does
+        it, under the same per-person hold as any other erasure.
         """
         while True:
             await asyncio.sleep(ERASURE_POLL_SECONDS)
             try:
-                for job in await self.storage.erasures.unfinished():
-                    if job.quotes is None:
-                        self._inflight.mark_erased(job.user_id)
-                        await self.eraser.run_job(job)
-                        log.info("did the wipe of user %s requested by another process", job.user_id)
-            except Exception:  # noqa: BLE001 - the request stays in the journal; the next round retries
-                log.exception("a requested erasure failed; it stays recorded and is retried")
+                await self.eraser.resume()
+            except Exception:  # noqa: BLE001 - reading the journal failed; the next round tries again
+                log.exception("checking the erasure journal failed")
 
     async def prune_usage(self) -> int:
         """Drop usage counts older than ``limits.usage_retention_days`` (at start-up and once a day)."""
@@ -228,13 +191,6 @@ class ChatEngine:
             await self.scheduler.close()
         if self.semantic is not None:
             await self.semantic.drain()
-
-    def _lock(self, thread_id: str) -> asyncio.Lock:
-        lock = self._thread_locks.get(thread_id)
-        if lock is None:
-            lock = asyncio.Lock()
-            self._thread_locks[thread_id] = lock
-        return lock
 
     async def reply(
         self,
@@ -286,7 +242,7 @@ class ChatEngine:
         speaker = replace(answering, visibility=visibility, persona_addition=policy.persona_addition,
                           memories_off_here=not policy.use_memories)
         speaker = replace(speaker, quotes=await self._shown_quotes(speaker))
-        lock = self._lock(thread_id)
+        lock = self.locks.channel(thread_id)  # entered by the turn's task: FIFO in the order messages came
         answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(
             self._turn(lock, thread_id, speaker, incoming, answered, timer.wrap(on_delta), policy.learning, timeout)
@@ -323,7 +279,7 @@ class ChatEngine:
             return
         learning = (await self.guild_policy(incoming[-1].speaker.guild_id)).learning
         tickets = self._open_tickets(incoming)
-        async with self._lock(thread_id):
+        async with self.locks.channel(thread_id):
             messages = await self._human_messages(thread_id, incoming)
             config = {"configurable": {"thread_id": thread_id}}
             await self.graph.aupdate_state(config, {"messages": messages}, as_node="summarize")  # routes to END
@@ -395,6 +351,8 @@ class ChatEngine:
                     answered.set_exception(exc)
                 elif isinstance(exc, asyncio.CancelledError):
                     log.debug("turn in thread %s cancelled: the caller stopped waiting", thread_id)
+                elif isinstance(exc, self.storage.transient_errors):  # the outage is logged once, by storage
+                    log.debug("finishing turn in thread %s waits for the database: %r", thread_id, exc)
                 else:
                     log.exception("finishing turn in thread %s failed after the reply", thread_id)
                 if not isinstance(exc, Exception):
@@ -412,6 +370,8 @@ class ChatEngine:
             return
         try:
             await self.storage.maintenance.prune_thread(thread_id)
+        except self.storage.transient_errors as exc:  # the outage is logged once, by storage
+            log.debug("pruning thread %s waits for the database: %r", thread_id, exc)
         except Exception:  # noqa: BLE001 - pruning is housekeeping; a later turn tries again
             log.exception("pruning thread %s failed", thread_id)
 
@@ -453,6 +413,8 @@ class ChatEngine:
                     origin=sp.origin(),
                 )
                 counts[sp.user_id] = (count, sp.guild_id)
+            except self.storage.transient_errors:
+                raise  # the database is down: the person gets the apology, not an answer never learned from
             except Exception:  # noqa: BLE001 - the reply still goes out; the log says what was not recorded
                 log.exception("could not record a turn for memory extraction in thread %s", thread_id)
         for user_id, (count, scope) in counts.items():
@@ -524,8 +486,11 @@ class ChatEngine:
         A turn of theirs already in flight finishes first (erasing a thread takes its lock) and is not
         queued for learning (it started before the erasure).
         """
-        self._inflight.mark_erased(str(user_id))
-        result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
+        if self.semantic is None:
+            result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
+        else:
+            async with self.semantic.paused(str(user_id)):  # no memory vectors written while it runs
+                result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
         self.metrics.erasure("person" if guild_id is None else "server")
         return result
 

@@ -31,4 +31,10 @@ async def open_storage(settings: Settings, *, writer: bool = True) -> AsyncItera
         async with open_sqlite(settings, writer=writer) as storage:
             yield storage
         return
+    if backend == "postgres":
+        from bot.storage.postgres import open_postgres  # psycopg is only imported when it is used
+
+        async with open_postgres(settings) as storage:
+            yield storage
+        return
     raise ValueError(f"unsupported storage backend {backend!r}")  # pragma: no cover - a settings Literal

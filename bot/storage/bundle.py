@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
 from bot.engine.stores import (
-    ErasureJournal, GuildSettingsStore, Inbox, Maintenance, PrefsStore, RemovedGuilds, UsageStore, VectorCache,
+    CrossProcessLocks, ErasureJournal, GuildSettingsStore, Inbox, Maintenance, PrefsStore, RemovedGuilds,
+    SingleProcessLocks, UsageStore, VectorCache,
 )
 
 
@@ -31,3 +32,5 @@ class OpenStorage:
     removed_guilds: RemovedGuilds
     guild_settings: GuildSettingsStore
     erasures: ErasureJournal
+    locks: CrossProcessLocks = field(default_factory=SingleProcessLocks)
+    transient_errors: tuple[type[BaseException], ...] = field(default=())

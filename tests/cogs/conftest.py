@@ -1,4 +1,5 @@
-"""A real MemoryBot (real cogs, real engine, real SQLite) driven through the Discord harness."""
+"""A real MemoryBot (real cogs, real engine, real storage: SQLite unless a test asks for another) driven through
+the Discord harness."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest_asyncio
 from bot.client import MemoryBot
 from bot.engine.service import create_engine
 from bot.storage import open_storage
-from tests.conftest import ScriptedChatModel, default_script, make_settings
+from tests.conftest import SQLITE, Backend, ScriptedChatModel, default_script, make_settings
 from tests.fakes import discord_harness as dh
 
 GUILD_ID, GENERAL, THREAD, LISTED, MODLOG = 900, 901, 902, 904, 905
@@ -69,15 +70,17 @@ class Rig:
 
 
 @asynccontextmanager
-async def rig(tmp_path: Path, chat_model: ScriptedChatModel | None = None, *, guilds: tuple = (GUILD, GUILD2),
-              **sections: dict) -> AsyncIterator[Rig]:
+async def rig(
+    tmp_path: Path, chat_model: ScriptedChatModel | None = None, backend: Backend = SQLITE, *,
+    guilds: tuple = (GUILD, GUILD2), **sections: dict
+) -> AsyncIterator[Rig]:
     sections.setdefault("model", {}).setdefault("streaming", False)
     sections.setdefault("limits", {}).setdefault("burst", 0)  # tests send messages back to back
     sections.setdefault("discord", {}).setdefault("gather_seconds", 0)  # and expect each answered at once
     discord_cfg = sections.setdefault("discord", {})
     discord_cfg.setdefault("respond_channels", [LISTED])
     discord_cfg.setdefault("mod_log_channel_id", MODLOG)
-    settings = make_settings(tmp_path / "data", **sections)
+    settings = make_settings(tmp_path / "data", backend, **sections)
     model = chat_model or ScriptedChatModel(default_script)
     async with open_storage(settings) as storage:
         engine = create_engine(settings, storage, chat_model=model)

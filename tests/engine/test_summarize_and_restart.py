@@ -11,8 +11,8 @@ from tests.conftest import ScriptedChatModel, default_script, make_settings, run
 ADA = Speaker(user_id="42", name="Ada", guild_id="900", channel_id="7", message_id="70")
 
 
-async def test_past_threshold_state_holds_summary_and_last_messages(tmp_path):
-    settings = make_settings(tmp_path, conversation={"summarize_after_messages": 6, "keep_messages": 4})
+async def test_past_threshold_state_holds_summary_and_last_messages(tmp_path, backend):
+    settings = make_settings(tmp_path, backend, conversation={"summarize_after_messages": 6, "keep_messages": 4})
     model = ScriptedChatModel(default_script)
     async with running_engine(settings, model) as engine:
         for i in range(4):
@@ -30,9 +30,9 @@ async def test_past_threshold_state_holds_summary_and_last_messages(tmp_path):
         assert state["summary"].strip() not in model.chat_calls[-1].system
 
 
-async def test_summarizes_by_token_budget_too(tmp_path):
+async def test_summarizes_by_token_budget_too(tmp_path, backend):
     settings = make_settings(
-        tmp_path, conversation={"summarize_after_messages": 1000, "summarize_after_tokens": 200, "keep_messages": 2}
+        tmp_path, backend, conversation={"summarize_after_messages": 1000, "summarize_after_tokens": 200, "keep_messages": 2}
     )
     model = ScriptedChatModel(default_script)
     async with running_engine(settings, model) as engine:
@@ -44,8 +44,8 @@ async def test_summarizes_by_token_budget_too(tmp_path):
     assert len(state["messages"]) == 2
 
 
-async def test_thread_and_memories_survive_restart(tmp_path):
-    settings = make_settings(tmp_path)
+async def test_thread_and_memories_survive_restart(tmp_path, backend):
+    settings = make_settings(tmp_path, backend)
     model = ScriptedChatModel(default_script)
     async with running_engine(settings, model) as engine:
         await engine.reply("t", ADA, "I like rowing")
@@ -64,8 +64,8 @@ async def test_thread_and_memories_survive_restart(tmp_path):
         assert "[Ada | user 42]\n> I like rowing" in model2.chat_calls[-1].prompt_text
 
 
-async def test_pending_extraction_resumes_after_restart(tmp_path):
-    settings = make_settings(tmp_path)
+async def test_pending_extraction_resumes_after_restart(tmp_path, backend):
+    settings = make_settings(tmp_path, backend)
     model = ScriptedChatModel(default_script)
     async with running_engine(settings, model) as engine:
         engine.scheduler._closed = True  # simulate a crash: nothing is flushed on the way out

@@ -4,7 +4,6 @@ crash) or is deliberately ignored; nothing is lost and the channel keeps working
 
 from __future__ import annotations
 
-import sqlite3
 
 from tests.cogs.conftest import ALICE, GENERAL, rig
 from tests.conftest import Call, ScriptedChatModel, default_script, record_figure
@@ -89,8 +88,8 @@ def cases(r) -> list[tuple[str, dict, str]]:
     return out
 
 
-async def test_forty_bad_inputs_each_get_their_defined_behaviour(tmp_path):
-    async with rig(tmp_path, chat_model=ScriptedChatModel(script)) as r:
+async def test_forty_bad_inputs_each_get_their_defined_behaviour(tmp_path, backend):
+    async with rig(tmp_path, chat_model=ScriptedChatModel(script), backend=backend) as r:
         all_cases = cases(r)
         assert len(all_cases) >= 40
         for name, payload, expected in all_cases:
@@ -117,8 +116,11 @@ async def test_forty_bad_inputs_each_get_their_defined_behaviour(tmp_path):
         assert any("the message was cut here" in c.prompt_text for c in r.model.chat_calls)
         # The SQL-looking text did nothing to the database; the channel still answers.
         await r.engine.scheduler.flush()
-        with sqlite3.connect(r.data_dir / "memories.sqlite") as db:
-            assert db.execute("SELECT COUNT(*) FROM store").fetchone()[0] >= 0
+        # The store table is still there (on either backend) and the text was kept as text.
+        await r.engine.store.aput(("probe",), "k", {"v": 1})
+        assert (await r.engine.store.aget(("probe",), "k")).value == {"v": 1}
+        humans = [m.text for m in (await r.engine.thread_state(str(GENERAL)))["messages"] if m.type == "human"]
+        assert any("DROP TABLE store" in t for t in humans) or (await r.engine.thread_state(str(GENERAL))).get("summary")
         await r.h.send_message(r.mentioning(ALICE, "still fine?"))
         assert r.h.sent_messages(GENERAL)[-1].content.endswith("still fine?")
     record_figure("bad inputs with defined behaviour", len(all_cases),

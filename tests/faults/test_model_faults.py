@@ -71,7 +71,7 @@ async def wait_for_replies(r, sent: list[dict], timeout: float = 90.0) -> None:
     await asyncio.sleep(0.02)
 
 
-async def test_thirty_percent_faults_never_leave_anyone_without_an_answer(tmp_path):
+async def test_thirty_percent_faults_never_leave_anyone_without_an_answer(tmp_path, backend):
     storm = Storm()
     async with FakeOpenAIServer(handler=storm) as server:
         model_settings = make_settings(tmp_path / "m", model={"base_url": server.base_url, "streaming": False,
@@ -80,7 +80,7 @@ async def test_thirty_percent_faults_never_leave_anyone_without_an_answer(tmp_pa
             update={"model_api_key": SecretStr("sk-fault-suite-key")})})
         model = build_chat_model(model_settings)
         channels = [dh.text_channel(3000 + i, GUILD_ID, f"storm-{i}") for i in range(CHANNELS)]
-        async with rig(tmp_path, chat_model=model, model={"timeout_seconds": 1.0}, memory={"extraction_after_messages": 2},
+        async with rig(tmp_path, chat_model=model, backend=backend, model={"timeout_seconds": 1.0}, memory={"extraction_after_messages": 2},
                        discord={"respond_channels": [int(c["id"]) for c in channels]}) as r:
             for c in channels:
                 r.h.feed("CHANNEL_CREATE", c)

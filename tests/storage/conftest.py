@@ -11,3 +11,4 @@ from bot.storage import open_storage
 async def storage(settings):
     async with open_storage(settings) as opened:
         yield opened
+

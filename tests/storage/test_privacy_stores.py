@@ -10,6 +10,7 @@ import pytest
 
 from bot.storage import StorageBusy, open_storage
 from bot.storage.sqlite import maintenance as sqlite_maintenance
+from tests.conftest import make_settings
 
 ORIGIN = {"guild_id": "900", "channel_id": "7", "message_id": "70"}
 
@@ -39,8 +40,10 @@ async def test_every_turn_and_rewrite_turns(storage):
         ("h0", "a0"), ("[erased]", "ok [erased]"), ("h2", "a2")]
 
 
-async def test_usage_older_than_the_cutoff_is_pruned_and_the_budget_query_is_indexed(storage):
+async def test_usage_older_than_the_cutoff_is_pruned_and_the_budget_query_is_indexed(storage, backend):
     await storage.usage.record("900", "42", 10, 5)
+    if backend.name == "postgres":
+        return await _postgres_usage_pruned_and_indexed(storage, backend)
     db = storage.maintenance._ledger.conn
     await db.execute("INSERT INTO usage (guild_id, user_id, day, calls, prompt_tokens, completion_tokens)"
                      " VALUES ('900', '42', '2020-01-01', 1, 100, 100)")
@@ -52,12 +55,28 @@ async def test_usage_older_than_the_cutoff_is_pruned_and_the_budget_query_is_ind
     assert "usage_guild_day" in plan, plan
 
 
+async def _postgres_usage_pruned_and_indexed(storage, backend) -> None:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(backend.database_url, autocommit=True) as conn:
+        await conn.execute("INSERT INTO bot_usage (guild_id, user_id, day, calls, prompt_tokens, completion_tokens)"
+                           " VALUES ('900', '42', '2020-01-01', 1, 100, 100)")
+        assert await storage.usage.prune("2021-01-01") == 1
+        assert await storage.usage.tokens_today("900") == 15
+        await conn.execute("SET enable_seqscan = off")  # a tiny table: ask whether an index serves the query
+        cur = await conn.execute("EXPLAIN SELECT SUM(prompt_tokens) FROM bot_usage WHERE guild_id = %s AND day = %s",
+                                 ("900", "2026-01-01"))
+        plan = " ".join(row[0] for row in await cur.fetchall())
+        assert "bot_usage_guild_day" in plan or "bot_usage_pkey" in plan, plan
+
+
 async def test_the_scope_preference_round_trips(storage):
     assert (await storage.prefs.get("42")).scope is None
     assert (await storage.prefs.set("42", scope="global")).scope == "global"
 
 
-async def test_a_wal_truncation_blocked_by_a_reader_is_retried_then_checked(settings, monkeypatch):
+async def test_a_wal_truncation_blocked_by_a_reader_is_retried_then_checked(tmp_path, monkeypatch):
+    settings = make_settings(tmp_path / "data")  # SQLite's write-ahead log: this backend only
     monkeypatch.setattr(sqlite_maintenance, "TRUNCATE_ATTEMPTS", 3)
     async with open_storage(settings) as storage:
         await storage.store.aput(("memories", "42"), "k", {"content": "text"})
@@ -78,7 +97,9 @@ async def test_a_wal_truncation_blocked_by_a_reader_is_retried_then_checked(sett
         assert (settings.bot.data_dir / "memories.sqlite-wal").stat().st_size == 0
 
 
-async def test_a_second_writer_on_the_same_data_directory_is_refused(settings):
+async def test_a_second_writer_on_the_same_data_directory_is_refused(tmp_path):
+    """SQLite only: PostgreSQL is made for several processes."""
+    settings = make_settings(tmp_path / "data")
     async with open_storage(settings):
         with pytest.raises(StorageBusy, match="already using the data directory"):
             async with open_storage(settings):

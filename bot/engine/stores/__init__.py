@@ -29,6 +29,7 @@ from langgraph.store.base import BaseStore
 from bot.engine.stores.guild_settings import GuildSettingsStore, ServerSettings
 from bot.engine.stores.erasures import ErasureJob, ErasureJournal
 from bot.engine.stores.inbox import Inbox, InboxTurn, PendingKey
+from bot.engine.stores.locks import ClaimLost, CrossProcessLocks, SingleProcessLocks
 from bot.engine.stores.maintenance import Maintenance
 from bot.engine.stores.prefs import PREF_FIELDS, Prefs, PrefsStore
 from bot.engine.stores.removed_guilds import RemovedGuilds
@@ -36,9 +37,17 @@ from bot.engine.stores.usage import UsageRow, UsageStore
 from bot.engine.stores.vectors import VectorCache
 
 __all__ = [
-    "GuildSettingsStore", "Inbox", "InboxTurn", "PendingKey", "Maintenance", "PREF_FIELDS", "Prefs", "PrefsStore", "Storage",
-    "RemovedGuilds", "ServerSettings", "UsageRow", "UsageStore", "VectorCache", "ErasureJob", "ErasureJournal",
+    "ClaimLost", "CrossProcessLocks", "ErasureJob", "ErasureJournal", "SingleProcessLocks", "GuildSettingsStore", "Inbox", "InboxTurn", "PendingKey", "Maintenance",
+    "PREF_FIELDS", "Prefs", "PrefsStore", "RemovedGuilds", "ServerSettings", "Storage", "StorageUnavailable", "UsageRow",
+    "UsageStore", "VectorCache",
 ]
+
+
+class StorageUnavailable(Exception):
+    """The database cannot be used (unreachable, refused, or at an unknown schema version).
+
+    The message is one line naming what failed, safe to log: it never holds a password.
+    """
 
 
 class Storage(Protocol):
@@ -58,3 +67,7 @@ class Storage(Protocol):
     removed_guilds: RemovedGuilds
     guild_settings: GuildSettingsStore
     erasures: ErasureJournal
+    locks: CrossProcessLocks
+    #: Errors that mean "the database is unreachable right now, try again later" (an outage, an exhausted
+    #: pool), as opposed to a bug. Empty for SQLite, whose file is always there.
+    transient_errors: tuple[type[BaseException], ...]

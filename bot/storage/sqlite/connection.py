@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
@@ -33,21 +32,11 @@ async def connect(path: Path, *, autocommit: bool = True) -> aiosqlite.Connectio
     return conn
 
 
-def shielded(method):
-    """Run a write to completion even if its caller is cancelled (the caller still sees the cancel)."""
-
-    @functools.wraps(method)
-    async def wrapper(self, *args, **kwargs):
-        return await asyncio.shield(method(self, *args, **kwargs))
-
-    return wrapper
-
-
 class LedgerDb:
     """The ledger file's one autocommit connection, shared by the bot's own stores, with one lock.
 
     Reads go straight to the connection; writes run in :meth:`tx`. Public writers are wrapped in
-    :func:`shielded`, so a caller that is cancelled (a reply deadline) cannot leave the connection inside
+    :func:`bot.storage.shielding.shielded`, so a caller that is cancelled (a reply deadline) cannot leave the connection inside
     an open transaction.
     """
 

@@ -7,7 +7,8 @@ cached copy itself: ``subscribe`` has nothing to deliver here.
 from __future__ import annotations
 
 from bot.engine.stores.guild_settings import Notify, ServerSettings
-from bot.storage.sqlite.connection import LedgerDb, shielded
+from bot.storage.shielding import shielded
+from bot.storage.sqlite.connection import LedgerDb
 
 
 class SqliteGuildSettings:

@@ -6,7 +6,8 @@ import json
 import time
 
 from bot.engine.stores import InboxTurn, PendingKey
-from bot.storage.sqlite.connection import LedgerDb, shielded
+from bot.storage.shielding import shielded
+from bot.storage.sqlite.connection import LedgerDb
 
 _TURN_COLS = "id, thread_id, user_id, author, human, ai, origin, created"
 

@@ -13,7 +13,8 @@ import aiosqlite
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.store.sqlite.aio import AsyncSqliteStore
 
-from bot.storage.sqlite.connection import LedgerDb, shielded
+from bot.storage.shielding import shielded
+from bot.storage.sqlite.connection import LedgerDb
 
 VACUUM_FREE_PAGES = 256
 

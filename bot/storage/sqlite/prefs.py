@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from bot.engine.stores import PREF_FIELDS, Prefs
-from bot.storage.sqlite.connection import LedgerDb, shielded
+from bot.storage.shielding import shielded
+from bot.storage.sqlite.connection import LedgerDb
 
 CACHE_LIMIT = 50_000
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bot.storage.sqlite.connection import LedgerDb, shielded
+from bot.storage.shielding import shielded
+from bot.storage.sqlite.connection import LedgerDb
 
 
 class SqliteRemovedGuilds:

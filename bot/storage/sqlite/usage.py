@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 from bot.engine.stores import UsageRow
-from bot.storage.sqlite.connection import LedgerDb, shielded
+from bot.storage.shielding import shielded
+from bot.storage.sqlite.connection import LedgerDb
 
 
 def today() -> str:

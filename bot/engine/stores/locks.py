@@ -1,0 +1,53 @@
+"""Exclusion across processes: one turn of a channel at a time, one piece of work on a person at a time.
+
+The engine keeps its own in-process locks (``bot.engine.locks`` is their one home) and asks storage for
+the cross-process half. An embedded backend has one process, so its half is a no-op; a shared database
+(PostgreSQL) implements it with an advisory lock per channel and an expiring claim (a lease) per person.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import AsyncContextManager, AsyncIterator, Protocol
+
+EXTRACTION = "extraction"
+ERASURE = "erasure"
+
+
+class ClaimLost(Exception):
+    """This process's claim on a person ran out (it stalled past its lease) and another process took the
+    work over: nothing of this run was written, and the other process does it."""
+
+
+class CrossProcessLocks(Protocol):
+    #: How often a process looks for work other processes left behind (a process that died with turns
+    #: pending); None for a backend only one process uses.
+    sweep_seconds: float | None
+
+    def channel(self, thread_id: str) -> AsyncContextManager[None]:
+        """Held for a whole turn: no other process runs a turn of this channel meanwhile."""
+        ...
+
+    def person(self, user_id: str, *, kind: str, wait: bool) -> AsyncContextManager[bool]:
+        """Claim exclusive work on a person (``EXTRACTION`` or ``ERASURE``); yields whether it was granted.
+
+        With ``wait`` False a claim held elsewhere yields False at once (try again later); with ``wait``
+        True it waits until the holder is done or its lease ran out. While an ``ERASURE`` claim is held no
+        process records new turns of that person. A store write made under a claim whose lease has run out
+        raises :class:`ClaimLost` and writes nothing.
+        """
+        ...
+
+
+class SingleProcessLocks:
+    """The cross-process half for a backend only one process opens (SQLite): nothing to exclude."""
+
+    sweep_seconds: float | None = None
+
+    @asynccontextmanager
+    async def channel(self, thread_id: str) -> AsyncIterator[None]:
+        yield
+
+    @asynccontextmanager
+    async def person(self, user_id: str, *, kind: str, wait: bool) -> AsyncIterator[bool]:
+        yield True

@@ -1,0 +1,93 @@
+"""The server backend: LangGraph's ``AsyncPostgresSaver`` and ``AsyncPostgresStore`` plus the bot's own
+tables, all on one ``psycopg_pool.AsyncConnectionPool``; several bot processes may share the database.
+
+The connection string comes only from ``DATABASE_URL`` (``settings.secrets.database_url``); pool sizes
+from ``[storage]``. At start-up: one test connection (a wrong DSN or a refused connection stops with one
+line), then the pool, then every migration (``migrations.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+import psycopg
+from psycopg_pool import PoolTimeout
+
+from bot.engine.stores import StorageUnavailable
+from bot.settings import Settings
+from bot.storage.bundle import OpenStorage
+from bot.storage.postgres.connection import POOL_LOGGER, Outages, check_reachable, describe, first_line, make_pool, password
+from bot.storage.postgres.db import PgDb
+from bot.storage.postgres.erasures import PostgresErasures
+from bot.storage.postgres.guild_settings import PostgresGuildSettings
+from bot.storage.postgres.inbox import PostgresInbox
+from bot.storage.postgres.locks import PostgresLocks
+from bot.storage.postgres.maintenance import PostgresMaintenance
+from bot.storage.postgres.migrations import migrate
+from bot.storage.postgres.prefs import PostgresPrefs
+from bot.storage.postgres.removed_guilds import PostgresRemovedGuilds
+from bot.storage.postgres.saver import NulFreePostgresSaver
+from bot.storage.postgres.store import TransactionalPostgresStore
+from bot.storage.postgres.usage import PostgresUsage
+from bot.storage.postgres.vectors import PostgresVectors
+
+log = logging.getLogger(__name__)
+
+#: An outage or a pool with no free connection: the request fails, the work stays for a retry.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
+
+
+@asynccontextmanager
+async def open_postgres(settings: Settings) -> AsyncIterator[OpenStorage]:
+    """Connect, migrate, and hand out the stores; close the pool on exit, even after an error."""
+    if settings.secrets.database_url is None:  # load_settings refuses this earlier; tests build settings directly
+        raise StorageUnavailable("missing secret 'DATABASE_URL': set it in the environment")
+    dsn = settings.secrets.database_url.get_secret_value()
+    config = settings.storage
+    await check_reachable(dsn, config.pool_timeout_seconds)
+    outages = Outages(describe(dsn), (password(dsn),))
+    pool_log = logging.getLogger(POOL_LOGGER)
+    pool_log.addFilter(outages.filter)
+    pool = make_pool(dsn, config, outages)
+    try:
+        try:
+            await pool.open(wait=True, timeout=config.pool_timeout_seconds)
+        except PoolTimeout as exc:
+            raise StorageUnavailable(f"cannot open a connection pool to PostgreSQL at {describe(dsn)}: "
+                                     f"{first_line(exc)}") from None
+        saver = NulFreePostgresSaver(pool)
+        store = TransactionalPostgresStore(pool)
+        async with pool.connection() as conn:
+            epoch = await migrate(conn, saver, store)
+        db = PgDb(pool, outages)
+        guild_settings = PostgresGuildSettings(db, dsn)
+        await guild_settings.start()  # its LISTEN connection: other processes' /settings changes
+        locks = PostgresLocks(db, dsn, config.claim_lease_seconds)
+        log.info("storage open on PostgreSQL at %s", describe(dsn))
+        try:
+            yield OpenStorage(
+                backend="postgres",
+                checkpointer=saver,
+                store=store,
+                inbox=PostgresInbox(db, epoch),
+                prefs=PostgresPrefs(db),
+                usage=PostgresUsage(db),
+                vectors=PostgresVectors(db),
+                maintenance=PostgresMaintenance(saver, db),
+                guild_settings=guild_settings,
+                erasures=PostgresErasures(db),
+                removed_guilds=PostgresRemovedGuilds(db),
+                locks=locks,
+                transient_errors=TRANSIENT_ERRORS,
+            )
+        finally:
+            await locks.close()
+            await guild_settings.close()
+    finally:
+        try:
+            await pool.close()
+        finally:
+            pool_log.removeFilter(outages.filter)
+        log.info("storage closed")

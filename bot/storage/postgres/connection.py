@@ -1,0 +1,133 @@
+"""Connecting to PostgreSQL: a clear one-line refusal at start-up, one pool, and one log line per outage.
+
+The pool's connections are what LangGraph's saver and store expect (autocommit, no prepared statements,
+dict rows), so the bot's own tables share the same pool. ``check`` tests a connection before handing it
+out, so connections broken by a server restart are replaced instead of failing a request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from bot.engine.stores import StorageUnavailable
+from bot.settings import StorageSection
+
+log = logging.getLogger(__name__)
+
+CONNECTION_KWARGS = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+POOL_LOGGER = "psycopg.pool"
+OUTAGE_HINTS = ("error connecting", "discarding broken", "discarding closed", "reconnection attempt")
+
+
+def describe(dsn: str) -> str:
+    """Where a DSN points, without its password: ``user@host:port/dbname``."""
+    try:
+        info = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "(unparseable DATABASE_URL)"
+    host = info.get("host") or info.get("hostaddr") or "localhost"
+    return f"{info.get('user') or '?'}@{host}:{info.get('port') or 5432}/{info.get('dbname') or '?'}"
+
+
+def first_line(exc: BaseException, secrets: tuple[str, ...] = ()) -> str:
+    """An error's message as one line, with any secret blanked out."""
+    lines = [part.strip() for part in str(exc).splitlines() if part.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def password(dsn: str) -> str:
+    try:
+        return str(conninfo_to_dict(dsn).get("password") or "")
+    except psycopg.Error:
+        return ""
+
+
+async def check_reachable(dsn: str, timeout: float) -> None:
+    """Connect once, so a wrong DSN or a server that is not there stops start-up with one clear line."""
+    where, secret = describe(dsn), (password(dsn),)
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.Error as exc:
+        raise StorageUnavailable(f"DATABASE_URL is not a valid PostgreSQL connection string: {first_line(exc, secret)}") from None
+    try:
+        conn = await psycopg.AsyncConnection.connect(dsn, connect_timeout=max(1, round(timeout)))
+    except psycopg.Error as exc:
+        raise StorageUnavailable(f"cannot connect to PostgreSQL at {where}: {first_line(exc, secret)}") from None
+    await conn.close()
+
+
+class Outages:
+    """Turns a flood of connection errors into one warning when the database goes away, and one info
+    line when it is back.
+
+    It is told by the pool (a failed check, a failed connect: the pool's own warnings are absorbed by
+    :meth:`filter` while the outage lasts) and by the stores (an ``OperationalError``); the pool's
+    ``configure`` hook (a new connection works) ends the outage.
+    """
+
+    def __init__(self, where: str, secrets: tuple[str, ...] = ()) -> None:
+        self.where = where
+        self.secrets = secrets
+        self.down_since: float | None = None
+        self.count = 0
+
+    def down(self, reason: BaseException | str) -> None:
+        if self.down_since is not None:
+            return
+        self.down_since = time.monotonic()
+        self.count += 1
+        text = reason if isinstance(reason, str) else first_line(reason, self.secrets)
+        log.warning("PostgreSQL at %s is unreachable (%s); requests fail until it is back", self.where, text)
+
+    def up(self) -> None:
+        if self.down_since is None:
+            return
+        took, self.down_since = time.monotonic() - self.down_since, None
+        log.info("PostgreSQL at %s is reachable again after %.1f s", self.where, took)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """A logging filter for the pool's logger: outage symptoms become :meth:`down`, then go quiet."""
+        if record.levelno < logging.WARNING:
+            return True
+        message = record.getMessage()
+        if any(hint in message for hint in OUTAGE_HINTS):
+            # "error connecting in 'mnemo': <why>" says why; the others only name a connection object.
+            self.down(message.split(": ", 1)[-1] if message.startswith("error connecting") else "connections were cut")
+            return False
+        return self.down_since is None  # during an outage, nothing else from the pool either
+
+    async def configure(self, conn: psycopg.AsyncConnection) -> None:
+        self.up()
+
+
+def make_pool(dsn: str, config: StorageSection, outages: Outages) -> AsyncConnectionPool:
+    """The process's one pool (not yet opened); sizes and the wait for a connection come from config."""
+
+    async def check(conn: psycopg.AsyncConnection) -> None:
+        try:
+            await AsyncConnectionPool.check_connection(conn)
+        except psycopg.OperationalError as exc:
+            outages.down(exc)
+            raise
+
+    return AsyncConnectionPool(
+        dsn,
+        min_size=config.pool_min_size,
+        max_size=config.pool_max_size,
+        timeout=config.pool_timeout_seconds,
+        kwargs=dict(CONNECTION_KWARGS),
+        check=check,
+        configure=outages.configure,
+        open=False,
+        name="mnemo",
+    )

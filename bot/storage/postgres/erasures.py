@@ -1,0 +1,52 @@
+"""The erasure journal on PostgreSQL (see :class:`bot.engine.stores.ErasureJournal`).
+
+Shared by every process on the database: an erasure one process recorded and did not finish (it died)
+is found by ``unfinished()`` in the others' next start, and by the same process on restart.
+"""
+
+from __future__ import annotations
+
+import time
+
+from bot.engine.stores import ErasureJob
+from bot.storage.postgres.db import PgDb
+from bot.storage.shielding import shielded
+
+_COLS = "id, kind, user_id, guild_id, actor, actor_id, quotes, requested"
+
+
+def _job(row: dict) -> ErasureJob:
+    quotes = row["quotes"]
+    return ErasureJob(int(row["id"]), row["kind"], row["user_id"], row["guild_id"], row["actor"], row["actor_id"],
+                      None if quotes is None else bytes(quotes), row["requested"])
+
+
+class PostgresErasures:
+    def __init__(self, db: PgDb) -> None:
+        self._db = db
+
+    @shielded
+    async def begin(self, *, kind: str, user_id: str, guild_id: str | None = None, actor: str | None = None,
+                    actor_id: str | None = None, quotes: bytes | None = None) -> int:
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                "INSERT INTO bot_erasures (kind, user_id, guild_id, actor, actor_id, quotes, requested)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
+                (kind, user_id, guild_id, actor, actor_id, quotes, time.time()),
+            )
+            return int((await cur.fetchone())["id"])
+
+    @shielded
+    async def set_quotes(self, job_id: int, quotes: bytes) -> None:
+        async with self._db.connection() as conn:
+            await conn.execute("UPDATE bot_erasures SET quotes = %s WHERE id = %s", (quotes, job_id))
+
+    async def unfinished(self) -> list[ErasureJob]:
+        async with self._db.connection() as conn:
+            cur = await conn.execute(f"SELECT {_COLS} FROM bot_erasures ORDER BY id")
+            return [_job(r) for r in await cur.fetchall()]
+
+    @shielded
+    async def finish(self, job_id: int) -> None:
+        async with self._db.connection() as conn:
+            await conn.execute("DELETE FROM bot_erasures WHERE id = %s", (job_id,))

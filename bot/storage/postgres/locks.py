@@ -1,0 +1,144 @@
+"""Exclusion across bot processes on one PostgreSQL database.
+
+Channels: a session-level advisory lock per channel, taken on one dedicated connection per process for
+the length of a turn. It is polled with ``pg_try_advisory_lock`` (never a blocking wait, which would hold
+a snapshot open) and costs two round trips a turn. If that connection is lost (an outage) the server
+drops its locks; turns in flight keep their in-process lock and the next turn reconnects.
+
+People: a claim is a row in ``bot_claims`` with an owner token and a lease. A live holder renews it every
+third of the lease; a process that dies stops renewing and its claim can be taken over once the lease has
+run out. Every store batch written under a claim first locks the claim row and checks the lease is still
+its own (``fence``), inside the batch's transaction: a holder that stalled past its lease and woke up to
+find its work taken over writes nothing (``ClaimLost``). So each turn is learned exactly once, whichever
+process dies when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import uuid
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import AsyncIterator
+
+import psycopg
+
+from bot.engine.stores.locks import ERASURE, ClaimLost
+from bot.storage.postgres.db import PgDb
+
+log = logging.getLogger(__name__)
+
+CHANNEL_LOCK_CLASS = 0x6D6E  # the first key of every channel's advisory lock (the second: hashtext(id))
+POLL_SECONDS = 0.02
+
+
+@dataclass(frozen=True)
+class Claim:
+    user_id: str
+    owner: str
+
+
+#: The claim the current task works under (set by ``person``; read by the store's batches).
+CURRENT_CLAIM: contextvars.ContextVar[Claim | None] = contextvars.ContextVar("mnemo_claim", default=None)
+
+
+async def fence(conn: psycopg.AsyncConnection) -> None:
+    """Inside a write transaction: stop unless the current claim (if any) is still ours and unexpired."""
+    claim = CURRENT_CLAIM.get()
+    if claim is None:
+        return
+    cur = await conn.execute(
+        "SELECT 1 FROM bot_claims WHERE user_id = %s AND owner = %s AND lease_until > now() FOR UPDATE",
+        (claim.user_id, claim.owner))
+    if await cur.fetchone() is None:
+        raise ClaimLost(f"the claim on user {claim.user_id} ran out and was taken over")
+
+
+class PostgresLocks:
+    def __init__(self, db: PgDb, dsn: str, lease_seconds: float) -> None:
+        self._db = db
+        self._dsn = dsn
+        self.lease_seconds = lease_seconds
+        self.sweep_seconds: float | None = max(0.5, lease_seconds / 4)
+        self._conn: psycopg.AsyncConnection | None = None
+        self._connecting = asyncio.Lock()
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
+
+    async def _lock_conn(self) -> psycopg.AsyncConnection:
+        async with self._connecting:
+            if self._conn is None or self._conn.closed or self._conn.broken:
+                self._conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
+            return self._conn
+
+    @asynccontextmanager
+    async def channel(self, thread_id: str) -> AsyncIterator[None]:
+        conn = await self._lock_conn()
+        while not (await (await conn.execute(
+                "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (CHANNEL_LOCK_CLASS, thread_id))).fetchone())[0]:
+            await asyncio.sleep(POLL_SECONDS)  # another process is answering in this channel
+        try:
+            yield
+        finally:
+            try:
+                await asyncio.shield(conn.execute(
+                    "SELECT pg_advisory_unlock(%s, hashtext(%s))", (CHANNEL_LOCK_CLASS, thread_id)))
+            except psycopg.Error:  # the connection went: the server released the lock with it
+                log.debug("channel lock of %s released with its connection", thread_id)
+
+    async def _try_claim(self, user_id: str, owner: str, kind: str) -> bool:
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                "INSERT INTO bot_claims (user_id, owner, kind, lease_until)"
+                " VALUES (%s, %s, %s, now() + make_interval(secs => %s))"
+                " ON CONFLICT (user_id) DO UPDATE SET owner = EXCLUDED.owner, kind = EXCLUDED.kind,"
+                " lease_until = EXCLUDED.lease_until WHERE bot_claims.lease_until < now()"
+                " RETURNING user_id", (user_id, owner, kind, self.lease_seconds))
+            return await cur.fetchone() is not None
+
+    async def _renew(self, claim: Claim) -> None:
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                async with self._db.connection() as conn:
+                    cur = await conn.execute(
+                        "UPDATE bot_claims SET lease_until = now() + make_interval(secs => %s)"
+                        " WHERE user_id = %s AND owner = %s", (self.lease_seconds, claim.user_id, claim.owner))
+                if cur.rowcount == 0:
+                    log.warning("the claim on user %s was taken over; this run will write nothing", claim.user_id)
+                    return
+            except psycopg.Error as exc:  # an outage: the fence decides at write time
+                log.debug("renewing the claim on user %s failed: %r", claim.user_id, exc)
+
+    @asynccontextmanager
+    async def person(self, user_id: str, *, kind: str, wait: bool) -> AsyncIterator[bool]:
+        claim = Claim(user_id, f"{kind}:{uuid.uuid4().hex}")
+        while not await self._try_claim(user_id, claim.owner, kind):
+            if not wait:
+                yield False
+                return
+            await asyncio.sleep(POLL_SECONDS * 10)
+        renewing = asyncio.create_task(self._renew(claim), name=f"claim:{user_id}")
+        token = CURRENT_CLAIM.set(claim)
+        try:
+            yield True
+        finally:
+            CURRENT_CLAIM.reset(token)
+            renewing.cancel()
+            try:
+                async with self._db.connection() as conn:
+                    await asyncio.shield(conn.execute(
+                        "DELETE FROM bot_claims WHERE user_id = %s AND owner = %s", (user_id, claim.owner)))
+            except psycopg.Error as exc:  # it runs out by itself
+                log.debug("releasing the claim on user %s failed: %r", user_id, exc)
+
+    @staticmethod
+    def erasing_clause() -> str:
+        """SQL that is true while an erasure of the person ``%(user)s`` holds its claim."""
+        return ("EXISTS (SELECT 1 FROM bot_claims WHERE user_id = %(user)s AND kind = '" + ERASURE + "'"
+                " AND lease_until > now())")

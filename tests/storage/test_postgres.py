@@ -1,0 +1,186 @@
+"""What only the PostgreSQL backend has to get right: transactional batches, migrations, bad DSNs,
+a busy pool, and erasure that leaves no dead tuple behind."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+from langgraph.store.base import PutOp
+
+from bot.engine.state import Speaker
+from bot.engine.stores import StorageUnavailable
+from bot.storage import open_storage
+from bot.storage.postgres import migrations
+from tests.conftest import POSTGRES_SERVER, ScriptedChatModel, default_script, make_settings, running_engine
+
+ROOT = Path(__file__).resolve().parents[2]
+NS = ("memories", "42")
+POISON = """
+CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'poisoned write'; END $$;
+CREATE TRIGGER refuse_poison BEFORE INSERT ON store FOR EACH ROW WHEN (NEW.key = 'poison')
+EXECUTE FUNCTION refuse_poison();
+"""
+
+
+async def test_a_batch_that_fails_half_way_leaves_nothing_behind(tmp_path, pg_backend):
+    """A delete, then an insert the database refuses: the delete is rolled back with it."""
+    settings = make_settings(tmp_path, pg_backend)
+    async with open_storage(settings) as storage:
+        async with await psycopg.AsyncConnection.connect(pg_backend.database_url, autocommit=True) as conn:
+            await conn.execute(POISON)
+        await storage.store.aput(NS, "keep", {"content": "old memory"})
+        with pytest.raises(psycopg.Error, match="poisoned write"):
+            await storage.store.abatch([PutOp(NS, "keep", None), PutOp(NS, "other", {"content": "new"}),
+                                        PutOp(NS, "poison", {"content": "x"})])
+        assert (await storage.store.aget(NS, "keep")).value == {"content": "old memory"}
+        assert await storage.store.aget(NS, "other") is None
+        # and the pool's connections came back clean: the next batch works
+        await storage.store.abatch([PutOp(NS, "keep", None)])
+        assert await storage.store.aget(NS, "keep") is None
+
+
+async def test_a_batch_is_one_explicit_transaction(tmp_path, pg_backend):
+    """Every write of one batch carries the same transaction ID (not one implicit transaction per Sync)."""
+    settings = make_settings(tmp_path, pg_backend)
+    async with open_storage(settings) as storage:
+        await storage.store.abatch([PutOp(NS, f"k{i}", {"content": str(i)}) for i in range(3)]
+                                   + [PutOp(("memory_history", "42"), "h", {"memory_key": "k0"})])
+        async with await psycopg.AsyncConnection.connect(pg_backend.database_url) as conn:
+            rows = await (await conn.execute("SELECT DISTINCT xmin::text FROM store")).fetchall()
+        assert len(rows) == 1
+
+
+async def test_migrations_are_idempotent_and_concurrent_starts_take_turns(tmp_path, pg_backend):
+    settings = make_settings(tmp_path, pg_backend)
+
+    async def start() -> str:
+        async with open_storage(settings) as storage:
+            return storage.inbox.epoch
+
+    epochs = await asyncio.gather(*(start() for _ in range(3)))  # three processes starting together
+    assert len(set(epochs)) == 1
+    assert await start() == epochs[0]
+    async with await psycopg.AsyncConnection.connect(pg_backend.database_url) as conn:
+        row = await (await conn.execute("SELECT value FROM bot_meta WHERE key='schema_version'")).fetchone()
+        assert int(row[0]) == migrations.SCHEMA_VERSION
+        indexes = {r[0] for r in await (await conn.execute("SELECT indexname FROM pg_indexes")).fetchall()}
+        assert {"bot_inbox_pending", "bot_inbox_thread", "checkpoints_thread_id_idx"} <= indexes
+
+
+async def test_a_database_at_a_newer_schema_is_refused_with_one_line(tmp_path, pg_backend):
+    settings = make_settings(tmp_path, pg_backend)
+    async with open_storage(settings):
+        pass
+    async with await psycopg.AsyncConnection.connect(pg_backend.database_url, autocommit=True) as conn:
+        await conn.execute("UPDATE bot_meta SET value = %s WHERE key = 'schema_version'",
+                           (str(migrations.SCHEMA_VERSION + 1),))
+    with pytest.raises(StorageUnavailable) as refused:
+        async with open_storage(settings):
+            pass
+    assert "newer than this bot" in str(refused.value) and "\n" not in str(refused.value)
+
+
+def run_cli(tmp_path: Path, database_url: str | None) -> subprocess.CompletedProcess:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('[bot]\ndata_dir = "data"\n[storage]\nbackend = "postgres"\n')
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    if database_url is not None:
+        env["DATABASE_URL"] = database_url
+    return subprocess.run([sys.executable, "-m", "bot", "--config", str(cfg), "stats"], capture_output=True,
+                          text=True, cwd=ROOT, env=env, timeout=60)
+
+
+@pytest.mark.parametrize("url, code, says", [
+    (None, 2, "missing secret 'DATABASE_URL'"),
+    ("host=127.0.0.1 port=5432 nonsense", 1, "not a valid PostgreSQL connection string"),
+    ("postgresql://postgres:hunter2-secret@127.0.0.1:1/test", 1, "cannot connect to PostgreSQL at postgres@127.0.0.1:1/test"),
+    ("postgresql://postgres:hunter2-secret@127.0.0.1:5432/no_such_database_here", 1, "does not exist"),
+])
+def test_a_wrong_or_unreachable_database_stops_start_up_with_one_line(tmp_path, url, code, says):
+    result = run_cli(tmp_path, url)
+    assert result.returncode == code, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], result.stderr
+    assert "hunter2" not in result.stderr + result.stdout
+
+
+async def test_an_exhausted_pool_makes_requests_wait_not_fail(tmp_path, pg_backend):
+    """Two connections, forty channels at once: every message is answered and recorded."""
+    settings = make_settings(tmp_path, pg_backend, storage={"pool_min_size": 1, "pool_max_size": 2,
+                                                            "pool_timeout_seconds": 60})
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        replies = await asyncio.gather(*(
+            engine.reply(f"c{i}", Speaker(user_id=f"u{i}", name=f"U{i}"), f"I like thing {i}") for i in range(40)))
+        assert [r.text for r in replies] == [f"reply to [U{i} | user u{i}]\n> I like thing {i}" for i in range(40)]
+        assert sorted(p.thread_id for p in await engine.inbox.pending()) == sorted(f"c{i}" for i in range(40))
+
+
+async def test_a_request_that_cannot_get_a_connection_fails_cleanly_and_loses_nothing(tmp_path, pg_backend):
+    settings = make_settings(tmp_path, pg_backend, storage={"pool_min_size": 1, "pool_max_size": 2,
+                                                            "pool_timeout_seconds": 0.5})
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("t", Speaker(user_id="42", name="Ada"), "I like tea")
+        pool = engine.storage.checkpointer.conn
+        async with pool.connection(), pool.connection():  # someone else holds every connection
+            with pytest.raises(engine.storage.transient_errors):
+                await engine.reply("t", Speaker(user_id="42", name="Ada"), "I like jam")
+        again = await engine.reply("t", Speaker(user_id="42", name="Ada"), "I like honey")
+        assert again.text.endswith("I like honey")
+        await engine.scheduler.flush()
+        learned = {m.content for m in await engine.memories.list("42")}
+        assert {"I like tea", "I like honey"} <= learned
+
+
+async def page_bytes(url: str, tables: tuple[str, ...]) -> bytes:
+    """Every tuple's bytes, live or dead, in every page of the tables and their TOAST tables."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pageinspect")
+        out = bytearray()
+        for table in tables:
+            cur = await conn.execute(
+                "SELECT c.oid::regclass::text, t.oid::regclass::text FROM pg_class c"
+                " LEFT JOIN pg_class t ON t.oid = c.reltoastrelid WHERE c.oid = %s::regclass", (table,))
+            for rel in (r for r in await cur.fetchone() if r):
+                blocks = (await (await conn.execute("SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int",
+                                                    (rel,))).fetchone())[0]
+                for blk in range(blocks):
+                    cur = await conn.execute("SELECT t_data FROM heap_page_items(get_raw_page(%s, %s))", (rel, blk))
+                    out += b"".join(bytes(r[0]) for r in await cur.fetchall() if r[0] is not None)
+        return bytes(out)
+
+
+async def test_erasure_leaves_no_live_row_and_no_dead_tuple(tmp_path, pg_backend):
+    from bot.storage.postgres.maintenance import ERASURE_TABLES
+
+    canary = "zebra-canary-7731"
+    settings = make_settings(tmp_path, pg_backend)
+    ada = Speaker(user_id="42", name="Ada", guild_id="900", channel_id="7", message_id="70")
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        for i in range(3):
+            await engine.reply("t", ada, f"I like {canary} number {i}")
+        await engine.reply("t", Speaker(user_id="7", name="Bob"), "I like plain bread")
+        await engine.scheduler.flush()
+        await engine.reply("t", ada, f"I like {canary} pending")  # still in the inbox
+        assert canary.encode() in await page_bytes(pg_backend.database_url, ERASURE_TABLES)
+        real_compact = engine.storage.maintenance.compact
+        engine.storage.maintenance.compact = _skip  # first without the VACUUM: the dead tuples are there
+        await engine.erase_person("42")
+        assert canary.encode() in await page_bytes(pg_backend.database_url, ERASURE_TABLES)
+        await real_compact()
+        assert canary.encode() not in await page_bytes(pg_backend.database_url, ERASURE_TABLES)
+        assert b"plain bread" in await page_bytes(pg_backend.database_url, ERASURE_TABLES)
+        assert await engine.memories.list("42") == []
+
+
+async def _skip() -> None:
+    return None
+
+
+def test_the_test_server_is_the_one_ci_uses():
+    assert POSTGRES_SERVER.startswith("postgresql://")
