@@ -22,9 +22,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from contextlib import AbstractAsyncContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import AsyncIterator, Callable, Iterable
 
 from bot.engine.conversations import ConversationEraser
 from bot.engine.memory import Actor, MemoryRepository
@@ -61,13 +61,32 @@ class Eraser:
         self.storage = storage
         self.conversations = conversations
         self.memories = MemoryRepository(storage.store)
-        self.hold = hold or (lambda _user: nullcontext())
+        self._hold = hold or (lambda _user: nullcontext())
+        self._holding: dict[str, asyncio.Task | None] = {}  # person -> the task holding them through us
         self.on_erase = on_erase or (lambda _user: None)
         self._running: set[int] = set()  # journal IDs being run by this process right now
         self._failures: dict[int, tuple[int, float]] = {}  # journal ID -> (failures, retry not before)
         # One erasure at a time: each holds its person and, while rewriting their data, each person whose
         # data quotes them; two erasures holding people in opposite order would wait for each other.
         self._serial = asyncio.Lock()
+
+    @asynccontextmanager
+    async def hold(self, user: str) -> AsyncIterator[None]:
+        """Hold a person's extraction (here and, on a shared database, in every process) while their data
+        changes. Re-entrant within one task: an erasure holding a person may reach them again (a deleted
+        message's author, quotes in their own turns) without waiting for itself, and without claiming the
+        cross-process lease a second time.
+        """
+        me = asyncio.current_task()
+        if me is not None and self._holding.get(user) is me:
+            yield
+            return
+        async with self._hold(user):
+            self._holding[user] = me
+            try:
+                yield
+            finally:
+                self._holding.pop(user, None)
 
     # ---- the words to erase
     async def words_of(self, user: str, guild_id: str | None, key: bytes | None = None) -> QuoteRule:
@@ -217,7 +236,7 @@ class Eraser:
         people = hit | (await quoting_people(self.memories, quotes) - {author})
         changed = 0
         for person in sorted(people):
-            # (The hold is re-entrant: the erased person, already held, is held again at no cost.) For the
+            # (Eraser.hold is re-entrant: the erased person, already held, is held again at no cost.) For the
             # author only the bot's answers in their remaining turns change, never their words or memories.
             async with self.hold(person):
                 texts = {t.id: cut for t in await self.storage.inbox.every_turn()
