@@ -249,15 +249,17 @@ class Eraser:
         async with self._serial, AsyncExitStack() as stack:
             for user in authors:
                 await stack.enter_async_context(self.hold(user))
-            texts = [t.human for t in await self.storage.inbox.every_turn() if str(t.origin.get("message_id")) in ids]
+            rows = [t for t in await self.storage.inbox.every_turn() if str(t.origin.get("message_id")) in ids]
+            texts = [t.human for t in rows]
+            known = set(authors) | {t.user_id for t in rows}
             removed = 0
             if self.conversations is not None:
                 removed, said = await self.conversations.erase_messages(thread_id, ids)
                 texts += said
             pending = await self.storage.inbox.forget_messages(ids)
             memories = 0
-            for user, keys in (await self.memories.learned_only_from(ids)).items():
-                async with self.hold(user):  # re-entrant for the authors held already
+            for user, keys in (await self.memories.learned_only_from(ids, authors=known)).items():
+                async with (nullcontext() if user in authors else self.hold(user)):  # authors: held already
                     texts += [m.content for m in await self.memories.list(user) if m.key in keys]
                     memories += await erase_keys(self.memories, user, keys)
             if removed or pending or memories:
