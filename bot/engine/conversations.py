@@ -142,6 +142,18 @@ class ConversationEraser:
         snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread_id}})
         return snapshot.values or {}
 
+    async def texts_of_messages(self, thread_id: str, message_ids: set[str]) -> tuple[list[str], bool]:
+        """The stored texts of these Discord messages in a thread, and whether the thread holds anything
+        :meth:`erase_messages` would remove (read only: for a deletion's quote rule and journal)."""
+        values = await self._values(thread_id)
+        messages = values.get("messages", [])
+        texts = [m.text for m in messages if isinstance(m, HumanMessage)
+                 and str(m.additional_kwargs.get("message_id", "")) in message_ids]
+        replies = any(isinstance(m, AIMessage) and message_ids & {str(i) for i in m.additional_kwargs.get("discord_ids", [])}
+                      for m in messages)
+        summary = bool(values.get("summary")) and bool(message_ids & set(values.get("summary_sources") or []))
+        return texts, bool(texts or replies or summary)
+
     async def erase_messages(self, thread_id: str, message_ids: set[str]) -> tuple[int, list[str]]:
         """Remove Discord messages from a thread: people's messages with the answers to them, and bot replies.
 

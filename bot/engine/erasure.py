@@ -16,15 +16,17 @@ erased here too.
 Durability: an erasure is written to the journal (``bot.engine.stores.erasures``: who, where, and the
 quote rule as keyed hashes, never words) before its first deletion; every step is idempotent; the
 journal row goes only after the last step and a checked compaction. A crash at any point leaves the row,
-and :meth:`Eraser.resume` (at start-up) runs the erasure again to the end. (Deleted messages, threads
-and servers are not journaled yet: each of their steps is idempotent, but Discord does not resend the
-event, so a crash half-way leaves the rest until the same message is deleted again.)
+and :meth:`Eraser.resume` (at start-up) runs the erasure again to the end. Deleted messages, threads
+and servers are journaled the same way (Discord does not resend the event, so the journal is the only
+thing that can finish them): the row names them by IDs only (``subject``), and a message deletion's row
+holds its quote rule, gathered before anything is deleted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import time
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, nullcontext
@@ -41,7 +43,7 @@ from bot.engine.stores import ErasureJob, Storage
 
 log = logging.getLogger(__name__)
 
-PERSON, QUOTES = "person", "quotes"
+PERSON, QUOTES, MESSAGES, THREAD, GUILD = "person", "quotes", "messages", "thread", "guild"
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,18 @@ class Eraser:
                 self._running.discard(job.id)
 
     async def _run_job(self, job: ErasureJob) -> None:
+        if job.kind in (MESSAGES, THREAD, GUILD):
+            subject = json.loads(job.subject or "{}")
+            if job.kind == MESSAGES:
+                recorded = QuoteRule.from_bytes(job.quotes or b"")
+                await self._erase_messages(job.id, subject["thread"], set(subject["messages"]),
+                                           list(subject.get("authors", [])), recorded)
+            elif job.kind == THREAD:
+                await self._erase_thread(subject["thread"])
+            else:
+                await self._erase_guild(str(job.guild_id))
+            await self._finish(job.id)
+            return
         if job.kind == QUOTES:
             await self._cut_quotes(QuoteRule.from_bytes(job.quotes or b""), job.user_id or None)
             await self._finish(job.id)
@@ -241,62 +255,122 @@ class Eraser:
         built from them), from the learning queue, every memory learned only from them, and their words
         wherever the bot repeated them; then compact, as after a wipe. Unknown IDs write nothing.
 
-        Extraction of the ``authors`` known beforehand is held throughout (and of anyone whose memories
-        turn out to be learned from them, while those go), so nothing is written back.
+        Journaled like a wipe: the words are gathered (as the quote rule's hashes) and the row written
+        before the first deletion, so a crash part-way is finished by :meth:`resume`. Extraction of the
+        ``authors`` known beforehand is held throughout (and of anyone whose memories turn out to be
+        learned from them, while those go), so nothing is written back.
         """
         ids = {str(i) for i in message_ids}
         authors = sorted(set(authors))
         async with self._serial, AsyncExitStack() as stack:
             for user in authors:
                 await stack.enter_async_context(self.hold(user))
-            rows = [t for t in await self.storage.inbox.every_turn() if str(t.origin.get("message_id")) in ids]
-            texts = [t.human for t in rows]
-            known = set(authors) | {t.user_id for t in rows}
+            quotes, learned, found = await self._message_words(thread_id, ids, authors)
+            if not (quotes or learned or found):
+                return MessageErasure(messages=0, pending_turns=0, memories=0)  # unknown IDs: nothing written
+            known = sorted(set(authors) | {t.user_id for t in await self.storage.inbox.every_turn()
+                                           if str(t.origin.get("message_id")) in ids})
+            subject = json.dumps({"thread": thread_id, "messages": sorted(ids), "authors": known})
+            job_id = await self.storage.erasures.begin(kind=MESSAGES, user_id=authors[0] if len(authors) == 1 else "",
+                                                       quotes=quotes.to_bytes(), subject=subject)
+            self._running.add(job_id)
+            try:
+                result = await self._erase_messages(job_id, thread_id, ids, known, quotes, held=authors)
+                await self._finish(job_id)
+            finally:
+                self._running.discard(job_id)
+        return result
+
+    async def _message_words(self, thread_id: str, ids: set[str], authors: Iterable[str],
+                             key: bytes | None = None) -> tuple[QuoteRule, dict[str, list[str]], bool]:
+        """The quote rule of deleted messages (their stored and queued texts, and the memories learned only
+        from them), those memories (user -> keys), and whether anything holds the messages; read only."""
+        rows = [t for t in await self.storage.inbox.every_turn() if str(t.origin.get("message_id")) in ids]
+        texts = [t.human for t in rows]
+        found = bool(rows)
+        if self.conversations is not None:
+            said, in_thread = await self.conversations.texts_of_messages(thread_id, ids)
+            texts += said
+            found = found or in_thread
+        learned = await self.memories.learned_only_from(ids, authors=set(authors) | {t.user_id for t in rows})
+        for user, keys in learned.items():
+            texts += [m.content for m in await self.memories.list(user) if m.key in keys]
+        return QuoteRule.from_texts(texts, key), learned, found
+
+    async def _erase_messages(self, job_id: int, thread_id: str, ids: set[str], authors: list[str],
+                              recorded: QuoteRule, *, held: Iterable[str] = ()) -> MessageErasure:
+        """The steps of a message deletion (each idempotent): run at once, or again after a crash with the
+        recorded rule merged with whatever words are still left."""
+        held = set(held)
+        async with AsyncExitStack() as stack:
+            for user in authors:
+                if user not in held:
+                    await stack.enter_async_context(self.hold(user))
+            quotes, learned, _ = await self._message_words(thread_id, ids, authors, recorded.key)
+            quotes.merge(recorded)
             removed = 0
             if self.conversations is not None:
-                removed, said = await self.conversations.erase_messages(thread_id, ids)
-                texts += said
+                removed, _ = await self.conversations.erase_messages(thread_id, ids)
             pending = await self.storage.inbox.forget_messages(ids)
             memories = 0
-            for user, keys in (await self.memories.learned_only_from(ids, authors=known)).items():
-                async with (nullcontext() if user in authors else self.hold(user)):  # authors: held already
-                    texts += [m.content for m in await self.memories.list(user) if m.key in keys]
+            for user, keys in learned.items():
+                async with self.hold(user):  # re-entrant: an author is held already
                     memories += await erase_keys(self.memories, user, keys)
             if removed or pending or memories:
                 await self.storage.maintenance.compact()
                 log.info("deleted messages erased from thread %s: %d stored messages, %d pending turns, %d memories",
                          thread_id, removed, pending, memories)
         author = authors[0] if len(authors) == 1 else None
-        quotes = await self.erase_quotes(texts, author=author) if texts else 0
-        return MessageErasure(messages=removed, pending_turns=pending, memories=memories, quotes=quotes)
+        redacted = await self._cut_quotes(quotes, author) if quotes else 0
+        return MessageErasure(messages=removed, pending_turns=pending, memories=memories, quotes=redacted)
 
     @counted
     async def erase_thread(self, thread_id: str) -> bool:
-        """A channel or thread was deleted: its stored conversation goes, and its pending turns."""
+        """A channel or thread was deleted: its stored conversation goes, and its pending turns (journaled)."""
         async with self._serial:
-            gone = await self.conversations.erase_thread(thread_id) if self.conversations is not None else False
-            pending = await self.storage.inbox.forget_thread(thread_id)
-            if gone or pending:
-                await self.storage.maintenance.compact()
+            job_id = await self.storage.erasures.begin(kind=THREAD, user_id="", subject=json.dumps({"thread": thread_id}))
+            self._running.add(job_id)
+            try:
+                gone = await self._erase_thread(thread_id)
+                await self._finish(job_id)
+            finally:
+                self._running.discard(job_id)
+        return gone
+
+    async def _erase_thread(self, thread_id: str) -> bool:
+        gone = await self.conversations.erase_thread(thread_id) if self.conversations is not None else False
+        pending = await self.storage.inbox.forget_thread(thread_id)
+        if gone or pending:
+            await self.storage.maintenance.compact()
         return gone
 
     @counted
     async def erase_guild(self, guild_id: str) -> int:
         """The bot was removed from a server for good: its conversations, its learning queue and what was
         learned there go (judged over all of a memory's sources, as a moderator purge of that server is).
-        Returns how many memories were erased.
+        Journaled. Returns how many memories were erased.
         """
         async with self._serial:
-            if self.conversations is not None:
-                for thread_id in await self.conversations.threads_of_guild(guild_id):
-                    await self.conversations.erase_thread(thread_id)
-            await self.storage.inbox.forget_guild(guild_id)
-            memories = 0
-            for user in await people(self.memories):
-                async with self.hold(user):
-                    memories += (await erase_memories(self.memories, user, guild_id=guild_id)).deleted
-            await self.storage.maintenance.compact()
+            job_id = await self.storage.erasures.begin(kind=GUILD, user_id="", guild_id=str(guild_id))
+            self._running.add(job_id)
+            try:
+                memories = await self._erase_guild(str(guild_id))
+                await self._finish(job_id)
+            finally:
+                self._running.discard(job_id)
         log.info("deleted what was kept from server %s: %d memories", guild_id, memories)
+        return memories
+
+    async def _erase_guild(self, guild_id: str) -> int:
+        if self.conversations is not None:
+            for thread_id in await self.conversations.threads_of_guild(guild_id):
+                await self.conversations.erase_thread(thread_id)
+        await self.storage.inbox.forget_guild(guild_id)
+        memories = 0
+        for user in await people(self.memories):
+            async with self.hold(user):
+                memories += (await erase_memories(self.memories, user, guild_id=guild_id)).deleted
+        await self.storage.maintenance.compact()
         return memories
 
     # ---- the steps (each idempotent)

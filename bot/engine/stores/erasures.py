@@ -16,7 +16,9 @@ from typing import Protocol
 
 @dataclass(frozen=True)
 class ErasureJob:
-    """One erasure, as recorded. ``kind`` is ``person`` (a wipe or purge) or ``quotes`` (deleted messages)."""
+    """One erasure, as recorded. ``kind`` is ``person`` (a wipe or purge), ``quotes``,
+    ``messages`` (deleted Discord messages), ``thread`` (a deleted channel or thread) or ``guild`` (a server
+    the bot was removed from)."""
 
     id: int
     kind: str
@@ -26,11 +28,14 @@ class ErasureJob:
     actor_id: str | None
     quotes: bytes | None
     requested: float
+    # What a deletion is about, as IDs only (JSON): ``{"thread", "messages", "authors"}`` for ``messages``,
+    # ``{"thread"}`` for ``thread``; None for the other kinds (``guild`` uses ``guild_id``).
+    subject: str | None = None
 
 
 class ErasureJournal(Protocol):
     async def begin(self, *, kind: str, user_id: str, guild_id: str | None = None, actor: str | None = None,
-                    actor_id: str | None = None, quotes: bytes | None = None) -> int:
+                    actor_id: str | None = None, quotes: bytes | None = None, subject: str | None = None) -> int:
         """Record an erasure before any of it happens (committed on return); return its ID."""
         ...
 

@@ -12,13 +12,13 @@ from bot.engine.stores import ErasureJob
 from bot.storage.postgres.db import PgDb
 from bot.storage.shielding import shielded
 
-_COLS = "id, kind, user_id, guild_id, actor, actor_id, quotes, requested"
+_COLS = "id, kind, user_id, guild_id, actor, actor_id, quotes, requested, subject"
 
 
 def _job(row: dict) -> ErasureJob:
     quotes = row["quotes"]
     return ErasureJob(int(row["id"]), row["kind"], row["user_id"], row["guild_id"], row["actor"], row["actor_id"],
-                      None if quotes is None else bytes(quotes), row["requested"])
+                      None if quotes is None else bytes(quotes), row["requested"], row["subject"])
 
 
 class PostgresErasures:
@@ -27,12 +27,12 @@ class PostgresErasures:
 
     @shielded
     async def begin(self, *, kind: str, user_id: str, guild_id: str | None = None, actor: str | None = None,
-                    actor_id: str | None = None, quotes: bytes | None = None) -> int:
+                    actor_id: str | None = None, quotes: bytes | None = None, subject: str | None = None) -> int:
         async with self._db.connection() as conn:
             cur = await conn.execute(
-                "INSERT INTO bot_erasures (kind, user_id, guild_id, actor, actor_id, quotes, requested)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
-                (kind, user_id, guild_id, actor, actor_id, quotes, time.time()),
+                "INSERT INTO bot_erasures (kind, user_id, guild_id, actor, actor_id, quotes, requested, subject)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+                (kind, user_id, guild_id, actor, actor_id, quotes, time.time(), subject),
             )
             return int((await cur.fetchone())["id"])
 

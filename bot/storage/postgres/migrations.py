@@ -64,6 +64,9 @@ MIGRATIONS: list[list[str]] = [
         # Edits and deletions find a message's queued turns by its Discord ID.
         "CREATE INDEX CONCURRENTLY IF NOT EXISTS bot_inbox_message ON bot_inbox ((origin->>'message_id'))",
     ],
+    [  # 3: deleted messages, threads and servers are journaled too: what they are about, as IDs only
+        "ALTER TABLE bot_erasures ADD COLUMN IF NOT EXISTS subject TEXT",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

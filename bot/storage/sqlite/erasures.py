@@ -15,12 +15,12 @@ class SqliteErasures:
 
     @shielded
     async def begin(self, *, kind: str, user_id: str, guild_id: str | None = None, actor: str | None = None,
-                    actor_id: str | None = None, quotes: bytes | None = None) -> int:
+                    actor_id: str | None = None, quotes: bytes | None = None, subject: str | None = None) -> int:
         async with self._db.tx() as db:
             cur = await db.execute(
-                "INSERT INTO erasures (kind, user_id, guild_id, actor, actor_id, quotes, requested)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (kind, user_id, guild_id, actor, actor_id, quotes, time.time()),
+                "INSERT INTO erasures (kind, user_id, guild_id, actor, actor_id, quotes, requested, subject)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (kind, user_id, guild_id, actor, actor_id, quotes, time.time(), subject),
             )
             return int(cur.lastrowid)
 
@@ -31,7 +31,7 @@ class SqliteErasures:
 
     async def unfinished(self) -> list[ErasureJob]:
         cur = await self._db.conn.execute(
-            "SELECT id, kind, user_id, guild_id, actor, actor_id, quotes, requested FROM erasures ORDER BY id"
+            "SELECT id, kind, user_id, guild_id, actor, actor_id, quotes, requested, subject FROM erasures ORDER BY id"
         )
         return [ErasureJob(*row) for row in await cur.fetchall()]
 

@@ -69,12 +69,13 @@ CREATE TABLE IF NOT EXISTS erasures (
     actor TEXT,
     actor_id TEXT,
     quotes BLOB,
-    requested REAL NOT NULL
+    requested REAL NOT NULL,
+    subject TEXT
 );
 """
 
 # Columns added after a table first shipped: (table, column, definition). Added when missing.
-ADDED_COLUMNS = [("prefs", "scope", "TEXT")]
+ADDED_COLUMNS = [("prefs", "scope", "TEXT"), ("erasures", "subject", "TEXT")]
 
 
 async def setup(db: LedgerDb) -> str:
