@@ -98,7 +98,7 @@ class DiscordChanges:
         for user, memories in learned.items():
             author = next((r.author for r in rows if r.user_id == user), user)
             async with self.scheduler.hold(user):
-                await erase_keys(self.memories, user, [m.key for m in memories if m.message_ids() <= {message_id}])
+                await erase_keys(self.memories, user, [m.key for m in memories if m.live_message_ids() <= {message_id}])
             # Queued after the hold: a shared database refuses new turns for a person being erased.
             await self._learn_again(user, author, message_id, text, memories, thread_id)
         if in_thread or rows or learned:

@@ -36,7 +36,7 @@ from typing import AsyncIterator, Callable, Iterable
 from bot.engine.conversations import ConversationEraser
 from bot.engine.memory import Actor, MemoryRepository
 from bot.engine.memory_erasure import (
-    erase_keys, erase_memories, memory_texts, people, quoting_people, redact_memories_of,
+    erase_keys, mark_deleted_sources, erase_memories, memory_texts, people, quoting_people, redact_memories_of,
 )
 from bot.engine.quotes import QuoteRule
 from bot.engine.stores import ErasureJob, Storage
@@ -295,6 +295,7 @@ class Eraser:
         learned = await self.memories.learned_only_from(ids, authors=set(authors) | {t.user_id for t in rows})
         for user, keys in learned.items():
             texts += [m.content for m in await self.memories.list(user) if m.key in keys]
+        found = found or bool(await self.memories.taught_by(ids))  # memories other messages taught too
         return QuoteRule.from_texts(texts, key), learned, found
 
     async def _erase_messages(self, job_id: int, thread_id: str, ids: set[str], authors: list[str],
@@ -316,6 +317,9 @@ class Eraser:
             for user, keys in learned.items():
                 async with self.hold(user):  # re-entrant: an author is held already
                     memories += await erase_keys(self.memories, user, keys)
+            for user in sorted(await self.memories.taught_by(ids)):  # memories other messages taught too
+                async with self.hold(user):
+                    await mark_deleted_sources(self.memories, user, ids)
             if removed or pending or memories:
                 await self.storage.maintenance.compact()
                 log.info("deleted messages erased from thread %s: %d stored messages, %d pending turns, %d memories",

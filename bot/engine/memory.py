@@ -12,7 +12,8 @@ columns so that an export can be imported back exactly.
 Every insert, update and delete also writes a change-log entry into ``("memory_history", user_id)``: the
 action, who did it (extraction, the person, a moderator, an import), when, the text before and after, and
 the origin. Memories and their log entries are written in one ``abatch`` call, which the SQLite store runs
-in one transaction: an extraction's changes land all together, with their history, or not at all.
+in one transaction: an extraction's changes land all together, with their history, or not at all. The same
+batch keeps the index of which message taught which memory (``bot.engine.memory_sources``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from typing import Any, Iterable
 
 from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 from pydantic import BaseModel, Field
+
+from bot.engine.memory_sources import SourceChanges, users_taught_by
 
 NAMESPACE_ROOT = "memories"
 HISTORY_ROOT = "memory_history"
@@ -124,6 +127,11 @@ class StoredMemory:
     def message_ids(self) -> set[str]:
         """Every Discord message ID this memory was learned or changed from."""
         return {str(s["message_id"]) for s in self.sources if s.get("message_id")}
+
+    def live_message_ids(self) -> set[str]:
+        """The message IDs among the sources whose messages were not deleted (a deleted message that other
+        messages also taught this memory is kept in ``sources``, marked ``"deleted": true``)."""
+        return {str(s["message_id"]) for s in self.sources if s.get("message_id") and not s.get("deleted")}
 
 
 @dataclass(frozen=True)
@@ -289,6 +297,7 @@ class MemoryRepository:
         now = _now()
         ops: list[PutOp] = []
         changes = MemoryChanges()
+        taught = SourceChanges(user_id)
         log_keys = iter(time_ordered_keys(len(inserts) + len(updates) + len(deletes)))
 
         def log(memory_key: str, action: str, before: str | None, after: str | None, origin: dict) -> None:
@@ -300,6 +309,7 @@ class MemoryRepository:
             value = {"content": content, "origin": origin, "sources": merge_sources(sources),
                      "created_at": now, "updated_at": now}
             ops.append(PutOp(ns, key, value, index=False))
+            taught.replace(key, None, value)
             log(key, "created", None, content, origin)
             changes.inserted.append(key)
         for key, content, origin, sources in updates:
@@ -311,6 +321,7 @@ class MemoryRepository:
                      "updated_at": now}
             value.setdefault("created_at", old.created_at.isoformat())
             ops.append(PutOp(ns, key, value, index=False))
+            taught.replace(key, old.value, value)
             log(key, "updated", old.value.get("content"), content, origin)
             changes.updated.append(key)
         for key in deletes:
@@ -318,12 +329,14 @@ class MemoryRepository:
             if old is None:
                 continue
             ops.append(PutOp(ns, key, None))
+            taught.replace(key, old.value, None)
             log(key, "deleted", old.value.get("content"), None, dict(old.value.get("origin") or {}))
             changes.deleted.append(key)
         # One extraction can cover turns of several threads (channels of one server): one mark each.
         for thread_id, turn_id, epoch in [*([watermark] if watermark is not None else []), *watermarks]:
             ops.append(PutOp(watermark_namespace(user_id), thread_id,
                              {"last_turn_id": turn_id, "epoch": epoch}, index=False))
+        ops += await taught.ops(self.store)
         if ops:
             await self.store.abatch(ops)
         return changes
@@ -380,34 +393,47 @@ class MemoryRepository:
         return (await erase_memories(self, user_id, guild_id=guild_id, record=record)).deleted
 
     async def learned_only_from(self, message_ids: set[str], *, authors: Iterable[str] = ()) -> dict[str, list[str]]:
-        """Memories whose every source is one of ``message_ids``: user ID -> keys.
+        """Memories whose every source is one of ``message_ids`` (or a message deleted before): user ID -> keys.
 
-        ``authors`` (the messages' authors, when known) are checked directly. Anyone else is found by
+        Whoever has a memory taught by one of the messages is found in the index written with every memory
+        change (``bot.engine.memory_sources``), on every backend. ``authors`` (the messages' authors, when
+        known) are checked directly. Memories written before the index existed are found as before: by
         asking the store for memories whose latest origin is one of the messages (such a memory's latest
-        origin necessarily is): the SQLite store answers that dotted filter; a store that cannot (the
-        PostgreSQL store filters top-level keys only) answers nothing, so there only known authors count.
+        origin necessarily is); the SQLite store answers that dotted filter, the PostgreSQL store (top-level
+        keys only) answers nothing, so there only known authors and the index count.
         """
         candidates = set(authors)
+        candidates |= await self.taught_by(message_ids)
         for message_id in sorted(message_ids):
             for item in await self._all((NAMESPACE_ROOT,), **{"origin.message_id": message_id}):
                 if len(item.namespace) == 2:
                     candidates.add(item.namespace[1])
         found: dict[str, list[str]] = {}
         for user in sorted(candidates):
-            keys = [m.key for m in await self.list(user) if m.message_ids() and m.message_ids() <= message_ids]
+            keys = [m.key for m in await self.list(user) if m.message_ids() and m.live_message_ids() <= message_ids]
             if keys:
                 found[user] = keys
         return found
 
+    async def taught_by(self, message_ids: set[str]) -> set[str]:
+        """Everyone with a memory that lists one of ``message_ids`` among its sources (per the index)."""
+        users: set[str] = set()
+        for message_id in sorted(message_ids):
+            users |= set(await users_taught_by(self.store, message_id))
+        return users
+
     async def restore(self, user_id: str | int, memories: list[dict], history: list[dict]) -> int:
         """Write exported memories and log entries back under their own keys, in one batch."""
         ns, hns = namespace(user_id), history_namespace(user_id)
-        ops = [
-            PutOp(ns, m["id"], {"content": m["content"], "origin": m["origin"],
-                                "sources": merge_sources(m.get("sources") or [m["origin"]]),
-                                "created_at": m["created_at"], "updated_at": m["updated_at"]}, index=False)
-            for m in memories
-        ]
+        values = {m["id"]: {"content": m["content"], "origin": m["origin"],
+                            "sources": merge_sources(m.get("sources") or [m["origin"]]),
+                            "created_at": m["created_at"], "updated_at": m["updated_at"]} for m in memories}
+        ops = [PutOp(ns, key, value, index=False) for key, value in values.items()]
+        taught = SourceChanges(user_id)
+        found = await self.store.abatch([GetOp(ns, key) for key in values]) if values else []
+        for (key, value), old in zip(values.items(), found):
+            taught.replace(key, old.value if old is not None else None, value)
+        ops += await taught.ops(self.store)
         ops += [PutOp(hns, h["key"], {k: v for k, v in h.items() if k != "key"}, index=False) for h in history]
         if ops:
             await self.store.abatch(ops)

@@ -32,6 +32,7 @@ from bot.engine.memory import (
     watermark_namespace,
     NAMESPACE_ROOT,
 )
+from bot.engine.memory_sources import SourceChanges
 from bot.engine.quotes import REDACTED, QuoteRule
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,10 @@ async def erase_memories(
     if guild_id is None:
         ops += [PutOp(ns, i.key, None) for i in memories] + [PutOp(hns, h.key, None) for h in history]
         ops += [PutOp(watermark_namespace(user), w.key, None) for w in await repo.items(watermark_namespace(user))]
+        taught = SourceChanges(user)  # the index of which message taught them what goes too: no trace
+        for i in memories:
+            taught.replace(i.key, i.value, None)
+        ops += await taught.ops(repo.store)
         if ops:
             await repo.store.abatch(ops)
         return MemoryErasure(deleted=len(memories), reduced=0)
@@ -100,6 +105,7 @@ async def erase_memories(
     doomed_history: set[str] = set()
     deleted = reduced = 0
     now = _now()
+    taught = SourceChanges(user)
     for key, entries in groups.items():  # every log, of memories that still exist or not: cut at A
         if key == "*":  # moderators' content-free lines stay
             continue
@@ -118,9 +124,11 @@ async def erase_memories(
         if cut and earlier and entries[cut].value.get("action") == "updated" and before:
             value = {**item.value, "content": before, "origin": dict(earlier[-1]), "sources": earlier, "updated_at": now}
             ops.append(PutOp(ns, item.key, value, index=False))
+            taught.replace(item.key, item.value, value)
             reduced += 1
         else:
             ops.append(PutOp(ns, item.key, None))
+            taught.replace(item.key, item.value, None)
             doomed_history.update(h.key for h in entries)
             deleted += 1
     ops += [PutOp(hns, k, None) for k in sorted(doomed_history)]
@@ -130,6 +138,7 @@ async def erase_memories(
         entry = {"memory_key": "*", "action": "deleted", "actor": record.kind, "actor_id": record.id, "at": now,
                  "before": None, "after": None, "origin": {"guild_id": g, "erased": deleted, "reduced": reduced}}
         ops.append(PutOp(hns, record_key or time_ordered_keys(1)[0], entry, index=False))
+    ops += await taught.ops(repo.store)
     if ops:
         await repo.store.abatch(ops)
     return MemoryErasure(deleted=deleted, reduced=reduced)
@@ -161,6 +170,7 @@ async def redact_memories_of(repo: MemoryRepository, rule: QuoteRule, user: str)
         return 0
     changed = 0
     ops: list[PutOp] = []
+    taught = SourceChanges(user)
     for item in await repo.items(namespace(user)):
         content = str(item.value.get("content", ""))
         clean = rule.redact(content)
@@ -168,10 +178,13 @@ async def redact_memories_of(repo: MemoryRepository, rule: QuoteRule, user: str)
             changed += 1
             value = None if _only_markers(clean) else {**item.value, "content": clean}
             ops.append(PutOp(namespace(user), item.key, value, index=False) if value else PutOp(namespace(user), item.key, None))
+            if value is None:
+                taught.replace(item.key, item.value, None)
     for h in await repo.items(history_namespace(user)):
         update = {f: rule.redact(h.value[f]) for f in ("before", "after") if isinstance(h.value.get(f), str)}
         if any(update[f] != h.value[f] for f in update):
             ops.append(PutOp(history_namespace(user), h.key, {**h.value, **update}, index=False))
+    ops += await taught.ops(repo.store)
     if ops:
         await repo.store.abatch(ops)
     return changed
@@ -205,9 +218,34 @@ async def erase_keys(repo: MemoryRepository, user_id: str | int, keys) -> int:
     if not keys:
         return 0
     ns, hns = namespace(user_id), history_namespace(user_id)
-    existing = [k for k in sorted(keys) if await repo.store.aget(ns, k) is not None]
+    existing = [item for k in sorted(keys) if (item := await repo.store.aget(ns, k)) is not None]
     history = [h for h in await repo.items(hns) if h.value.get("memory_key") in keys]
-    ops = [PutOp(ns, k, None) for k in existing] + [PutOp(hns, h.key, None) for h in history]
+    ops = [PutOp(ns, i.key, None) for i in existing] + [PutOp(hns, h.key, None) for h in history]
+    taught = SourceChanges(user_id)
+    for i in existing:
+        taught.replace(i.key, i.value, None)
+    ops += await taught.ops(repo.store)
     if ops:
         await repo.store.abatch(ops)
     return len(existing)
+
+
+async def mark_deleted_sources(repo: MemoryRepository, user_id: str | int, message_ids: set[str]) -> int:
+    """Deleted messages are marked ``"deleted": true`` in the sources of the person's memories that other
+    messages also taught. The memory stays and keeps the place (a moderator purge of that server still
+    finds what it contributed), but deleting its other messages later finds it as learned only from
+    deleted messages. Returns how many memories changed; idempotent.
+    """
+    ns = namespace(user_id)
+    ops: list[PutOp] = []
+    for item in await repo.items(ns):
+        memory = StoredMemory.from_item(item)
+        live = memory.live_message_ids()
+        if not (live & message_ids) or live <= message_ids:
+            continue
+        sources = [{**s, "deleted": True} if str(s.get("message_id") or "") in message_ids else dict(s)
+                   for s in memory.sources]
+        ops.append(PutOp(ns, item.key, {**item.value, "sources": sources}, index=False))
+    if ops:
+        await repo.store.abatch(ops)
+    return len(ops)
