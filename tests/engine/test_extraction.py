@@ -82,3 +82,22 @@ async def test_extraction_is_only_for_the_author_even_with_others_in_the_thread(
     assert ada == ["I also enjoy jazz", "I like climbing"]
     assert bob_m == ["I like painting"]
     assert "[Ada | user 42]\n> I like climbing" in last_chat and "[Bob | user 43]\n> I like painting" in last_chat
+
+
+async def test_a_batch_of_messages_attributes_each_memory_to_its_own_message(settings):
+    """Three messages learned in one extraction: each memory cites its own message (the extractor's
+    ``source_messages``), so deleting one message deletes only the memory it taught."""
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        said = {"81": "I like batch_kayaking", "82": "I like batch_origami", "83": "I like batch_fencing"}
+        for message_id, text in said.items():
+            ada = Speaker(user_id="42", name="Ada", guild_id="900", channel_id="7", message_id=message_id)
+            await engine.reply("7", ada, text)
+        assert len(await engine.storage.inbox.every_turn()) == 3
+        await engine.scheduler.flush()
+        assert len([c for c in model.calls if c.is_extraction]) == 1  # one extraction for the three
+        memories = await engine.memories.list("42")
+        assert {m.content: m.message_ids() for m in memories} == {t: {mid} for mid, t in said.items()}
+        assert (await engine.changes.forget_messages("7", {"82"})).memories == 1
+        assert sorted(m.content for m in await engine.memories.list("42")) == [
+            "I like batch_fencing", "I like batch_kayaking"]
