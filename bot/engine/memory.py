@@ -379,6 +379,22 @@ class MemoryRepository:
 
         return (await erase_memories(self, user_id, guild_id=guild_id, record=record)).deleted
 
+    async def learned_only_from(self, message_ids: set[str]) -> dict[str, list[str]]:
+        """Memories (of anyone) whose every source is one of ``message_ids``: user ID -> keys.
+
+        Such a memory's latest origin is necessarily one of those messages, so the store is asked by
+        ``origin.message_id`` (the author of an uncached deleted message is not known) and the sources
+        are checked here.
+        """
+        found: dict[str, list[str]] = {}
+        for message_id in sorted(message_ids):
+            for item in await self._all((NAMESPACE_ROOT,), **{"origin.message_id": message_id}):
+                memory = StoredMemory.from_item(item)
+                ids = memory.message_ids()
+                if ids and ids <= message_ids and len(item.namespace) == 2:
+                    found.setdefault(item.namespace[1], []).append(item.key)
+        return found
+
     async def restore(self, user_id: str | int, memories: list[dict], history: list[dict]) -> int:
         """Write exported memories and log entries back under their own keys, in one batch."""
         ns, hns = namespace(user_id), history_namespace(user_id)

@@ -28,7 +28,7 @@ EXTRA = {"a": 3199, "b": 3299}
 
 async def main(dsn: str, me: str, data_dir: Path) -> None:
     settings = make_settings(data_dir, Backend("postgres", dsn), model={"streaming": False},
-                             limits={"cooldown_seconds": 0}, discord={"respond_channels": []},
+                             limits={"burst": 0}, discord={"respond_channels": []},
                              server_settings={"cache_seconds": 3600})
     ids = CHANNELS["a"] + CHANNELS["b"] + list(EXTRA.values())
     channels = [dh.text_channel(c, GUILD_ID, f"room-{c}") for c in ids]
