@@ -135,7 +135,8 @@ class ChatEngine:
         self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold, on_erase=self._inflight.mark_erased)
         self.changes = DiscordChanges(storage=storage, conversations=self.conversations, eraser=self.eraser,
                                       scheduler=self.scheduler, thread_state=self.thread_state,
-                                      removed_server_days=settings.retention.removed_server_days)
+                                      removed_server_days=settings.retention.removed_server_days,
+                                      forget_settings=self.guild_settings.forget)
 
     async def start(self) -> None:
         """Finish erasures and resume pending memory work left by a previous run; watch for wipe requests;
