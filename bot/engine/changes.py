@@ -49,6 +49,9 @@ class DiscordChanges:
         self.forget_settings = forget_settings  # the server's /settings go with the rest of its data
         self._sweeper: asyncio.Task | None = None
         self.active = 0  # edits being applied right now (erasures are counted by the Eraser)
+        # Edits and deletions are applied one at a time, in the order Discord sent them: an edit racing a
+        # deletion of the same message must not re-learn what the deletion is erasing.
+        self._one_at_a_time = asyncio.Lock()
 
     async def authors_in_thread(self, thread_id: str, message_ids: set[str]) -> set[str]:
         state = await self.thread_state(thread_id)
@@ -63,8 +66,9 @@ class DiscordChanges:
         a turn of theirs in this thread finishes first (the thread's lock).
         """
         ids = {str(i) for i in message_ids}
-        authors = await self.authors_in_thread(thread_id, ids)
-        return await self.eraser.erase_messages(thread_id, ids, authors=authors)
+        async with self._one_at_a_time:
+            authors = await self.authors_in_thread(thread_id, ids)
+            return await self.eraser.erase_messages(thread_id, ids, authors=authors)
 
     async def forget_thread(self, thread_id: str) -> bool:
         """Its channel or thread was deleted: delete the stored conversation and its pending turns."""
@@ -83,7 +87,8 @@ class DiscordChanges:
         """
         self.active += 1
         try:
-            return await self._edit(thread_id, str(message_id), text)
+            async with self._one_at_a_time:
+                return await self._edit(thread_id, str(message_id), text)
         finally:
             self.active -= 1
 
@@ -96,7 +101,8 @@ class DiscordChanges:
             author = next((r.author for r in rows if r.user_id == user), user)
             async with self.scheduler.hold(user):
                 await erase_keys(self.memories, user, [m.key for m in memories if m.message_ids() <= {message_id}])
-                await self._learn_again(user, author, message_id, text, memories, thread_id)
+            # Queued after the hold: a shared database refuses new turns for a person being erased.
+            await self._learn_again(user, author, message_id, text, memories, thread_id)
         if in_thread or rows or learned:
             await self.storage.maintenance.compact()  # the pre-edit words are kept in no file
         return bool(in_thread or rows or learned)
@@ -110,6 +116,7 @@ class DiscordChanges:
         if not authors:  # an old message nothing else holds any more: find it by where memories came from
             for user, keys in (await self.memories.learned_only_from({message_id})).items():
                 learned[user] = [m for m in await self.memories.list(user) if m.key in keys]
+        # (A memory of a known author that other messages also taught is found above by its sources.)
         return learned
 
     async def _learn_again(self, user: str, author: str, message_id: str, text: str,

@@ -27,9 +27,9 @@ import asyncio
 import functools
 import logging
 import time
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, nullcontext
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import AsyncIterator, Callable, Iterable
 
 from bot.engine.conversations import ConversationEraser
 from bot.engine.memory import Actor, MemoryRepository
@@ -92,7 +92,8 @@ class Eraser:
         self.storage = storage
         self.conversations = conversations
         self.memories = MemoryRepository(storage.store)
-        self.hold = hold or (lambda _user: nullcontext())
+        self._hold = hold or (lambda _user: nullcontext())
+        self._holding: dict[str, asyncio.Task | None] = {}  # person -> the task holding them through us
         self.on_erase = on_erase or (lambda _user: None)
         self._running: set[int] = set()  # journal IDs being run by this process right now
         self._failures: dict[int, tuple[int, float]] = {}  # journal ID -> (failures, retry not before)
@@ -100,6 +101,24 @@ class Eraser:
         # data quotes them; two erasures holding people in opposite order would wait for each other.
         self._serial = asyncio.Lock()
         self.active = 0  # erasures running right now
+
+    @asynccontextmanager
+    async def hold(self, user: str) -> AsyncIterator[None]:
+        """Hold a person's extraction (here and, on a shared database, in every process) while their data
+        changes. Re-entrant within one task: an erasure holding a person may reach them again (a deleted
+        message's author, quotes in their own turns) without waiting for itself, and without claiming the
+        cross-process lease a second time.
+        """
+        me = asyncio.current_task()
+        if me is not None and self._holding.get(user) is me:
+            yield
+            return
+        async with self._hold(user):
+            self._holding[user] = me
+            try:
+                yield
+            finally:
+                self._holding.pop(user, None)
 
     # ---- the words to erase
     async def words_of(self, user: str, guild_id: str | None, key: bytes | None = None) -> QuoteRule:
@@ -230,15 +249,17 @@ class Eraser:
         async with self._serial, AsyncExitStack() as stack:
             for user in authors:
                 await stack.enter_async_context(self.hold(user))
-            texts = [t.human for t in await self.storage.inbox.every_turn() if str(t.origin.get("message_id")) in ids]
+            rows = [t for t in await self.storage.inbox.every_turn() if str(t.origin.get("message_id")) in ids]
+            texts = [t.human for t in rows]
+            known = set(authors) | {t.user_id for t in rows}
             removed = 0
             if self.conversations is not None:
                 removed, said = await self.conversations.erase_messages(thread_id, ids)
                 texts += said
             pending = await self.storage.inbox.forget_messages(ids)
             memories = 0
-            for user, keys in (await self.memories.learned_only_from(ids)).items():
-                async with self.hold(user):  # re-entrant for the authors held already
+            for user, keys in (await self.memories.learned_only_from(ids, authors=known)).items():
+                async with (nullcontext() if user in authors else self.hold(user)):  # authors: held already
                     texts += [m.content for m in await self.memories.list(user) if m.key in keys]
                     memories += await erase_keys(self.memories, user, keys)
             if removed or pending or memories:
@@ -314,7 +335,7 @@ class Eraser:
         people = hit | (await quoting_people(self.memories, quotes) - {author})
         changed = 0
         for person in sorted(people):
-            # (The hold is re-entrant: the erased person, already held, is held again at no cost.) For the
+            # (Eraser.hold is re-entrant: the erased person, already held, is held again at no cost.) For the
             # author only the bot's answers in their remaining turns change, never their words or memories.
             async with self.hold(person):
                 texts = {t.id: cut for t in await self.storage.inbox.every_turn()

@@ -218,3 +218,30 @@ async def test_removal_with_zero_retention_is_immediate_and_a_return_cancels_it(
         r.h.feed("GUILD_CREATE", GUILD)  # invited back before the deadline
         await settle(r)
         assert await r.engine.storage.removed_guilds.due(time.time() + 10**9) == []
+
+
+async def test_edit_delete_and_removal_on_every_backend(tmp_path, backend):
+    """The same rules through each storage backend (the byte checks above are SQLite's files)."""
+    async with rig(tmp_path, ScriptedChatModel(no_echo), backend, retention={"removed_server_days": 0}) as r:
+        edited = r.mentioning(ALICE, "I like tea_before")
+        await r.h.send_message(edited)
+        await r.engine.scheduler.flush()
+        doomed = r.mentioning(ALICE, "I like doomed_fact")
+        await r.h.send_message(doomed)
+        await r.engine.scheduler.flush()
+        assert await contents(r, ALICE) == ["I like doomed_fact", "I like tea_before"]
+        forget_cache(r)
+        r.h.feed("MESSAGE_UPDATE", partial_update(edited, f"{r.mention()} I like coffee_after"))
+        r.h.feed("MESSAGE_DELETE", delete(doomed))
+        await settle(r)
+        await r.engine.scheduler.flush()
+        assert await contents(r, ALICE) == ["I like coffee_after"]
+        assert await humans(r) == ["I like coffee_after"]
+        await r.h.send_message(r.mentioning(ALICE, "in the thread", channel_id=THREAD))
+        r.h.feed("THREAD_DELETE", {"id": str(THREAD), "guild_id": str(GUILD_ID), "parent_id": str(GENERAL), "type": 11})
+        await settle(r)
+        assert await humans(r, THREAD) == []
+        r.h.feed("GUILD_DELETE", {"id": str(GUILD_ID)})
+        await settle(r)
+        assert await contents(r, ALICE) == [] and await humans(r) == []
+        assert await r.engine.inbox.pending() == []
