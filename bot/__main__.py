@@ -26,7 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bot", description="A Discord chatbot that remembers people.")
     p.add_argument("--config", default="config.toml", help="path to the TOML config (default: ./config.toml)")
     sub = p.add_subparsers(dest="command")
-    sub.add_parser("run", help="run the Discord bot (the default)")
+    run = sub.add_parser("run", help="run the Discord bot (the default)")
+    run.add_argument("--shards", help="run only these shards in this process, e.g. 0-3 (PostgreSQL only)")
+    run.add_argument("--shard-count", type=int, help="how many shards the bot has in all (with --shards)")
     sub.add_parser("sync", help="push the slash commands to Discord now, then exit")
     c = sub.add_parser("console", help="chat with the engine in this terminal (no Discord token needed)")
     c.add_argument("--user", required=True, help="who you are: used as both your name and your user ID")
@@ -171,13 +173,21 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(settings.bot.log_level, settings.secret_values())
     from bot.storage import StorageBusy
 
+    from bot.sharding import ShardError, parse_shards
+
+    try:
+        shards = parse_shards(getattr(args, "shards", None), getattr(args, "shard_count", None),
+                              backend=settings.storage.backend)
+    except ShardError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
     try:
         if command in ("run", "sync"):
             from bot.client import run_discord
             from bot.metrics import Metrics
 
             metrics = Metrics(active_channel_seconds=settings.monitoring.active_channel_seconds)
-            return asyncio.run(run_discord(settings, sync_only=command == "sync", metrics=metrics))
+            return asyncio.run(run_discord(settings, sync_only=command == "sync", metrics=metrics, shards=shards))
         if command == "console":
             return asyncio.run(_console(settings, args.user, args.thread))
         if command == "memories":

@@ -198,6 +198,8 @@ class ChatEngine:
                         self._inflight.mark_erased(job.user_id)
                         await self.eraser.run_job(job)
                         log.info("did the wipe of user %s requested by another process", job.user_id)
+            except self.storage.transient_errors as exc:  # the outage is logged once, by storage
+                log.debug("looking for requested erasures waits for the database: %r", exc)
             except Exception:  # noqa: BLE001 - the request stays in the journal; the next round retries
                 log.exception("a requested erasure failed; it stays recorded and is retried")
 
