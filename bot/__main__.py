@@ -1,4 +1,4 @@
-"""Command line: ``python -m bot [--config PATH] [run|sync|console|memories|stats|health]``.
+"""Command line: ``python -m bot [--config PATH] [run|sync|console|memories|stats|health|migrate-storage]``.
 
 Order of start-up: settings (exit 2 with one line on any problem) -> logging -> storage -> engine -> bot.
 """
@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--yes", action="store_true", help="wipe without asking")
     sub.add_parser("stats", help="print usage, the learning backlog and activity, from the database")
     sub.add_parser("health", help="ask the running bot's health endpoint; exit 0 when healthy (Docker HEALTHCHECK)")
+    sub.add_parser("migrate-storage", help="copy the SQLite data directory (bot.data_dir) into the empty "
+                                          "PostgreSQL database at DATABASE_URL (storage.backend = \"postgres\")")
     return p
 
 
@@ -154,6 +156,19 @@ def _health(settings: Settings) -> int:
     return 0 if healthy else 1
 
 
+async def _migrate_storage(settings: Settings) -> int:
+    if settings.storage.backend != "postgres":
+        sys.stderr.write('error: migrate-storage copies into PostgreSQL: set storage.backend = "postgres" '
+                         "and DATABASE_URL (bot.data_dir names the SQLite data directory to copy)\n")
+        return 2
+    from bot.storage.migrate import migrate_sqlite_to_postgres
+
+    done = await migrate_sqlite_to_postgres(settings)
+    _out(f"copied {done.threads} conversations, {done.items} memory-store items and {done.rows} rows "
+         f"({done.pending_turns} turns still to learn from) from {settings.bot.data_dir} into PostgreSQL")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = args.command or "run"
@@ -190,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(run_discord(settings, sync_only=command == "sync", metrics=metrics, shards=shards))
         if command == "console":
             return asyncio.run(_console(settings, args.user, args.thread))
+        if command == "migrate-storage":
+            return asyncio.run(_migrate_storage(settings))
         if command == "memories":
             return asyncio.run(_memories(settings, args.action, args.user, args.yes))
         return asyncio.run(_stats(settings))
