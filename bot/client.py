@@ -192,7 +192,9 @@ async def run_discord(
         discord.http.Route.BASE = settings.discord.api_base.rstrip("/")  # a local Discord-compatible server
     token = settings.secrets.discord_token.get_secret_value() if settings.secrets.discord_token else ""
     metrics = metrics or Metrics(active_channel_seconds=settings.monitoring.active_channel_seconds)
-    async with open_storage(settings) as storage:
+    # `sync` only pushes commands (no memory work): it may run beside the bot, so it does not take the
+    # data directory's writer lock.
+    async with open_storage(settings, writer=not sync_only) as storage:
         engine = create_engine(settings, storage, on_memory_change=None, metrics=metrics)
         if shards is None:
             bot = MemoryBot(settings=settings, engine=engine, storage=storage, force_sync=sync_only)

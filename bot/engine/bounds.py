@@ -1,8 +1,9 @@
 """Small in-memory structures keyed by person or channel that stay bounded however many there are.
 
 A bot in many servers meets an unbounded number of people and channels; any map keyed by them must
-forget. :class:`KeyedLocks` keeps a lock only while someone holds or waits for it; :class:`RateLimiter`
-and :class:`BoundedDict` keep at most ``max_keys`` keys, forgetting the least recently touched.
+forget. :class:`KeyedLocks` keeps a lock only while someone holds or waits for it, and
+:class:`InflightTurns` a turn only while it is being answered; :class:`RateLimiter` and
+:class:`BoundedDict` keep at most ``max_keys`` keys, forgetting the least recently touched.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict, deque
+from dataclasses import dataclass
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Callable, Generic, Hashable, TypeVar
 
@@ -18,20 +20,33 @@ V = TypeVar("V")
 
 
 class KeyedLocks(Generic[K]):
-    """One asyncio lock per key, dropped as soon as nobody holds or waits for it."""
+    """One asyncio lock per key, dropped as soon as nobody holds or waits for it.
+
+    Re-entrant within one task: an erasure that holds a person may hold them again further down
+    (a deleted message's author, a quote in their own turns) without waiting for itself.
+    """
 
     def __init__(self) -> None:
         self._locks: dict[K, tuple[asyncio.Lock, int]] = {}
+        self._owners: dict[K, asyncio.Task | None] = {}
 
     @asynccontextmanager
     async def hold(self, key: K) -> AsyncIterator[None]:
+        me = asyncio.current_task()
+        if me is not None and self._owners.get(key) is me:
+            yield  # this task holds it already
+            return
         lock, users = self._locks.get(key, (None, 0))
         if lock is None:
             lock = asyncio.Lock()
         self._locks[key] = (lock, users + 1)
         try:
             async with lock:
-                yield
+                self._owners[key] = me
+                try:
+                    yield
+                finally:
+                    self._owners.pop(key, None)
         finally:
             lock, users = self._locks[key]
             if users <= 1:
@@ -82,3 +97,39 @@ class RateLimiter(Generic[K]):
 
     def __len__(self) -> int:
         return len(self._events)
+
+
+@dataclass(eq=False)
+class _Ticket:
+    user_id: str
+    erased: bool = False
+
+
+class InflightTurns:
+    """The turns being answered right now, per person: an erasure marks them so none is learned from.
+
+    Only turns in flight are held (each is removed when it ends), so the map is bounded by concurrency,
+    not by how many people ever spoke or were erased.
+    """
+
+    def __init__(self) -> None:
+        self._by_user: dict[str, set[_Ticket]] = {}
+
+    def open(self, user_id: str) -> _Ticket:
+        ticket = _Ticket(user_id)
+        self._by_user.setdefault(user_id, set()).add(ticket)
+        return ticket
+
+    def close(self, ticket: _Ticket) -> None:
+        tickets = self._by_user.get(ticket.user_id)
+        if tickets is not None:
+            tickets.discard(ticket)
+            if not tickets:
+                del self._by_user[ticket.user_id]
+
+    def mark_erased(self, user_id: str) -> None:
+        for ticket in self._by_user.get(user_id, ()):
+            ticket.erased = True
+
+    def __len__(self) -> int:
+        return sum(len(t) for t in self._by_user.values())

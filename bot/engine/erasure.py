@@ -19,14 +19,16 @@ and :meth:`Eraser.resume` (at start-up) runs the erasure again to the end.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from bot.engine.conversations import ConversationEraser
 from bot.engine.memory import Actor, MemoryRepository
-from bot.engine.memory_erasure import erase_memories, memory_texts, redact_quotes_in_memories
+from bot.engine.memory_erasure import erase_memories, memory_texts, quoting_people, redact_memories_of
 from bot.engine.quotes import QuoteRule
 from bot.engine.stores import ErasureJob, Storage
 
@@ -50,11 +52,22 @@ Hold = Callable[[str], AbstractAsyncContextManager]
 class Eraser:
     """Runs erasures: records them, gathers the words, removes and redacts them everywhere, compacts."""
 
-    def __init__(self, storage: Storage, conversations: ConversationEraser | None, *, hold: Hold | None = None) -> None:
+    def __init__(
+        self, storage: Storage, conversations: ConversationEraser | None, *, hold: Hold | None = None,
+        on_erase: Callable[[str], None] | None = None,
+    ) -> None:
+        """``hold(user)`` keeps the person's extraction stopped meanwhile; ``on_erase(user)`` is told as a
+        person's erasure starts (the engine marks their turns in flight as not to be learned from)."""
         self.storage = storage
         self.conversations = conversations
         self.memories = MemoryRepository(storage.store)
         self.hold = hold or (lambda _user: nullcontext())
+        self.on_erase = on_erase or (lambda _user: None)
+        self._running: set[int] = set()  # journal IDs being run by this process right now
+        self._failures: dict[int, tuple[int, float]] = {}  # journal ID -> (failures, retry not before)
+        # One erasure at a time: each holds its person and, while rewriting their data, each person whose
+        # data quotes them; two erasures holding people in opposite order would wait for each other.
+        self._serial = asyncio.Lock()
 
     # ---- the words to erase
     async def words_of(self, user: str, guild_id: str | None, key: bytes | None = None) -> QuoteRule:
@@ -79,13 +92,18 @@ class Eraser:
             by: a moderator doing a purge: recorded, without any content, in the person's change log.
         """
         user = str(user_id)
-        async with self.hold(user):
+        self.on_erase(user)
+        async with self._serial, self.hold(user):
             quotes = await self.words_of(user, guild_id)
             job_id = await self.storage.erasures.begin(kind=PERSON, user_id=user, guild_id=guild_id,
                                                        actor=by.kind if by else None, actor_id=by.id if by else None,
                                                        quotes=quotes.to_bytes())
-            result = await self._erase_person(job_id, user, guild_id, by, quotes)
-            await self._finish(job_id)
+            self._running.add(job_id)
+            try:
+                result = await self._erase_person(job_id, user, guild_id, by, quotes)
+                await self._finish(job_id)
+            finally:
+                self._running.discard(job_id)
         return result
 
     async def erase_quotes(self, texts: Iterable[str], *, author: str | None = None) -> int:
@@ -96,9 +114,14 @@ class Eraser:
         quotes = QuoteRule.from_texts(texts)
         if not quotes:
             return 0
-        job_id = await self.storage.erasures.begin(kind=QUOTES, user_id=author or "", quotes=quotes.to_bytes())
-        redacted = await self._cut_quotes(quotes, author or None)
-        await self._finish(job_id)
+        async with self._serial:
+            job_id = await self.storage.erasures.begin(kind=QUOTES, user_id=author or "", quotes=quotes.to_bytes())
+            self._running.add(job_id)
+            try:
+                redacted = await self._cut_quotes(quotes, author or None)
+                await self._finish(job_id)
+            finally:
+                self._running.discard(job_id)
         return redacted
 
     async def request(self, user_id: str) -> int:
@@ -106,22 +129,48 @@ class Eraser:
         return await self.storage.erasures.begin(kind=PERSON, user_id=str(user_id))
 
     async def resume(self) -> int:
-        """Finish every erasure a crash (or another process's request) left in the journal; return how many."""
-        jobs = await self.storage.erasures.unfinished()
-        for job in jobs:
-            await self.run_job(job)
-        if jobs:
-            log.info("finished %d erasure(s) left unfinished", len(jobs))
-        return len(jobs)
+        """Finish every erasure in the journal that this process is not already running: those a crash
+        left, those another process requested, those that failed here before; return how many finished.
+
+        A failure is logged and the erasure stays recorded, retried later with a growing pause (a
+        compaction a reader blocks for a long time must not stop the bot from starting).
+        """
+        done = 0
+        now = time.monotonic()
+        for job in await self.storage.erasures.unfinished():
+            failures, not_before = self._failures.get(job.id, (0, 0.0))
+            if job.id in self._running or now < not_before:
+                continue
+            try:
+                await self.run_job(job)
+            except Exception:  # noqa: BLE001 - stays in the journal; the next round retries
+                self._failures[job.id] = (failures + 1, now + min(300.0, 5.0 * 2**failures))
+                log.exception("erasure %d (user %s) failed; it stays recorded and will be retried", job.id, job.user_id)
+                continue
+            self._failures.pop(job.id, None)
+            done += 1
+            log.info("finished erasure %d (user %s) left in the journal", job.id, job.user_id)
+        return done
 
     async def run_job(self, job: ErasureJob) -> None:
         """Run one recorded erasure again, from the start (every step is idempotent)."""
+        async with self._serial:
+            self._running.add(job.id)
+            try:
+                await self._run_job(job)
+            finally:
+                self._running.discard(job.id)
+
+    async def _run_job(self, job: ErasureJob) -> None:
         if job.kind == QUOTES:
             await self._cut_quotes(QuoteRule.from_bytes(job.quotes or b""), job.user_id or None)
             await self._finish(job.id)
             return
         by = Actor(job.actor, job.actor_id) if job.actor else None
+        self.on_erase(job.user_id)
         async with self.hold(job.user_id):
+            if job.id not in {j.id for j in await self.storage.erasures.unfinished()}:
+                return  # finished meanwhile by whoever held the person (it must not run twice)
             if job.quotes is None:  # requested by another process: gather the words first, then record them
                 quotes = await self.words_of(job.user_id, job.guild_id)
                 await self.storage.erasures.set_quotes(job.id, quotes.to_bytes())
@@ -141,8 +190,7 @@ class Eraser:
             messages, redacted = await self.conversations.erase_author(user, guild_id=guild_id, quotes=quotes)
         pending = await self.storage.maintenance.erase_person_rows(user, guild_id=guild_id)
         erased = await erase_memories(self.memories, user, guild_id=guild_id, record=by, record_key=f"erasure-{job_id}")
-        redacted += await redact_quotes_in_memories(self.memories, quotes, skip_user=user)
-        redacted += await self._cut_quotes_in_inbox(quotes, user)
+        redacted += await self._cut_quotes_in_learning(quotes, user)
         await self.storage.maintenance.compact()
         return ErasureResult(memories=erased.deleted, pending_turns=pending, messages=messages,
                              reduced=erased.reduced, quotes=redacted)
@@ -151,23 +199,40 @@ class Eraser:
         redacted = 0
         if self.conversations is not None:
             _, redacted = await self.conversations.erase_author(None, quotes=quotes, keep_author=author)
-        redacted += await redact_quotes_in_memories(self.memories, quotes, skip_user=author)
-        redacted += await self._cut_quotes_in_inbox(quotes, author)
+        redacted += await self._cut_quotes_in_learning(quotes, author)
         await self.storage.maintenance.compact()
         return redacted
 
-    async def _cut_quotes_in_inbox(self, quotes: QuoteRule, author: str | None) -> int:
-        """Other people's turns (what they said, and the bot's answers) lose the quoted runs."""
+    async def _cut_quotes_in_learning(self, quotes: QuoteRule, author: str | None) -> int:
+        """Other people's turns waiting to be learned from, and their memories, lose the quoted runs.
+
+        Each person whose data quotes the erased words is held while theirs is rewritten (turns first,
+        then memories): an extraction of theirs in flight finishes first, and none starts until both are
+        clean, so no extraction can write a quote back into a memory. ``author``'s own are not theirs to
+        redact (the erased person's, or a deleted message's author's).
+        """
         if not quotes:
             return 0
-        texts: dict[int, tuple[str, str]] = {}
-        for turn in await self.storage.inbox.every_turn():
-            human = turn.human if turn.user_id == author else quotes.redact(turn.human)
-            ai = quotes.redact(turn.ai)
-            if (human, ai) != (turn.human, turn.ai):
-                texts[turn.id] = (human, ai)
-        await self.storage.inbox.rewrite_turns(texts)
-        return len(texts)
+        hit = {t.user_id for t in await self.storage.inbox.every_turn() if self._redacted_turn(quotes, t, author)}
+        people = hit | (await quoting_people(self.memories, quotes) - {author})
+        changed = 0
+        for person in sorted(people):
+            # (The hold is re-entrant: the erased person, already held, is held again at no cost.) For the
+            # author only the bot's answers in their remaining turns change, never their words or memories.
+            async with self.hold(person):
+                texts = {t.id: cut for t in await self.storage.inbox.every_turn()
+                         if t.user_id == person and (cut := self._redacted_turn(quotes, t, author))}
+                await self.storage.inbox.rewrite_turns(texts)
+                changed += len(texts)
+                if person != author:
+                    changed += await redact_memories_of(self.memories, quotes, person)
+        return changed
+
+    @staticmethod
+    def _redacted_turn(quotes: QuoteRule, turn, author: str | None) -> tuple[str, str] | None:
+        human = turn.human if turn.user_id == author else quotes.redact(turn.human)
+        ai = quotes.redact(turn.ai)
+        return (human, ai) if (human, ai) != (turn.human, turn.ai) else None
 
     async def _finish(self, job_id: int) -> None:
         await self.storage.erasures.finish(job_id)

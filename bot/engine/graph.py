@@ -36,7 +36,7 @@ class ChatDeps:
 
     model: BaseChatModel
     persona: str
-    memory_budget_tokens: int = 600
+    memory_budget_tokens: int = 1000
     summarize_after_messages: int = 20
     summarize_after_tokens: int = 3000
     keep_messages: int = 6

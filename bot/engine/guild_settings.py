@@ -249,6 +249,15 @@ class GuildSettingsService:
             log.debug("settings of server %s changed concurrently; applying the change again", guild_id)
         raise RuntimeError(f"settings of server {guild_id} kept changing; gave up after {WRITE_ATTEMPTS} attempts")
 
+    async def preview(self, guild_id: str | int, edit: Edit) -> None:
+        """Check ``edit`` against the freshest record without writing (to refuse before asking to confirm).
+
+        Raises:
+            SettingRefused: the edited record would break a rule.
+        """
+        current = await self.store.get(str(guild_id)) or ServerSettings(guild_id=str(guild_id))
+        check(edit(current), self.defaults, current)
+
     async def forget(self, guild_id: str | int) -> bool:
         """Delete a server's settings (the bot was removed from it)."""
         gone = await self.store.delete(str(guild_id))

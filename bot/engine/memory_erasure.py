@@ -139,8 +139,20 @@ def _only_markers(text: str) -> bool:
     return not text.replace(REDACTED, "").strip(" \t\n.,;:!?\"'-()[]")
 
 
-async def redact_quotes_in_memories(repo: MemoryRepository, rule: QuoteRule, *, skip_user: str | None) -> int:
-    """Cut quotes of erased messages out of everyone else's memories and change logs; return how many.
+async def people(repo: MemoryRepository) -> list[str]:
+    """Everyone who has a memory namespace (paged)."""
+    users: list[str] = []
+    offset = 0
+    while True:
+        page = await repo.store.alist_namespaces(prefix=(NAMESPACE_ROOT,), max_depth=2, limit=500, offset=offset)
+        users += [ns[1] for ns in page if len(ns) == 2]
+        if len(page) < 500:
+            return users
+        offset += 500
+
+
+async def redact_memories_of(repo: MemoryRepository, rule: QuoteRule, user: str) -> int:
+    """Cut quotes of erased messages out of one person's memories and change log; return how many memories.
 
     A memory left with nothing but ``[erased]`` is deleted. Nothing is logged with text: like an
     erasure, a redaction must leave no copy of what it removes.
@@ -148,31 +160,40 @@ async def redact_quotes_in_memories(repo: MemoryRepository, rule: QuoteRule, *, 
     if not rule:
         return 0
     changed = 0
-    offset = 0
-    users: list[str] = []
-    while True:
-        page = await repo.store.alist_namespaces(prefix=(NAMESPACE_ROOT,), max_depth=2, limit=500, offset=offset)
-        users += [ns[1] for ns in page if len(ns) == 2]
-        if len(page) < 500:
-            break
-        offset += 500
-    for user in users:
-        if user == skip_user:
-            continue
-        ops: list[PutOp] = []
-        for item in await repo.items(namespace(user)):
-            content = str(item.value.get("content", ""))
-            clean = rule.redact(content)
-            if clean != content:
-                changed += 1
-                value = None if _only_markers(clean) else {**item.value, "content": clean}
-                ops.append(PutOp(namespace(user), item.key, value, index=False) if value else PutOp(namespace(user), item.key, None))
-        for h in await repo.items(history_namespace(user)):
-            update = {f: rule.redact(h.value[f]) for f in ("before", "after") if isinstance(h.value.get(f), str)}
-            if any(update[f] != h.value[f] for f in update):
-                ops.append(PutOp(history_namespace(user), h.key, {**h.value, **update}, index=False))
-        if ops:
-            await repo.store.abatch(ops)
-    if changed:
-        log.info("erasure: cut quotes out of %d memories of other people", changed)
+    ops: list[PutOp] = []
+    for item in await repo.items(namespace(user)):
+        content = str(item.value.get("content", ""))
+        clean = rule.redact(content)
+        if clean != content:
+            changed += 1
+            value = None if _only_markers(clean) else {**item.value, "content": clean}
+            ops.append(PutOp(namespace(user), item.key, value, index=False) if value else PutOp(namespace(user), item.key, None))
+    for h in await repo.items(history_namespace(user)):
+        update = {f: rule.redact(h.value[f]) for f in ("before", "after") if isinstance(h.value.get(f), str)}
+        if any(update[f] != h.value[f] for f in update):
+            ops.append(PutOp(history_namespace(user), h.key, {**h.value, **update}, index=False))
+    if ops:
+        await repo.store.abatch(ops)
+    return changed
+
+
+async def quoting_people(repo: MemoryRepository, rule: QuoteRule) -> set[str]:
+    """The people whose memories or change log copy a run of the erased words (read only)."""
+    found: set[str] = set()
+    if not rule:
+        return found
+    for user in await people(repo):
+        items = await repo.items(namespace(user)) + await repo.items(history_namespace(user))
+        if any(rule.quotes(str(v)) for i in items for k, v in (i.value or {}).items()
+               if k in ("content", "before", "after") and isinstance(v, str)):
+            found.add(user)
+    return found
+
+
+async def redact_quotes_in_memories(repo: MemoryRepository, rule: QuoteRule, *, skip_user: str | None) -> int:
+    """Cut quotes out of everyone else's memories (without holding anyone: for tests and tools)."""
+    changed = 0
+    for user in await quoting_people(repo, rule):
+        if user != skip_user:
+            changed += await redact_memories_of(repo, rule, user)
     return changed

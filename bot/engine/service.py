@@ -17,7 +17,7 @@ from typing import Callable
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.graph.state import CompiledStateGraph
 
-from bot.engine.bounds import RateLimiter
+from bot.engine.bounds import InflightTurns, RateLimiter
 from bot.engine.conversations import ConversationEraser
 from bot.engine.erasure import Eraser, ErasureResult
 from bot.engine.extraction import MemoryWriter, WriteRequest
@@ -46,42 +46,6 @@ class Reply:
     """The answer to one message."""
 
     text: str
-
-
-@dataclass(eq=False)
-class _Ticket:
-    user_id: str
-    erased: bool = False
-
-
-class InflightTurns:
-    """The turns being answered right now, per person: an erasure marks them so none is learned from.
-
-    Only turns in flight are held (each is removed when it ends), so the map is bounded by concurrency,
-    not by how many people ever spoke or were erased.
-    """
-
-    def __init__(self) -> None:
-        self._by_user: dict[str, set[_Ticket]] = {}
-
-    def open(self, user_id: str) -> _Ticket:
-        ticket = _Ticket(user_id)
-        self._by_user.setdefault(user_id, set()).add(ticket)
-        return ticket
-
-    def close(self, ticket: _Ticket) -> None:
-        tickets = self._by_user.get(ticket.user_id)
-        if tickets is not None:
-            tickets.discard(ticket)
-            if not tickets:
-                del self._by_user[ticket.user_id]
-
-    def mark_erased(self, user_id: str) -> None:
-        for ticket in self._by_user.get(user_id, ()):
-            ticket.erased = True
-
-    def __len__(self) -> int:
-        return sum(len(t) for t in self._by_user.values())
 
 
 def _usage(message: BaseMessage) -> tuple[int, int]:
@@ -166,7 +130,7 @@ class ChatEngine:
         self.memory_commands: RateLimiter[str] = RateLimiter(settings.limits.memory_commands_per_hour, 3600.0)
         self.conversations = ConversationEraser(self.graph, self.checkpointer, self.locks.channel,
                                                 storage.maintenance.prune_thread)
-        self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold)
+        self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold, on_erase=self._inflight.mark_erased)
 
     async def start(self) -> None:
         """Finish erasures and resume pending memory work left by a previous run; watch for wipe requests.
@@ -184,24 +148,20 @@ class ChatEngine:
         self._journal_watch = asyncio.create_task(self._watch_erasure_requests(), name="erasure-requests")
 
     async def _watch_erasure_requests(self) -> None:
-        """Do the wipes other processes recorded (``python -m bot memories wipe`` while the bot runs).
+        """Do the wipes other processes recorded, and retry erasures that failed here.
 
-        The shell cannot erase safely beside a running bot (an extraction in flight would write back
-        what it erased), so it records the request in the journal and this process does it, under the
-        same per-person hold as any other erasure.
+        ``python -m bot memories wipe`` cannot erase safely beside a running bot (an extraction in flight
+        would write back what it erased), so it records the request in the journal and this process does
+        it, under the same per-person hold as any other erasure.
         """
         while True:
             await asyncio.sleep(ERASURE_POLL_SECONDS)
             try:
-                for job in await self.storage.erasures.unfinished():
-                    if job.quotes is None:
-                        self._inflight.mark_erased(job.user_id)
-                        await self.eraser.run_job(job)
-                        log.info("did the wipe of user %s requested by another process", job.user_id)
+                await self.eraser.resume()
             except self.storage.transient_errors as exc:  # the outage is logged once, by storage
-                log.debug("looking for requested erasures waits for the database: %r", exc)
-            except Exception:  # noqa: BLE001 - the request stays in the journal; the next round retries
-                log.exception("a requested erasure failed; it stays recorded and is retried")
+                log.debug("checking the erasure journal waits for the database: %r", exc)
+            except Exception:  # noqa: BLE001 - reading the journal failed; the next round tries again
+                log.exception("checking the erasure journal failed")
 
     async def prune_usage(self) -> int:
         """Drop usage counts older than ``limits.usage_retention_days`` (at start-up and once a day)."""
@@ -423,8 +383,11 @@ class ChatEngine:
         A turn of theirs already in flight finishes first (erasing a thread takes its lock) and is not
         queued for learning (it started before the erasure).
         """
-        self._inflight.mark_erased(str(user_id))
-        result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
+        if self.semantic is None:
+            result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
+        else:
+            async with self.semantic.paused(str(user_id)):  # no memory vectors written while it runs
+                result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
         self.metrics.erasure("person" if guild_id is None else "server")
         return result
 

@@ -9,7 +9,7 @@ import discord
 from tests.cogs.conftest import (
     ALICE, BOB, GENERAL, GUILD, GUILD_ID, LISTED, MOD, MOD_ROLE, MODLOG, OTHER_CHANNEL, OTHER_GUILD, OWNER, THREAD, rig,
 )
-from tests.cogs.test_memories import button
+from tests.cogs.test_memories import button, click_erasure
 from tests.fakes import discord_harness as dh
 
 MANAGE_SERVER = discord.Permissions(manage_guild=True, manage_messages=True).value
@@ -227,7 +227,7 @@ async def test_mod_log_channel_of_the_server_gets_purges_and_changes(r):
     await apply(r, "learning", on=False)
     assert len(r.h.sent_messages(other_log)) == 2 and r.h.sent_messages(MODLOG) == []
     res = await r.h.invoke_slash("purge-memories", user=MOD, channel_id=GENERAL, options={"member": BOB})
-    await r.h.click(button(res[-1], "Purge"), res[-1].message, user=MOD)
+    await click_erasure(r, button(res[-1], "Purge"), res[-1].message, user=MOD)
     assert "memory purge" in r.h.sent_messages(other_log)[-1].content
 
 
@@ -241,3 +241,21 @@ async def test_settings_are_deleted_when_the_bot_is_removed_not_on_an_outage(r):
     r.h.feed("GUILD_DELETE", {"id": str(GUILD_ID)})  # removed (kicked, or the server was deleted)
     await r.h.settle()
     assert await r.engine.guild_settings.store.get(str(GUILD_ID)) is None
+
+
+async def test_a_failing_database_gets_an_apology_and_changes_nothing(r, caplog):
+    store = r.engine.guild_settings.store
+    real_put = store.put
+
+    async def broken(*args, **kwargs):
+        raise OSError("disk I/O error")
+
+    store.put = broken
+    try:
+        prompt, done = await apply(r, "learning", on=False)
+    finally:
+        store.put = real_put
+    assert "couldn't save that just now: nothing was changed" in done[-1].content
+    assert any("changing the settings of server" in rec.getMessage() for rec in caplog.records)
+    assert (await r.engine.guild_policy(GUILD_ID)).learning is True
+    assert r.h.sent_messages(MODLOG) == []  # nothing changed, nothing audited

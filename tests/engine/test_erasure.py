@@ -3,6 +3,7 @@ and an erasure recorded in the journal is finished at the next start."""
 
 from __future__ import annotations
 
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from bot.engine.state import Speaker
@@ -48,3 +49,27 @@ async def test_a_recorded_erasure_is_finished_when_the_engine_starts(settings):
         assert await engine.memories.list("1") == []
         assert await engine.storage.erasures.unfinished() == []
         assert not [m for m in (await engine.thread_state("a"))["messages"] if isinstance(m, HumanMessage)]
+
+
+async def test_an_erasure_that_fails_stays_recorded_and_is_retried_later(settings, monkeypatch):
+    from bot.storage.sqlite.maintenance import CompactionIncomplete
+
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("a", Speaker(user_id="1", name="Ann"), "I like the retried-erasure-canary")
+        await engine.scheduler.flush()
+        maintenance = engine.storage.maintenance
+        real = maintenance.compact
+
+        async def blocked() -> None:
+            raise CompactionIncomplete("a reader kept the log busy")
+
+        monkeypatch.setattr(maintenance, "compact", blocked)
+        with pytest.raises(CompactionIncomplete):
+            await engine.erase_person("1")  # the person is told it failed; it is not reported done
+        assert len(await engine.storage.erasures.unfinished()) == 1
+        assert await engine.eraser.resume() == 0  # still blocked: logged, kept, retried after a pause
+        monkeypatch.setattr(maintenance, "compact", real)
+        assert await engine.eraser.resume() == 0  # the pause is not over yet
+        engine.eraser._failures.clear()  # (skip the pause)
+        assert await engine.eraser.resume() == 1
+        assert await engine.storage.erasures.unfinished() == [] and await engine.memories.list("1") == []

@@ -127,3 +127,16 @@ def test_the_embedded_model_ranks_by_meaning():
     docs = model.embed_documents(["She brought home a beagle puppy from the shelter.", "She works as an accountant."])
     cos = [sum(a * b for a, b in zip(q, d)) for d in docs]
     assert len(q) == 384 and cos[0] > cos[1] + 0.1
+
+
+async def test_no_vector_is_written_for_a_person_while_they_are_erased():
+    embed = ConceptEmbeddings()
+    cache = MemoryVectorCache()
+    index = SemanticIndex(embed, cache)
+    async with index.paused("u"):
+        index.index_later("u", FILLER)
+        await index.drain()
+        assert await cache.get("u") == {}
+    index.index_later("u", FILLER)
+    await index.drain()
+    assert len(await cache.get("u")) == len(FILLER)

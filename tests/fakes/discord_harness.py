@@ -388,10 +388,13 @@ class DiscordHarness:
         self.bot.dispatch('socket_event_type', event)
         self.bot._connection.parsers[event](data)
 
-    async def settle(self, timeout: float = 5.0, quiet: float = 0.05) -> None:
+    async def settle(self, timeout: float = 5.0, quiet: float = 0.2) -> None:
         """Wait until the bot is idle: no task beyond the start-up baseline left and no new HTTP calls. Tasks
         parked on timers/futures (view timeouts, typing loops) count as idle once nothing changed for ``quiet``
-        seconds. Raises TimeoutError if still busy after ``timeout`` (e.g. a loop spamming HTTP)."""
+        seconds. Raises TimeoutError if still busy after ``timeout`` (e.g. a loop spamming HTTP).
+
+        ``quiet`` is 0.2 s, not less: a task waiting for a database thread (an fsync, a WAL checkpoint)
+        looks parked too, and on a loaded machine one such wait can pass 50 ms."""
         loop, me = asyncio.get_running_loop(), asyncio.current_task()
         deadline, last, since = loop.time() + timeout, None, loop.time()
         while True:

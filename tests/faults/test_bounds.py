@@ -57,7 +57,7 @@ async def test_extraction_at_the_cap_drops_the_least_recently_used_learned_memor
         await engine.memories.apply("7", inserts=[("Newer learned fact", place)])
         await engine.memories.apply("7", inserts=[("Written by the person", dict(place, source="user"))])
         request = WriteRequest(user_id="7", speaker_name="Ann", origin=place,
-                               new=[TurnText("Ann", "I like sailing. I like rowing.", "nice")])
+                               new=[TurnText("7", "Ann", "I like sailing. I like rowing.", "nice", origin=place)])
         await engine._write(request)
         contents = sorted(m.content for m in await engine.memories.list("7"))
         assert len(contents) == 3

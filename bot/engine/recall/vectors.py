@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from typing import Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Awaitable, Callable, Sequence
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
@@ -69,6 +70,7 @@ class SemanticIndex:
         self.batch_size = batch_size
         self._warned = False
         self._background: dict[str, asyncio.Task] = {}
+        self._paused: dict[str, int] = {}  # people being erased: no vectors are written for them meanwhile
         self.query_embeddings = 0  # how many query vectors the reply path computed (a benchmark figure)
 
     def _failed(self, exc: BaseException) -> None:
@@ -82,12 +84,16 @@ class SemanticIndex:
         Runs after writes, never on the reply path. Raises nothing: a failing embedder is logged and the
         memories are indexed on a later write or reply.
         """
+        if user_id in self._paused:
+            return 0
         try:
             cached = await self.cache.get(user_id)
             stale = [m for m in memories if cached.get(m.key, ("", b""))[0] != digest(m.content)]
             for start in range(0, len(stale), self.batch_size):
                 chunk = stale[start:start + self.batch_size]
                 fresh = await self.embeddings.aembed_documents([m.content for m in chunk])
+                if user_id in self._paused:  # an erasure began while this batch was being embedded
+                    return 0
                 rows = [(m.key, digest(m.content), unit(v).tobytes()) for m, v in zip(chunk, fresh)]
                 await self.cache.put(user_id, rows)
             return len(stale)
@@ -103,7 +109,7 @@ class SemanticIndex:
         ``memories`` is the list, or an async function that reads it when the run starts (after a write).
         """
         running = self._background.get(user_id)
-        if running is not None and not running.done():
+        if user_id in self._paused or running is not None and not running.done():
             return
 
         async def run() -> int:
@@ -113,6 +119,25 @@ class SemanticIndex:
         task = asyncio.create_task(run(), name=f"index-memories:{user_id}")
         self._background[user_id] = task
         task.add_done_callback(lambda t, u=user_id: self._background.pop(u, None) if self._background.get(u) is t else None)
+
+    @asynccontextmanager
+    async def paused(self, user_id: str) -> AsyncIterator[None]:
+        """No vectors are written for the person inside (an erasure): a background run is stopped first.
+
+        Vectors are derived from memory text, so one written after an erasure read the memories would
+        bring erased text back in another form.
+        """
+        self._paused[user_id] = self._paused.get(user_id, 0) + 1
+        try:
+            running = self._background.get(user_id)
+            if running is not None and not running.done():
+                running.cancel()
+                await asyncio.gather(running, return_exceptions=True)
+            yield
+        finally:
+            self._paused[user_id] -= 1
+            if not self._paused[user_id]:
+                del self._paused[user_id]
 
     async def drain(self) -> None:
         """Wait for background indexing (shutdown, tests)."""

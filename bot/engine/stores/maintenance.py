@@ -23,6 +23,7 @@ class Maintenance(Protocol):
         """After an erasure: make deleted content unrecoverable from the live database.
 
         SQLite truncates the write-ahead logs (deleted pages were zeroed by ``secure_delete``); PostgreSQL
-        vacuums the affected tables so no dead tuple keeps the text.
+        vacuums the affected tables so no dead tuple keeps the text. The result is checked: raise when it
+        could not be made sure (an erasure then stays in its journal and is retried).
         """
         ...

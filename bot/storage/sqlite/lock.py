@@ -37,11 +37,3 @@ def writer_lock(data_dir: Path) -> Iterator[None]:
     finally:
         os.close(fd)  # releases the lock
 
-
-def holder_running(data_dir: Path) -> bool:
-    """Whether some process holds the writer lock now (without taking it for long)."""
-    try:
-        with writer_lock(data_dir):
-            return False
-    except StorageBusy:
-        return True
