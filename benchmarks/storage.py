@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVER = os.environ.get("MNEMO_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 
 
-def _settings(data_dir: Path, backend: str, dsn: str | None, pool_max: int = 10):
+def _settings(data_dir: Path, backend: str, dsn: str | None, pool_max: int = 10, sync: bool = True):
     from pydantic import SecretStr
 
     from bot.settings import Settings
@@ -37,7 +37,7 @@ def _settings(data_dir: Path, backend: str, dsn: str | None, pool_max: int = 10)
         "bot": {"data_dir": str(data_dir)},
         "memory": {"extraction_quiet_seconds": 0.2, "extraction_after_messages": 5, "semantic": "off"},
         "limits": {"cooldown_seconds": 0},
-        "storage": {"backend": backend, "pool_min_size": 2, "pool_max_size": pool_max},
+        "storage": {"backend": backend, "pool_min_size": 2, "pool_max_size": pool_max, "synchronous_commit": sync},
     })
     if dsn:
         settings = settings.model_copy(update={"secrets": settings.secrets.model_copy(
@@ -76,7 +76,7 @@ async def _engine_run(settings, body):
             await engine.close()
 
 
-async def reply_latency(backend: str, turns: int) -> list[float]:
+async def reply_latency(backend: str, turns: int, sync: bool = True) -> list[float]:
     """Milliseconds per reply in one channel, after five warm-up turns."""
     from bot.engine.state import Speaker
 
@@ -92,7 +92,7 @@ async def reply_latency(backend: str, turns: int) -> list[float]:
                     times.append((time.perf_counter() - start) * 1000)
             return times
 
-        return await _engine_run(_settings(Path(tempfile.mkdtemp()), backend, dsn), body)
+        return await _engine_run(_settings(Path(tempfile.mkdtemp()), backend, dsn, sync=sync), body)
     finally:
         if name:
             drop_database(name)
@@ -166,13 +166,15 @@ def main() -> None:
         asyncio.run(worker(rest[1], int(rest[2]), int(rest[3]), int(rest[4])))
         return
     turns = 30 if args.quick else 100
-    lat = {b: asyncio.run(reply_latency(b, turns)) for b in ("sqlite", "postgres")}
+    lat = {"sqlite": asyncio.run(reply_latency("sqlite", turns)),
+           "postgres": asyncio.run(reply_latency("postgres", turns)),
+           "async": asyncio.run(reply_latency("postgres", turns, sync=False))}
     p50 = {b: statistics.median(v) for b, v in lat.items()}
     p95 = {b: sorted(v)[int(0.95 * len(v)) - 1] for b, v in lat.items()}
     print(table(f"Reply overhead with an instant model ({turns} turns, one channel, ms)",
-                ["metric", "sqlite", "postgres", "postgres/sqlite"],
-                [[m, f"{d['sqlite']:.1f}", f"{d['postgres']:.1f}", f"{d['postgres'] / d['sqlite']:.2f}x"]
-                 for m, d in (("p50", p50), ("p95", p95))]))
+                ["metric", "sqlite", "postgres", "postgres/sqlite", "postgres, synchronous_commit off", "that/sqlite"],
+                [[m, f"{d['sqlite']:.1f}", f"{d['postgres']:.1f}", f"{d['postgres'] / d['sqlite']:.2f}x",
+                  f"{d['async']:.1f}", f"{d['async'] / d['sqlite']:.2f}x"] for m, d in (("p50", p50), ("p95", p95))]))
     print()
     per_channel = 3 if args.quick else 8
     runs = 1 if args.quick else 3
