@@ -23,24 +23,30 @@ def _out(text: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """``--config`` is accepted before or after the command (``python -m bot console --config x.toml``)."""
     p = argparse.ArgumentParser(prog="python -m bot", description="A Discord chatbot that remembers people.")
     p.add_argument("--config", default="config.toml", help="path to the TOML config (default: ./config.toml)")
+    after = argparse.ArgumentParser(add_help=False)  # the same option after the command; not set unless given
+    after.add_argument("--config", default=argparse.SUPPRESS, help="path to the TOML config")
     sub = p.add_subparsers(dest="command")
-    run = sub.add_parser("run", help="run the Discord bot (the default)")
+    run = sub.add_parser("run", help="run the Discord bot (the default)", parents=[after])
     run.add_argument("--shards", help="run only these shards in this process, e.g. 0-3 (PostgreSQL only)")
     run.add_argument("--shard-count", type=int, help="how many shards the bot has in all (with --shards)")
-    sub.add_parser("sync", help="push the slash commands to Discord now, then exit")
-    c = sub.add_parser("console", help="chat with the engine in this terminal (no Discord token needed)")
+    sub.add_parser("sync", help="push the slash commands to Discord now, then exit", parents=[after])
+    c = sub.add_parser("console", help="chat with the engine in this terminal (no Discord token needed)",
+                       parents=[after])
     c.add_argument("--user", required=True, help="who you are: used as both your name and your user ID")
     c.add_argument("--thread", default="main", help="conversation ID (default: main)")
-    m = sub.add_parser("memories", help="administer what the bot remembers about someone")
+    m = sub.add_parser("memories", help="administer what the bot remembers about someone", parents=[after])
     m.add_argument("action", choices=["list", "export", "wipe"])
     m.add_argument("--user", required=True, help="the person's user ID (a Discord user ID)")
     m.add_argument("--yes", action="store_true", help="wipe without asking")
-    sub.add_parser("stats", help="print usage, the learning backlog and activity, from the database")
-    sub.add_parser("health", help="ask the running bot's health endpoint; exit 0 when healthy (Docker HEALTHCHECK)")
+    sub.add_parser("stats", help="print usage, the learning backlog and activity, from the database", parents=[after])
+    sub.add_parser("health", help="ask the running bot's health endpoint; exit 0 when healthy (Docker HEALTHCHECK)",
+                   parents=[after])
     sub.add_parser("migrate-storage", help="copy the SQLite data directory (bot.data_dir) into the empty "
-                                          "PostgreSQL database at DATABASE_URL (storage.backend = \"postgres\")")
+                                          "PostgreSQL database at DATABASE_URL (storage.backend = \"postgres\")",
+                   parents=[after])
     return p
 
 
@@ -198,11 +204,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if command in ("run", "sync"):
-            from bot.client import run_discord
+            from bot.client import StartupError, run_discord
             from bot.metrics import Metrics
 
             metrics = Metrics(active_channel_seconds=settings.monitoring.active_channel_seconds)
-            return asyncio.run(run_discord(settings, sync_only=command == "sync", metrics=metrics, shards=shards))
+            try:
+                return asyncio.run(run_discord(settings, sync_only=command == "sync", metrics=metrics, shards=shards))
+            except StartupError as exc:
+                sys.stderr.write(f"cannot start: {exc}\n")
+                return 1
         if command == "console":
             return asyncio.run(_console(settings, args.user, args.thread))
         if command == "migrate-storage":

@@ -14,6 +14,7 @@ import logging
 import signal
 from pathlib import Path
 
+import aiohttp
 import discord
 from discord.ext import commands
 
@@ -27,7 +28,8 @@ from bot.storage import open_storage
 
 log = logging.getLogger(__name__)
 
-EXTENSIONS = ("cogs.errors", "cogs.chat", "cogs.memories", "cogs.memory_signal", "cogs.moderation", "cogs.settings")
+EXTENSIONS = ("cogs.errors", "cogs.chat", "cogs.message_events", "cogs.memories", "cogs.memory_signal",
+              "cogs.moderation", "cogs.settings")
 FINGERPRINT_FILE = "commands.sha256"
 
 
@@ -41,6 +43,10 @@ def bot_intents() -> discord.Intents:
     return intents
 
 
+class StartupError(Exception):
+    """Discord could not be reached or refused the bot at start-up; the message names the cause (one line)."""
+
+
 class MemoryBot(commands.Bot):
     """The bot: dependencies in, extensions loaded in ``setup_hook``. Works unchanged when sharded."""
 
@@ -48,6 +54,11 @@ class MemoryBot(commands.Bot):
         self, *, settings: Settings, engine: ChatEngine, storage: Storage, force_sync: bool = False,
         syncs_commands: bool = True, **kwargs
     ) -> None:
+        # A text-only bot: discord.py's warnings about missing voice libraries (PyNaCl, davey) would only
+        # worry whoever reads the log.
+        discord.VoiceClient.warn_nacl = False
+        if hasattr(discord.VoiceClient, "warn_dave"):
+            discord.VoiceClient.warn_dave = False
         super().__init__(
             command_prefix=commands.when_mentioned,
             intents=bot_intents(),
@@ -187,6 +198,7 @@ async def run_discord(
     """Open storage, build the engine and the bot, run until stopped; return an exit code.
 
     With ``shards`` this process runs only those shards; only the one with shard 0 syncs commands.
+    Raises :class:`StartupError` (one line naming the cause) when Discord is unreachable or refuses the bot.
     """
     if settings.discord.api_base:
         discord.http.Route.BASE = settings.discord.api_base.rstrip("/")  # a local Discord-compatible server
@@ -219,9 +231,14 @@ async def run_discord(
                     return 0
                 await bot.start(token)
             except discord.LoginFailure:
-                log.error("Discord rejected the token in DISCORD_TOKEN")
-                return 1
+                raise StartupError("Discord rejected the token in DISCORD_TOKEN") from None
             except discord.PrivilegedIntentsRequired:
-                log.error("enable the Message Content intent for this bot in the Developer Portal (see README)")
-                return 1
+                raise StartupError(
+                    "enable the Message Content intent for this bot in the Developer Portal (see README)"
+                ) from None
+            except discord.HTTPException as exc:
+                raise StartupError(f"Discord answered HTTP {exc.status} at start-up: {exc.text or exc}") from None
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                where = discord.http.Route.BASE
+                raise StartupError(f"cannot reach Discord at {where}: {exc or type(exc).__name__}") from None
     return 0

@@ -75,14 +75,25 @@ class DiscordSection(_Section):
     mod_log_channel_id: int | None = None
     max_attachment_bytes: int = Field(ge=0, le=1_000_000, default=100_000)
     api_base: str = ""
+    gather_seconds: float = Field(ge=0, le=30, default=1.5)
+    reply_chain_depth: int = Field(ge=0, le=20, default=3)
+    channel_context_messages: int = Field(ge=0, le=100, default=10)
+    channel_context_tokens: int = Field(ge=0, le=20_000, default=600)
 
 
 class LimitsSection(_Section):
-    cooldown_seconds: float = Field(ge=0, le=3600, default=2.0)
     guild_daily_tokens: int = Field(ge=0, le=1_000_000_000, default=2_000_000)
     dm_daily_tokens: int = Field(ge=0, le=1_000_000_000, default=200_000)
+    member_daily_tokens: int = Field(ge=0, le=1_000_000_000, default=200_000)
+    burst: int = Field(ge=0, le=1000, default=5)
+    refill_seconds: float = Field(ge=0, le=3600, default=3.0)
+    max_waiting_turns: int = Field(ge=1, le=1000, default=10)
     memory_commands_per_hour: int = Field(ge=0, le=10_000, default=30)
     usage_retention_days: int = Field(ge=1, le=3650, default=90)
+
+
+class RetentionSection(_Section):
+    removed_server_days: float = Field(ge=0, le=3650, default=7)
 
 
 class AccessSection(_Section):
@@ -142,6 +153,7 @@ class Settings(_Section):
     limits: LimitsSection = LimitsSection()
     access: AccessSection = AccessSection()
     storage: StorageSection = StorageSection()
+    retention: RetentionSection = RetentionSection()
     monitoring: MonitoringSection = MonitoringSection()
     server_settings: ServerSettingsSection = ServerSettingsSection()
     secrets: Secrets = Secrets()

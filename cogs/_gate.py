@@ -1,4 +1,4 @@
-"""Who may talk to the bot, and how fast: allow/block lists and the per-person cooldown.
+"""Who may talk to the bot, and how fast: allow/block lists and the per-person token bucket.
 
 Not an extension: helpers for the chat cog. Slash commands are not gated: everyone can always see,
 export and erase what the bot holds about them.
@@ -30,29 +30,40 @@ def access_allows(message: discord.Message, access: AccessSection) -> bool:
     return True
 
 
-class Cooldown:
-    """At most one answer per person every ``seconds``; one notice per window, not one per message."""
+class TokenBucket:
+    """Per person: ``burst`` messages at once, then one more every ``refill_seconds``.
 
-    def __init__(self, seconds: float, *, clock=time.monotonic) -> None:
-        self.seconds = seconds
+    ``take`` says whether a message may be answered. Messages over the limit are still recorded by the
+    caller (heard, not answered), which also sends the one notice per burst. The map is bounded: people
+    whose bucket is full again are forgotten first.
+    """
+
+    def __init__(self, burst: int, refill_seconds: float, *, clock=time.monotonic, max_people: int = 100_000) -> None:
+        self.burst = burst
+        self.refill_seconds = refill_seconds
         self.clock = clock
-        self._last: dict[int, float] = {}
-        self._noticed: dict[int, float] = {}
+        self.max_people = max_people
+        self._level: dict[int, tuple[float, float]] = {}  # person -> (tokens, at)
 
-    def check(self, user_id: int) -> tuple[bool, bool]:
-        """Return (allowed, send_notice) for a message from ``user_id`` now."""
-        if self.seconds <= 0:
-            return True, False
+    def _tokens(self, user_id: int, now: float) -> float:
+        tokens, at = self._level.get(user_id, (float(self.burst), now))
+        if self.refill_seconds <= 0:
+            return float(self.burst)
+        return min(float(self.burst), tokens + (now - at) / self.refill_seconds)
+
+    def take(self, user_id: int) -> bool:
+        """Whether a message from ``user_id`` may be answered now (it uses one token if so)."""
+        if self.burst <= 0:
+            return True
         now = self.clock()
-        last = self._last.get(user_id)
-        if last is not None and now - last < self.seconds:
-            noticed = self._noticed.get(user_id)
-            notice = noticed is None or noticed < last
-            if notice:
-                self._noticed[user_id] = now
-            return False, notice
-        if len(self._last) > 100_000:  # bounded: forget people who were quiet for a while
-            self._last = {u: t for u, t in self._last.items() if now - t < self.seconds}
-            self._noticed.clear()
-        self._last[user_id] = now
-        return True, False
+        tokens = self._tokens(user_id, now)
+        allowed = tokens >= 1.0
+        self._remember(user_id, tokens - 1.0 if allowed else tokens, now)
+        return allowed
+
+    def _remember(self, user_id: int, tokens: float, now: float) -> None:
+        if user_id not in self._level and len(self._level) >= self.max_people:
+            full = [u for u in self._level if self._tokens(u, now) >= self.burst]
+            for u in full or list(self._level)[: len(self._level) // 2]:
+                self._level.pop(u, None)
+        self._level[user_id] = (tokens, now)

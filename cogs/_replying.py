@@ -41,7 +41,7 @@ async def typing_indicator(channel: discord.abc.Messageable) -> AsyncIterator[No
 class ReplyWriter:
     """Delivers one answer as a reply to ``trigger``: streamed into one message, then split if needed."""
 
-    def __init__(self, trigger: discord.Message, *, streaming: bool) -> None:
+    def __init__(self, trigger: discord.Message, *, streaming: bool, adopt: "ReplyWriter | None" = None) -> None:
         self.trigger = trigger
         self.streaming = streaming
         self.first: discord.Message | None = None
@@ -51,6 +51,20 @@ class ReplyWriter:
         self._flusher: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         self._done = False
+        if adopt is not None:
+            # A turn started again with follow-ups: its new answer streams into the preview already shown
+            # (a reply to the message it was first written for), instead of leaving a half answer behind.
+            adopt._stop_streaming()
+            self.lock_after(adopt)
+            self.first = adopt.first
+            self._shown = adopt._shown
+            self._last_edit = adopt._last_edit
+            if adopt.first is not None:
+                self.trigger = adopt.trigger
+
+    def lock_after(self, previous: "ReplyWriter") -> None:
+        """Share the previous writer's lock, so a preview edit it has in flight finishes first."""
+        self._lock = previous._lock
 
     def on_delta(self, text_so_far: str) -> None:
         """Called by the engine while the model streams; edits happen on a timer, never per token."""
@@ -101,6 +115,16 @@ class ReplyWriter:
             for part in parts[1:]:
                 sent.append(await self.trigger.channel.send(part, allowed_mentions=NO_PINGS))
             return sent
+
+    async def discard(self) -> None:
+        """No answer after all (the turn was dropped): remove a preview that was already shown."""
+        self._stop_streaming()
+        async with self._lock:
+            if self.first is not None:
+                try:
+                    await self.first.delete()
+                except discord.HTTPException:
+                    log.warning("could not remove a streamed preview", exc_info=True)
 
     async def fail(self, notice: str) -> None:
         """Replace whatever was streamed with a short apology (or send one)."""

@@ -5,6 +5,11 @@ message of the channels (or threads of the channels) listed in ``discord.respond
 server's admins with ``/settings``, who can also turn mentions off in a channel). Never to
 itself, other bots, webhooks or system messages. ``thread_id`` is the channel's ID (a thread's own ID, a
 DM channel's ID); ``user_id`` is the author's ID.
+
+No addressed message is dropped: each one joins a turn (see ``cogs._gathering``), and quick follow-ups
+from the same person are answered together. Over a limit (the per-person token bucket, the bound on
+waiting turns, a daily budget) a message is still recorded in the conversation, heard but not answered,
+and the person gets one short notice per burst.
 """
 
 from __future__ import annotations
@@ -13,31 +18,42 @@ import asyncio
 import logging
 import re
 import time
-import weakref
+from dataclasses import replace
 
 import discord
 from discord.ext import commands
 
 from bot.client import MemoryBot
 from bot.engine.guild_settings import GuildPolicy
-from bot.engine.state import Speaker
-from cogs._gate import Cooldown, access_allows
+from bot.engine.service import Reply
+from bot.engine.state import Incoming, Quote, Speaker
+from cogs._context import StarterCache, channel_context, reply_chain, speaker_name
+from cogs._gate import TokenBucket, access_allows
+from cogs._gathering import ChannelTurns, Turn
 from cogs._replying import NO_PINGS, ReplyWriter, typing_indicator
 
 log = logging.getLogger(__name__)
 
 APOLOGY = "Sorry, I couldn't come up with an answer just now. Please try again in a moment."
-SLOW_DOWN = "You're going a bit fast for me: give me a couple of seconds between messages."
+SLOW_DOWN = "You're going a bit fast for me. I've noted what you said and will take it in with your next message."
+BUSY = "Lots of people are talking to me here right now. I've noted what you said; ask me again in a moment."
 OUT_OF_BUDGET = "I've used up today's allowance here, so I'm taking a break until midnight UTC."
 TEXT_TYPES = ("text/", "application/json", "application/xml", "application/x-yaml", "application/toml")
 TEXT_SUFFIXES = (".txt", ".md", ".py", ".json", ".csv", ".log", ".yaml", ".yml", ".toml", ".ini", ".js", ".ts",
                  ".html", ".css", ".xml", ".sh", ".rs", ".go", ".java", ".c", ".h", ".cpp", ".sql")
-_SAFE_NAME = re.compile(r"[\[\]\n\r|`]")
+MAX_CHANNELS = 10_000  # channel queues kept in memory; idle ones are dropped past this
+DELETED_REMEMBERED = 10_000  # deleted message IDs kept, so a create handled after its delete is ignored
+
+__all__ = ["Chat", "speaker_name"]
 
 
-def speaker_name(member: discord.abc.User) -> str:
-    """The display name, cleaned so it cannot forge the ``[Name | user ID]`` author tags."""
-    return _SAFE_NAME.sub("", member.display_name).strip()[:64] or f"user {member.id}"
+class Pending:
+    """One addressed message waiting in a turn; ``content`` follows edits until it is answered."""
+
+    def __init__(self, message: discord.Message, policy: GuildPolicy) -> None:
+        self.message = message
+        self.content = message.content
+        self.policy = policy  # the server's settings when it arrived
 
 
 class Chat(commands.Cog):
@@ -50,11 +66,18 @@ class Chat(commands.Cog):
         self.max_chars = bot.settings.conversation.max_input_chars
         self.streaming = bot.settings.model.streaming
         self.deadline = bot.settings.model.timeout_seconds  # the most anyone waits for an answer or an apology
-        self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
         self.access = bot.settings.access
-        self.cooldown = Cooldown(bot.settings.limits.cooldown_seconds)
+        limits = bot.settings.limits
+        self.bucket = TokenBucket(limits.burst, limits.refill_seconds)
+        self.max_waiting = limits.max_waiting_turns
+        self.channels: dict[int, ChannelTurns[Pending]] = {}
+        self.starters = StarterCache()
         self._budget_noticed: dict[str, str] = {}  # budget bucket -> UTC day a notice was sent
+        self._noticed: set[int] = set()  # people told they are over a limit, until next answered
+        self._hearing = 0  # messages being recorded without an answer right now
+        self._deleted: dict[int, None] = {}  # recently deleted message IDs (bounded), for out-of-order events
 
+    # ---- who is answered
     def should_answer(self, message: discord.Message, policy: GuildPolicy) -> bool:
         """Whether this message is addressed to the bot (see module docstring), under the server's settings."""
         me = self.bot.user
@@ -76,10 +99,15 @@ class Chat(commands.Cog):
         resolved = ref.resolved if ref is not None else None
         return isinstance(resolved, discord.Message) and resolved.author.id == me.id
 
-    async def build_input(self, message: discord.Message) -> str:
+    async def budget_exhausted(self, speaker: Speaker, policy: GuildPolicy) -> str | None:
+        """The daily budget (server, member or DM person) with nothing left today, if any."""
+        return await self.engine.budget_exhausted(speaker, policy)
+
+    # ---- what the model is given
+    async def build_input(self, message: discord.Message, content: str | None = None) -> str:
         """The message text for the model: own mention removed, text attachments read, long input cut."""
         me = self.bot.user
-        text = message.content
+        text = message.content if content is None else content
         if me is not None:
             text = re.sub(rf"<@!?{me.id}>", "", text)
         text = text.strip()
@@ -109,7 +137,8 @@ class Chat(commands.Cog):
         if message.guild is None:
             place = "a direct message with them"
         else:
-            place = f"#{getattr(channel, 'name', 'channel')} on the server {message.guild.name}"
+            channel_name = speaker_name_text(getattr(channel, "name", "channel"))
+            place = f"#{channel_name} on the server {speaker_name_text(message.guild.name)}"
         return Speaker(
             user_id=str(message.author.id),
             name=speaker_name(message.author),
@@ -119,21 +148,87 @@ class Chat(commands.Cog):
             place=place,
         )
 
+    async def incoming(self, items: list[Pending], *, answer: bool = True) -> list[Incoming]:
+        """The turn's messages as the engine takes them; those with nothing to answer are left out."""
+        out = []
+        for item in items:
+            text = await self.build_input(item.message, item.content)
+            if not text:
+                if self.bot.user not in item.message.mentions:
+                    continue  # nothing to answer (a sticker, an embed, whitespace); a bare mention gets a hello
+                text = "(the message was empty: they only mentioned you)"
+            out.append(Incoming(self.speaker(item.message), text, answer=answer))
+        return out
+
+    async def quotes(self, items: list[Pending]) -> tuple[Quote, ...]:
+        """Context for this answer: thread starter, reply chains, and the channel since the bot last spoke."""
+        first = items[0].message
+        quotes: list[Quote] = []
+        if isinstance(first.channel, discord.Thread):
+            starter = await self.starters.get(self.bot, first.channel)
+            if starter is not None:
+                quotes.append(starter)
+        for item in items:
+            if item.message.reference is not None and self.config.reply_chain_depth:
+                quotes += await reply_chain(self.bot, item.message, self.config.reply_chain_depth)
+        quotes += await channel_context(self.bot, first, count=self.config.channel_context_messages,
+                                        tokens=self.config.channel_context_tokens)
+        own = {str(i.message.id) for i in items}
+        unique: dict[str, Quote] = {}
+        for q in quotes:
+            if q.message_id not in own:
+                unique.setdefault(q.message_id or str(len(unique)), q)
+        return tuple(unique.values())
+
+    # ---- arrival
     @commands.Cog.listener()
     async def on_message(self, message: discord.Message) -> None:
         policy = await self.engine.guild_policy(message.guild.id if message.guild else None)  # once per message
         if not self.should_answer(message, policy) or not access_allows(message, self.access):
             return
-        allowed, notice = self.cooldown.check(message.author.id)
-        if not allowed:
-            if notice:
-                await self.notify(message, SLOW_DOWN)
+        if message.id in self._deleted:  # deleted before its create was handled: nothing to answer or keep
             return
-        lock = self._locks.get(message.channel.id)
-        if lock is None:
-            lock = self._locks[message.channel.id] = asyncio.Lock()
-        async with lock:  # taken before any await: one channel's messages are handled in arrival order
-            await self.answer(message, policy)
+        allowed = self.bucket.take(message.author.id)
+        if allowed and self.turns_for(message.channel.id).offer(message.author.id, Pending(message, policy)):
+            return
+        await self.hear(message, policy, self._notice_once(message.author.id, SLOW_DOWN if not allowed else BUSY))
+
+    def _notice_once(self, user_id: int, text: str) -> str | None:
+        """One notice per burst: none again until one of the person's turns has been answered."""
+        if user_id in self._noticed:
+            return None
+        if len(self._noticed) > 100_000:
+            self._noticed.clear()
+        self._noticed.add(user_id)
+        return text
+
+    def turns_for(self, channel_id: int) -> ChannelTurns[Pending]:
+        turns = self.channels.get(channel_id)
+        if turns is None:
+            if len(self.channels) >= MAX_CHANNELS:
+                for key in [k for k, t in self.channels.items() if t.idle]:
+                    del self.channels[key]
+            turns = self.channels[channel_id] = ChannelTurns(
+                self.answer_turn, gather_seconds=self.config.gather_seconds, max_waiting=self.max_waiting
+            )
+        return turns
+
+    async def hear(self, message: discord.Message, policy: GuildPolicy, notice: str | None) -> None:
+        """Record a message over a limit in the conversation, without a model call; notice if asked."""
+        self._hearing += 1
+        try:
+            heard = await self.incoming([Pending(message, policy)], answer=False)
+            await self.engine.hear(str(message.channel.id), heard)
+        except Exception:  # noqa: BLE001 - logged; the notice still goes out
+            log.exception("could not record message %s in channel %s", message.id, message.channel.id)
+        finally:
+            self._hearing -= 1
+        if notice:
+            await self.notify(message, notice)
+
+    def idle(self) -> bool:
+        """Nothing being answered, waiting, or recorded right now (for shutdown checks and tests)."""
+        return not self._hearing and all(t.current is None and not t.waiting for t in self.channels.values())
 
     async def notify(self, message: discord.Message, text: str) -> None:
         try:
@@ -141,47 +236,95 @@ class Chat(commands.Cog):
         except discord.HTTPException:
             log.warning("could not send a notice in channel %s", message.channel.id)
 
-    async def answer(self, message: discord.Message, policy: GuildPolicy) -> None:
-        """Answer one message; whatever fails on the way, the person gets one short apology."""
-        writer = ReplyWriter(message, streaming=self.streaming)
+    # ---- edits and deletions of messages still waiting (cogs.message_events calls these)
+    def edited(self, channel_id: int, message_id: int, content: str) -> None:
+        """A waiting message was edited: its turn answers the new text."""
+        turns = self.channels.get(channel_id)
+        for item in turns.items() if turns is not None else []:
+            if item.message.id == message_id:
+                item.content = content
+
+    def deleted(self, channel_id: int, message_ids: set[int]) -> None:
+        """Deleted messages leave the turns that were waiting to answer them (or are never let in)."""
+        for message_id in message_ids:
+            self._deleted[message_id] = None
+        while len(self._deleted) > DELETED_REMEMBERED:
+            del self._deleted[next(iter(self._deleted))]
+        turns = self.channels.get(channel_id)
+        if turns is not None:
+            turns.remove(lambda item: item.message.id in message_ids)
+
+    def channel_gone(self, channel_id: int) -> None:
+        turns = self.channels.pop(channel_id, None)
+        if turns is not None:
+            turns.remove(lambda item: True)
+        self.starters.forget(channel_id)
+
+    # ---- answering one turn
+    async def answer_turn(self, turn: Turn[Pending]) -> None:
+        """Answer a turn's messages with one reply; whatever fails on the way, one short apology."""
+        items = list(turn.items)
+        last = items[-1].message
+        previous: ReplyWriter | None = turn.state.get("writer")
+        writer = ReplyWriter(last, streaming=self.streaming, adopt=previous)
+        turn.state["writer"] = writer
         try:
-            reply = await self._think(message, writer, policy)
+            reply = await self._think(items, writer)
+        except asyncio.CancelledError:
+            raise  # a follow-up arrived: the turn starts again with it (the preview is kept)
         except asyncio.TimeoutError:
-            log.warning("answering message %s in channel %s took longer than %.0f s", message.id, message.channel.id,
+            log.warning("answering message %s in channel %s took longer than %.0f s", last.id, last.channel.id,
                         self.deadline)
+            turn.delivered = True
             await writer.fail(APOLOGY)
             return
         except Exception as exc:  # noqa: BLE001 - the user gets an apology, the log the details
-            log.error("answering message %s in channel %s failed: %r", message.id, message.channel.id, exc, exc_info=exc)
+            log.error("answering message %s in channel %s failed: %r", last.id, last.channel.id, exc, exc_info=exc)
+            turn.delivered = True
             await writer.fail(APOLOGY)
             return
+        turn.delivered = True
+        self._noticed.discard(turn.author_id)
         if reply is None:
+            await writer.discard()
             return
         try:
-            await writer.finish(reply)
+            sent = await writer.finish(reply.text)
         except discord.HTTPException:
-            log.exception("sending the reply to message %s failed", message.id)
+            log.exception("sending the reply to message %s failed", last.id)
+            return
+        await self.engine.attach_sent(str(last.channel.id), reply, [str(m.id) for m in sent])
 
-    async def _think(self, message: discord.Message, writer: ReplyWriter, policy: GuildPolicy) -> str | None:
-        """The answer's text, or None when the message gets no answer (out of budget, nothing to answer)."""
-        speaker = self.speaker(message)
-        bucket = await self.engine.budget_exhausted(speaker, policy)
+    async def _think(self, items: list[Pending], writer: ReplyWriter) -> Reply | None:
+        """The answer, or None when the turn gets no answer (out of budget, nothing to answer)."""
+        last = items[-1].message
+        policy = items[-1].policy
+        speaker = self.speaker(last)
+        bucket = await self.budget_exhausted(speaker, policy)
         if bucket is not None:
+            await self.engine.hear(str(last.channel.id), await self.incoming(items, answer=False))
             day = time.strftime("%Y-%m-%d", time.gmtime())
             if self._budget_noticed.get(bucket) != day:
+                if len(self._budget_noticed) > 100_000:
+                    self._budget_noticed.clear()
                 self._budget_noticed[bucket] = day
-                await self.notify(message, OUT_OF_BUDGET)
+                await self.notify(last, OUT_OF_BUDGET)
             return None
-        text = await self.build_input(message)
-        if not text:
-            if self.bot.user not in message.mentions:
-                return None  # nothing to answer (a sticker, an embed, whitespace); a bare mention gets a hello
-            text = "(the message was empty: they only mentioned you)"
-        async with typing_indicator(message.channel):
-            reply = await self.engine.reply(
-                str(message.channel.id), speaker, text, on_delta=writer.on_delta, timeout=self.deadline, policy=policy
+        incoming = await self.incoming(items)
+        if not incoming:
+            return None
+        quotes = await self.quotes(items)
+        if quotes:
+            incoming[-1] = replace(incoming[-1], speaker=replace(incoming[-1].speaker, quotes=quotes))
+        async with typing_indicator(last.channel):
+            return await self.engine.reply_to(
+                str(last.channel.id), incoming, on_delta=writer.on_delta, timeout=self.deadline, policy=policy
             )
-        return reply.text
+
+
+def speaker_name_text(text: str) -> str:
+    """A channel or server name for the system prompt, on one line and without header characters."""
+    return re.sub(r"[\[\]|`\x00-\x1f\x7f-\x9f\u2028\u2029]", "", text).strip()[:100] or "?"
 
 
 async def setup(bot: MemoryBot) -> None:

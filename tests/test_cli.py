@@ -73,3 +73,5 @@ def test_console_then_memories_list_export_wipe(tmp_path):
     assert "0 memories" in run(["--config", str(cfg), "memories", "list", "--user", "lance"], {}).stdout
     stats = run(["--config", str(cfg), "stats"], {})
     assert stats.returncode == 0 and "total:" in stats.stdout
+    after = run(["stats", "--config", str(cfg)], {})  # --config after the command works the same
+    assert after.returncode == 0 and after.stdout == stats.stdout

@@ -12,8 +12,8 @@ async def test_commands_sync_once_then_only_when_they_change(tmp_path):
         (first,) = r.h.calls_to("PUT", PUT_GLOBAL)
         names = sorted(c["name"] for c in first.json)
         assert names == ["memories", "purge-memories", "settings"]
-        assert {e for e in r.bot.extensions} == {"cogs.errors", "cogs.chat", "cogs.memories", "cogs.memory_signal",
-                                                  "cogs.moderation", "cogs.settings"}
+        assert {e for e in r.bot.extensions} == {"cogs.errors", "cogs.chat", "cogs.message_events", "cogs.memories",
+                                                  "cogs.memory_signal", "cogs.moderation", "cogs.settings"}
     async with rig(tmp_path) as r:  # same data dir, same commands: nothing pushed
         assert r.h.calls_to("PUT", PUT_GLOBAL) == []
     (tmp_path / "data" / "commands.sha256").write_text("global:stale")

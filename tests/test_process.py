@@ -4,6 +4,7 @@ ends it cleanly (exit 1, one clear line, no token in the output, databases creat
 from __future__ import annotations
 
 import asyncio
+import socket
 import sys
 from pathlib import Path
 
@@ -41,8 +42,31 @@ async def test_rejected_token_exits_1_with_a_clear_line(tmp_path):
     text = out.decode() + err.decode()
     assert proc.returncode == 1, text
     assert "Discord rejected the token in DISCORD_TOKEN" in text
+    assert "Traceback" not in text and "PyNaCl" not in text and "davey" not in text
     assert TOKEN not in text and "sk-process-test-1" not in text
     assert "GET /api/v10/users/@me" in seen
     assert (tmp_path / "data" / "memories.sqlite").exists()
     assert not (tmp_path / "data" / "memories.sqlite-wal").exists() or \
         (tmp_path / "data" / "memories.sqlite-wal").stat().st_size == 0  # closed cleanly
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when the block ends: nothing listens there
+
+
+async def test_discord_unreachable_exits_1_with_one_line_and_no_traceback(tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('[bot]\ndata_dir = "data"\nlog_level = "WARNING"\n')
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "run", "--config", str(cfg), cwd=ROOT,  # --config after the command
+        env={"PATH": "/usr/bin:/bin", "DISCORD_TOKEN": TOKEN, "DEEPSEEK_API_KEY": "sk-process-test-2",
+             "DISCORD_API_BASE": f"http://127.0.0.1:{closed_port()}/api/v10"},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    lines = [line for line in err.decode().splitlines() if line.strip()]
+    assert proc.returncode == 1, err.decode()
+    assert len(lines) == 1 and lines[0].startswith("cannot start: cannot reach Discord at http://127.0.0.1:"), lines
+    assert TOKEN not in err.decode() and out == b""

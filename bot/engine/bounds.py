@@ -20,33 +20,20 @@ V = TypeVar("V")
 
 
 class KeyedLocks(Generic[K]):
-    """One asyncio lock per key, dropped as soon as nobody holds or waits for it.
-
-    Re-entrant within one task: an erasure that holds a person may hold them again further down
-    (a deleted message's author, a quote in their own turns) without waiting for itself.
-    """
+    """One asyncio lock per key, dropped as soon as nobody holds or waits for it (not re-entrant)."""
 
     def __init__(self) -> None:
         self._locks: dict[K, tuple[asyncio.Lock, int]] = {}
-        self._owners: dict[K, asyncio.Task | None] = {}
 
     @asynccontextmanager
     async def hold(self, key: K) -> AsyncIterator[None]:
-        me = asyncio.current_task()
-        if me is not None and self._owners.get(key) is me:
-            yield  # this task holds it already
-            return
         lock, users = self._locks.get(key, (None, 0))
         if lock is None:
             lock = asyncio.Lock()
         self._locks[key] = (lock, users + 1)
         try:
             async with lock:
-                self._owners[key] = me
-                try:
-                    yield
-                finally:
-                    self._owners.pop(key, None)
+                yield
         finally:
             lock, users = self._locks[key]
             if users <= 1:

@@ -1,9 +1,12 @@
-"""Remove one person's messages from stored conversation state (part of erasure).
+"""Change stored conversation state after the fact: erase a person, a message, a thread; apply an edit.
 
-Every human message in a thread carries its author's ID (and server) in ``additional_kwargs``; the bot's
-answer to it is the AI message right after it. Both go. A running summary that was built from the person's
-messages (``summary_authors``) cannot be un-mixed, so it is dropped; the recent messages that remain keep
-the conversation going. Old checkpoints are then pruned so the text is not left in history.
+Every human message in a thread carries its author's ID, server and Discord message ID in
+``additional_kwargs``; the bot's answer lists the IDs of the messages it answered (``answers``; for
+threads written before that, it is the AI message right after) and, once sent, the Discord IDs of its
+parts (``discord_ids``). A message goes together with the answer to it, and a deleted answer goes alone.
+A running summary built from a removed or edited message (``summary_authors``, ``summary_sources``)
+cannot be un-mixed, so it is dropped; the recent messages that remain keep the conversation going. Old
+checkpoints are then pruned so the text is not left in history (the caller compacts the files).
 
 Quotes (see ``bot.engine.quotes``): in every thread, of any server, whatever remains (other people's
 messages, the bot's answers to them, summaries not built from the person) has runs copied from the
@@ -95,13 +98,7 @@ class ConversationEraser:
         def theirs(m, who: str | None = user_id) -> bool:
             return who is not None and isinstance(m, HumanMessage) and str(m.additional_kwargs.get("author_id")) == who
 
-        doomed: list[str] = []
-        if in_scope:
-            for i, m in enumerate(messages):
-                if theirs(m):
-                    doomed.append(m.id)
-                    if i + 1 < len(messages) and isinstance(messages[i + 1], AIMessage):
-                        doomed.append(messages[i + 1].id)
+        doomed = with_answers(messages, {m.id for m in messages if theirs(m)}) if in_scope else []
         rewritten = []
         if quotes:
             for m in messages:
@@ -115,8 +112,7 @@ class ConversationEraser:
         drop_summary = in_scope and bool(summary) and user_id in authors
         update: dict = {}
         if drop_summary:
-            update["summary"] = ""
-            update["summary_authors"] = []
+            update.update(summary="", summary_authors=[], summary_sources=[])
         elif quotes and summary and quotes.redact(summary) != summary:
             update["summary"] = quotes.redact(summary)
         if self.prune is not None:
@@ -132,3 +128,114 @@ class ConversationEraser:
         log.info("erasure in thread %s: removed %d messages%s, cut quotes out of %d", thread_id, len(doomed),
                  " and the summary" if drop_summary else "", len(rewritten) + ("summary" in update and not drop_summary))
         return len(doomed), len(rewritten) + int("summary" in update and not drop_summary)
+
+    async def _rewrite(self, thread_id: str, doomed: list[str], drop_summary: bool, extra: list | None = None) -> None:
+        """Remove ``doomed`` message IDs (and the summary), add ``extra`` updates, then prune old checkpoints."""
+        update: dict = {"messages": [RemoveMessage(id=i) for i in doomed] + list(extra or [])}
+        if drop_summary:
+            update.update(summary="", summary_authors=[], summary_sources=[])
+        await self.graph.aupdate_state({"configurable": {"thread_id": thread_id}}, update, as_node="summarize")
+        if self.prune is not None:
+            await self.prune(thread_id)
+
+    async def _values(self, thread_id: str) -> dict:
+        snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread_id}})
+        return snapshot.values or {}
+
+    async def erase_messages(self, thread_id: str, message_ids: set[str]) -> tuple[int, list[str]]:
+        """Remove Discord messages from a thread: people's messages with the answers to them, and bot replies.
+
+        Returns how many stored messages went (0 when the thread never held any of them: nothing written)
+        and the removed people's texts (for the quote rule).
+        """
+        async with self.lock_for(thread_id):
+            values = await self._values(thread_id)
+            messages = values.get("messages", [])
+            hit = {m.id for m in messages if isinstance(m, HumanMessage)
+                   and str(m.additional_kwargs.get("message_id", "")) in message_ids}
+            doomed = with_answers(messages, hit)
+            doomed += [m.id for m in messages if isinstance(m, AIMessage) and m.id not in doomed
+                       and message_ids & {str(i) for i in m.additional_kwargs.get("discord_ids", [])}]
+            drop_summary = bool(values.get("summary")) and bool(message_ids & set(values.get("summary_sources") or []))
+            if not doomed and not drop_summary:
+                return 0, []
+            said = [m.text for m in messages if m.id in hit]
+            await self._rewrite(thread_id, doomed, drop_summary)
+            log.info("removed %d deleted messages from thread %s%s", len(doomed), thread_id,
+                     " and its summary" if drop_summary else "")
+            return len(doomed), said
+
+    async def edit_message(self, thread_id: str, message_id: str, text: str) -> bool:
+        """Replace a stored message's text with its edited text; return whether the thread held it.
+
+        A summary folded from the old text is dropped: the pre-edit words are kept nowhere.
+        """
+        async with self.lock_for(thread_id):
+            values = await self._values(thread_id)
+            found = [m for m in values.get("messages", []) if isinstance(m, HumanMessage)
+                     and str(m.additional_kwargs.get("message_id", "")) == message_id]
+            drop_summary = bool(values.get("summary")) and message_id in set(values.get("summary_sources") or [])
+            if not found and not drop_summary:
+                return False
+            edited = [m.model_copy(update={"content": text}) for m in found]
+            await self._rewrite(thread_id, [], drop_summary, edited)
+            return True
+
+    async def attach_sent(self, thread_id: str, answer_id: str, discord_ids: list[str]) -> None:
+        """Note which Discord messages carry an answer, so deleting one of them removes the answer."""
+        if not answer_id or not discord_ids:
+            return
+        async with self.lock_for(thread_id):
+            values = await self._values(thread_id)
+            for m in values.get("messages", []):
+                if m.id == answer_id and isinstance(m, AIMessage):
+                    kwargs = {**m.additional_kwargs, "discord_ids": [str(i) for i in discord_ids]}
+                    update = {"messages": [m.model_copy(update={"additional_kwargs": kwargs})]}
+                    await self.graph.aupdate_state({"configurable": {"thread_id": thread_id}}, update,
+                                                   as_node="summarize")
+                    return
+
+    async def drop_answer(self, thread_id: str, answer_id: str) -> None:
+        """Remove an answer nobody saw (its turn was cancelled right after it was written)."""
+        async with self.lock_for(thread_id):
+            values = await self._values(thread_id)
+            if any(m.id == answer_id for m in values.get("messages", [])):
+                await self._rewrite(thread_id, [answer_id], False)
+
+    async def erase_thread(self, thread_id: str) -> bool:
+        """Delete a thread's whole stored conversation (its channel or thread was deleted)."""
+        async with self.lock_for(thread_id):
+            if not (await self._values(thread_id)):
+                return False
+            await self.checkpointer.adelete_thread(thread_id)
+            log.info("deleted the stored conversation of thread %s", thread_id)
+            return True
+
+    async def threads_of_guild(self, guild_id: str) -> list[str]:
+        """The threads whose conversation belongs to one server."""
+        out = []
+        for thread_id in await self.thread_ids():
+            values = await self._values(thread_id)
+            guild = values.get("guild_id")
+            if guild is None:
+                guilds = {str(m.additional_kwargs.get("guild_id")) for m in values.get("messages", [])
+                          if isinstance(m, HumanMessage)}
+                guild = guilds.pop() if len(guilds) == 1 else None
+            if str(guild) == str(guild_id):
+                out.append(thread_id)
+        return out
+
+
+def with_answers(messages: list, human_ids: set[str]) -> list[str]:
+    """``human_ids`` plus the IDs of the bot's answers to any of them, in thread order."""
+    doomed: list[str] = []
+    for i, m in enumerate(messages):
+        if m.id in human_ids:
+            doomed.append(m.id)
+        elif isinstance(m, AIMessage):
+            answers = m.additional_kwargs.get("answers")
+            if answers is None:  # written before answers were recorded: the answer is the next AI message
+                answers = [messages[i - 1].id] if i and isinstance(messages[i - 1], HumanMessage) else []
+            if human_ids & set(answers):
+                doomed.append(m.id)
+    return doomed

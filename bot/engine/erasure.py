@@ -9,32 +9,49 @@ overwrites deleted content (``secure_delete``) and the write-ahead logs are chec
 Their words also go from wherever the bot repeated them (the quote rule, ``bot.engine.quotes``): its
 answers to other people, summaries, other people's messages and pending turns, other people's memories.
 The words to look for are gathered *before* anything is deleted, from everything the erasure removes.
-A deleted message (:meth:`Eraser.erase_quotes`) goes through the same rule.
+A deleted message (``erase_messages``, with :meth:`Eraser.erase_quotes`) goes through the same rule; a
+deleted channel or thread (``erase_thread``) and a server the bot was removed from (``erase_guild``) are
+erased here too.
 
 Durability: an erasure is written to the journal (``bot.engine.stores.erasures``: who, where, and the
 quote rule as keyed hashes, never words) before its first deletion; every step is idempotent; the
 journal row goes only after the last step and a checked compaction. A crash at any point leaves the row,
-and :meth:`Eraser.resume` (at start-up) runs the erasure again to the end.
+and :meth:`Eraser.resume` (at start-up) runs the erasure again to the end. (Deleted messages, threads
+and servers are not journaled yet: each of their steps is idempotent, but Discord does not resend the
+event, so a crash half-way leaves the rest until the same message is deleted again.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from contextlib import AbstractAsyncContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import AsyncIterator, Callable, Iterable
 
 from bot.engine.conversations import ConversationEraser
 from bot.engine.memory import Actor, MemoryRepository
-from bot.engine.memory_erasure import erase_memories, memory_texts, quoting_people, redact_memories_of
+from bot.engine.memory_erasure import (
+    erase_keys, erase_memories, memory_texts, people, quoting_people, redact_memories_of,
+)
 from bot.engine.quotes import QuoteRule
 from bot.engine.stores import ErasureJob, Storage
 
 log = logging.getLogger(__name__)
 
 PERSON, QUOTES = "person", "quotes"
+
+
+@dataclass(frozen=True)
+class MessageErasure:
+    """What deleting some Discord messages removed."""
+
+    messages: int  # stored conversation messages (theirs and the bot's answers to them)
+    pending_turns: int
+    memories: int
+    quotes: int = 0
 
 
 @dataclass(frozen=True)
@@ -49,6 +66,20 @@ class ErasureResult:
 Hold = Callable[[str], AbstractAsyncContextManager]
 
 
+def counted(method):
+    """Count the erasure as running while it runs (``Eraser.active``: for shutdown checks and tests)."""
+
+    @functools.wraps(method)
+    async def wrapper(self, *args, **kwargs):
+        self.active += 1
+        try:
+            return await method(self, *args, **kwargs)
+        finally:
+            self.active -= 1
+
+    return wrapper
+
+
 class Eraser:
     """Runs erasures: records them, gathers the words, removes and redacts them everywhere, compacts."""
 
@@ -61,13 +92,33 @@ class Eraser:
         self.storage = storage
         self.conversations = conversations
         self.memories = MemoryRepository(storage.store)
-        self.hold = hold or (lambda _user: nullcontext())
+        self._hold = hold or (lambda _user: nullcontext())
+        self._holding: dict[str, asyncio.Task | None] = {}  # person -> the task holding them through us
         self.on_erase = on_erase or (lambda _user: None)
         self._running: set[int] = set()  # journal IDs being run by this process right now
         self._failures: dict[int, tuple[int, float]] = {}  # journal ID -> (failures, retry not before)
         # One erasure at a time: each holds its person and, while rewriting their data, each person whose
         # data quotes them; two erasures holding people in opposite order would wait for each other.
         self._serial = asyncio.Lock()
+        self.active = 0  # erasures running right now
+
+    @asynccontextmanager
+    async def hold(self, user: str) -> AsyncIterator[None]:
+        """Hold a person's extraction (here and, on a shared database, in every process) while their data
+        changes. Re-entrant within one task: an erasure holding a person may reach them again (a deleted
+        message's author, quotes in their own turns) without waiting for itself, and without claiming the
+        cross-process lease a second time.
+        """
+        me = asyncio.current_task()
+        if me is not None and self._holding.get(user) is me:
+            yield
+            return
+        async with self._hold(user):
+            self._holding[user] = me
+            try:
+                yield
+            finally:
+                self._holding.pop(user, None)
 
     # ---- the words to erase
     async def words_of(self, user: str, guild_id: str | None, key: bytes | None = None) -> QuoteRule:
@@ -81,6 +132,7 @@ class Eraser:
         return QuoteRule.from_texts(texts, key)
 
     # ---- entry points
+    @counted
     async def erase_person(
         self, user_id: str | int, *, guild_id: str | None = None, by: Actor | None = None
     ) -> ErasureResult:
@@ -106,6 +158,7 @@ class Eraser:
                 self._running.discard(job_id)
         return result
 
+    @counted
     async def erase_quotes(self, texts: Iterable[str], *, author: str | None = None) -> int:
         """Cut runs copied from ``texts`` (deleted messages) out of everything else; return how many texts.
 
@@ -152,6 +205,7 @@ class Eraser:
             log.info("finished erasure %d (user %s) left in the journal", job.id, job.user_id)
         return done
 
+    @counted
     async def run_job(self, job: ErasureJob) -> None:
         """Run one recorded erasure again, from the start (every step is idempotent)."""
         async with self._serial:
@@ -180,6 +234,70 @@ class Eraser:
                 quotes.merge(recorded)
             await self._erase_person(job.id, job.user_id, job.guild_id, by, quotes)
             await self._finish(job.id)
+
+    @counted
+    async def erase_messages(self, thread_id: str, message_ids: set[str], *, authors: Iterable[str] = ()) -> MessageErasure:
+        """Erase deleted Discord messages: from the conversation (with the answers to them and any summary
+        built from them), from the learning queue, every memory learned only from them, and their words
+        wherever the bot repeated them; then compact, as after a wipe. Unknown IDs write nothing.
+
+        Extraction of the ``authors`` known beforehand is held throughout (and of anyone whose memories
+        turn out to be learned from them, while those go), so nothing is written back.
+        """
+        ids = {str(i) for i in message_ids}
+        authors = sorted(set(authors))
+        async with self._serial, AsyncExitStack() as stack:
+            for user in authors:
+                await stack.enter_async_context(self.hold(user))
+            rows = [t for t in await self.storage.inbox.every_turn() if str(t.origin.get("message_id")) in ids]
+            texts = [t.human for t in rows]
+            known = set(authors) | {t.user_id for t in rows}
+            removed = 0
+            if self.conversations is not None:
+                removed, said = await self.conversations.erase_messages(thread_id, ids)
+                texts += said
+            pending = await self.storage.inbox.forget_messages(ids)
+            memories = 0
+            for user, keys in (await self.memories.learned_only_from(ids, authors=known)).items():
+                async with (nullcontext() if user in authors else self.hold(user)):  # authors: held already
+                    texts += [m.content for m in await self.memories.list(user) if m.key in keys]
+                    memories += await erase_keys(self.memories, user, keys)
+            if removed or pending or memories:
+                await self.storage.maintenance.compact()
+                log.info("deleted messages erased from thread %s: %d stored messages, %d pending turns, %d memories",
+                         thread_id, removed, pending, memories)
+        author = authors[0] if len(authors) == 1 else None
+        quotes = await self.erase_quotes(texts, author=author) if texts else 0
+        return MessageErasure(messages=removed, pending_turns=pending, memories=memories, quotes=quotes)
+
+    @counted
+    async def erase_thread(self, thread_id: str) -> bool:
+        """A channel or thread was deleted: its stored conversation goes, and its pending turns."""
+        async with self._serial:
+            gone = await self.conversations.erase_thread(thread_id) if self.conversations is not None else False
+            pending = await self.storage.inbox.forget_thread(thread_id)
+            if gone or pending:
+                await self.storage.maintenance.compact()
+        return gone
+
+    @counted
+    async def erase_guild(self, guild_id: str) -> int:
+        """The bot was removed from a server for good: its conversations, its learning queue and what was
+        learned there go (judged over all of a memory's sources, as a moderator purge of that server is).
+        Returns how many memories were erased.
+        """
+        async with self._serial:
+            if self.conversations is not None:
+                for thread_id in await self.conversations.threads_of_guild(guild_id):
+                    await self.conversations.erase_thread(thread_id)
+            await self.storage.inbox.forget_guild(guild_id)
+            memories = 0
+            for user in await people(self.memories):
+                async with self.hold(user):
+                    memories += (await erase_memories(self.memories, user, guild_id=guild_id)).deleted
+            await self.storage.maintenance.compact()
+        log.info("deleted what was kept from server %s: %d memories", guild_id, memories)
+        return memories
 
     # ---- the steps (each idempotent)
     async def _erase_person(
@@ -217,7 +335,7 @@ class Eraser:
         people = hit | (await quoting_people(self.memories, quotes) - {author})
         changed = 0
         for person in sorted(people):
-            # (The hold is re-entrant: the erased person, already held, is held again at no cost.) For the
+            # (Eraser.hold is re-entrant: the erased person, already held, is held again at no cost.) For the
             # author only the bot's answers in their remaining turns change, never their words or memories.
             async with self.hold(person):
                 texts = {t.id: cut for t in await self.storage.inbox.every_turn()

@@ -379,6 +379,26 @@ class MemoryRepository:
 
         return (await erase_memories(self, user_id, guild_id=guild_id, record=record)).deleted
 
+    async def learned_only_from(self, message_ids: set[str], *, authors: Iterable[str] = ()) -> dict[str, list[str]]:
+        """Memories whose every source is one of ``message_ids``: user ID -> keys.
+
+        ``authors`` (the messages' authors, when known) are checked directly. Anyone else is found by
+        asking the store for memories whose latest origin is one of the messages (such a memory's latest
+        origin necessarily is): the SQLite store answers that dotted filter; a store that cannot (the
+        PostgreSQL store filters top-level keys only) answers nothing, so there only known authors count.
+        """
+        candidates = set(authors)
+        for message_id in sorted(message_ids):
+            for item in await self._all((NAMESPACE_ROOT,), **{"origin.message_id": message_id}):
+                if len(item.namespace) == 2:
+                    candidates.add(item.namespace[1])
+        found: dict[str, list[str]] = {}
+        for user in sorted(candidates):
+            keys = [m.key for m in await self.list(user) if m.message_ids() and m.message_ids() <= message_ids]
+            if keys:
+                found[user] = keys
+        return found
+
     async def restore(self, user_id: str | int, memories: list[dict], history: list[dict]) -> int:
         """Write exported memories and log entries back under their own keys, in one batch."""
         ns, hns = namespace(user_id), history_namespace(user_id)

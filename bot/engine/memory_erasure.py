@@ -197,3 +197,17 @@ async def redact_quotes_in_memories(repo: MemoryRepository, rule: QuoteRule, *, 
         if user != skip_user:
             changed += await redact_memories_of(repo, rule, user)
     return changed
+
+
+async def erase_keys(repo: MemoryRepository, user_id: str | int, keys) -> int:
+    """Erase some memories and their change log without a trace (a deleted message took them away)."""
+    keys = set(keys)
+    if not keys:
+        return 0
+    ns, hns = namespace(user_id), history_namespace(user_id)
+    existing = [k for k in sorted(keys) if await repo.store.aget(ns, k) is not None]
+    history = [h for h in await repo.items(hns) if h.value.get("memory_key") in keys]
+    ops = [PutOp(ns, k, None) for k in existing] + [PutOp(hns, h.key, None) for h in history]
+    if ops:
+        await repo.store.abatch(ops)
+    return len(existing)

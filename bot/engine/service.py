@@ -19,16 +19,17 @@ from langgraph.graph.state import CompiledStateGraph
 
 from bot.engine.bounds import InflightTurns, RateLimiter
 from bot.engine.conversations import ConversationEraser
+from bot.engine.changes import DiscordChanges
 from bot.engine.erasure import Eraser, ErasureResult
 from bot.engine.extraction import MemoryWriter, WriteRequest
-from bot.engine.graph import ChatDeps, build_chat_graph, build_memory_graph
+from bot.engine.graph import ChatDeps, build_chat_graph, build_memory_graph, pending_start
 from bot.engine.guild_settings import GuildPolicy, GuildSettingsService, OperatorDefaults
 from bot.engine.memory import Actor, MemoryRepository
 from bot.engine.locks import Locks
 from bot.engine.scheduler import ExtractionScheduler, OnChange
 from bot.engine.recall import SemanticIndex
 from bot.engine.recall.embedders import LocalMiniLM
-from bot.engine.state import Speaker
+from bot.engine.state import Incoming, Speaker
 from bot.engine.stores import Storage
 from bot.engine.visibility import resolve_visibility
 from bot.metrics import Backlog, Metrics
@@ -46,6 +47,7 @@ class Reply:
     """The answer to one message."""
 
     text: str
+    message_id: str = ""  # the answer's ID in the thread (see ChatEngine.attach_sent)
 
 
 def _usage(message: BaseMessage) -> tuple[int, int]:
@@ -131,9 +133,13 @@ class ChatEngine:
         self.conversations = ConversationEraser(self.graph, self.checkpointer, self.locks.channel,
                                                 storage.maintenance.prune_thread)
         self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold, on_erase=self._inflight.mark_erased)
+        self.changes = DiscordChanges(storage=storage, conversations=self.conversations, eraser=self.eraser,
+                                      scheduler=self.scheduler, thread_state=self.thread_state,
+                                      removed_server_days=settings.retention.removed_server_days)
 
     async def start(self) -> None:
-        """Finish erasures and resume pending memory work left by a previous run; watch for wipe requests.
+        """Finish erasures and resume pending memory work left by a previous run; watch for wipe requests;
+        sweep servers the bot was removed from.
 
         Erasures come first, so nothing of an erased person is learned from on the way back up.
         """
@@ -145,6 +151,7 @@ class ChatEngine:
             self._warming = asyncio.create_task(self.embeddings.warm(), name="load-embedding-model")
             self._warming.add_done_callback(_log_failure)
         await self.scheduler.start()
+        self.changes.start()
         self._journal_watch = asyncio.create_task(self._watch_erasure_requests(), name="erasure-requests")
 
     async def _watch_erasure_requests(self) -> None:
@@ -176,6 +183,7 @@ class ChatEngine:
 
     async def close(self) -> None:
         """Finish in-flight turns, then flush pending memory extraction (if this engine was started)."""
+        await self.changes.close()
         if self._tails:
             await asyncio.gather(*self._tails, return_exceptions=True)
         if self._journal_watch is not None:
@@ -196,37 +204,65 @@ class ChatEngine:
         timeout: float | None = None,
         policy: GuildPolicy | None = None,
     ) -> Reply:
-        """Answer ``text`` from ``speaker`` in ``thread_id``.
+        """Answer ``text`` from ``speaker`` in ``thread_id`` (one message; see :meth:`reply_to`)."""
+        return await self.reply_to(thread_id, [Incoming(speaker, text)], on_delta=on_delta, timeout=timeout,
+                                   policy=policy)
 
-        Returns once the answer exists (one model call); raises the model's exception if it failed, in
-        which case the thread keeps the question and stays usable. ``on_delta`` receives the text so far
-        while the model streams. ``timeout`` bounds the wait for the answer from the moment this message's
-        turn starts (earlier messages of the thread are answered first and are not on its clock); past it
-        the model call is cancelled and ``TimeoutError`` is raised. ``policy`` is the server's effective
-        settings as the caller resolved them for this message (looked up when not given).
+    async def reply_to(
+        self,
+        thread_id: str,
+        incoming: list[Incoming],
+        *,
+        on_delta: DeltaCallback | None = None,
+        timeout: float | None = None,
+        policy: GuildPolicy | None = None,
+    ) -> Reply:
+        """Answer the messages of one turn together, with one model call, as the last answered speaker.
+
+        ``incoming`` is in arrival order; the model sees every message under its own author's header. The
+        answer is addressed to the author of the last message with ``answer`` set (their memories, their
+        place); messages without it were heard over a limit and are part of the conversation all the same.
+        A message whose ``message_id`` is already waiting unanswered in the thread (a turn restarted to
+        take in follow-ups) replaces it instead of being added twice.
+
+        Returns once the answer exists; raises the model's exception if it failed, in which case the
+        thread keeps the messages and stays usable. ``on_delta`` receives the text so far while the model
+        streams. ``timeout`` bounds the wait for the answer from the moment this turn starts (earlier
+        turns of the thread are answered first and are not on its clock); past it the model call is
+        cancelled and ``TimeoutError`` is raised. ``policy`` is the server's effective settings as the
+        caller resolved them for this message (looked up when not given).
         """
+        if not incoming:
+            raise ValueError("a turn needs at least one message")
         timer = self.metrics.reply_timer()
-        policy = policy or await self.guild_policy(speaker.guild_id)
-        prefs = await self.prefs.get(speaker.user_id)
-        visibility = resolve_visibility(prefs, self.settings.memory, speaker.guild_id)
+        answering = next((m.speaker for m in reversed(incoming) if m.answer), incoming[-1].speaker)
+        policy = policy or await self.guild_policy(answering.guild_id)
+        prefs = await self.prefs.get(answering.user_id)
+        visibility = resolve_visibility(prefs, self.settings.memory, answering.guild_id)
         if not policy.use_memories:  # the server's admins keep memories out of replies there
             visibility = replace(visibility, use_memories=False)
-        speaker = replace(speaker, visibility=visibility, persona_addition=policy.persona_addition,
+        speaker = replace(answering, visibility=visibility, persona_addition=policy.persona_addition,
                           memories_off_here=not policy.use_memories)
+        speaker = replace(speaker, quotes=await self._shown_quotes(speaker))
         lock = self.locks.channel(thread_id)  # entered by the turn's task: FIFO in the order messages came
         answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(
-            self._turn(lock, thread_id, speaker, text, answered, timer.wrap(on_delta),
-                       not prefs.paused and policy.learning, timeout)
+            self._turn(lock, thread_id, speaker, incoming, answered, timer.wrap(on_delta), policy.learning, timeout)
         )
         self._tails.add(task)
         task.add_done_callback(self._tails.discard)
         try:
             reply = await answered
         except asyncio.CancelledError:
-            # The caller gave up (its deadline passed): stop the model call too, so the thread does not
-            # keep an answer nobody saw. The question stays in the thread; the thread stays usable.
+            # The caller gave up (its deadline passed, or it restarts the turn with follow-ups): stop the
+            # model call too, so the thread never keeps an answer nobody saw. The messages stay in the
+            # thread; the thread stays usable.
             task.cancel()
+            if answered.done() and not answered.cancelled() and answered.exception() is None:
+                # The answer was written just as the caller gave up: take it back out of the thread.
+                unseen = asyncio.create_task(self.conversations.drop_answer(thread_id, answered.result().message_id))
+                self._tails.add(unseen)
+                unseen.add_done_callback(self._tails.discard)
             raise
         except Exception as exc:
             timer.failed(exc)
@@ -235,27 +271,69 @@ class ChatEngine:
         self.metrics.note_channel(thread_id)
         return reply
 
-    async def _turn(self, lock, thread_id, speaker, text, answered, on_delta, learn: bool, timeout) -> None:
-        message = HumanMessage(
-            content=text,
-            additional_kwargs={
-                "author_id": speaker.user_id,
-                "author_name": speaker.name,
-                "message_id": speaker.message_id,
-                "guild_id": speaker.guild_id,
-            },
-        )
+    async def hear(self, thread_id: str, incoming: list[Incoming]) -> None:
+        """Record messages in the conversation without answering them (a rate limit or a full queue).
+
+        They are in the thread for the next answer and queued for learning like any other message (where
+        the server allows learning), so what someone said over a limit is never lost; no model is called.
+        """
+        if not incoming:
+            return
+        learning = (await self.guild_policy(incoming[-1].speaker.guild_id)).learning
+        tickets = self._open_tickets(incoming)
+        async with self.locks.channel(thread_id):
+            messages = await self._human_messages(thread_id, incoming)
+            config = {"configurable": {"thread_id": thread_id}}
+            await self.graph.aupdate_state(config, {"messages": messages}, as_node="summarize")  # routes to END
+            if learning:
+                await self._queue_for_learning(thread_id, incoming, None, tickets)
+            await self._maybe_prune(thread_id)  # a flood of heard messages must not pile up checkpoints
+
+    async def _shown_quotes(self, speaker: Speaker) -> tuple:
+        """Context quotes minus those of people in private mode (their words are not used for others)."""
+        shown = []
+        for q in speaker.quotes:
+            if q.author_id != speaker.user_id and not q.is_bot and (await self.prefs.get(q.author_id)).private:
+                continue
+            shown.append(q)
+        return tuple(shown)
+
+    async def _human_messages(self, thread_id: str, incoming: list[Incoming]) -> list[HumanMessage]:
+        """The turn's messages for the thread; IDs reused for messages already waiting unanswered there."""
+        waiting: dict[str, str] = {}
+        if len(incoming) > 1 or not incoming[0].answer:
+            snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread_id}})
+            stored = (snapshot.values or {}).get("messages", [])
+            for m in stored[pending_start(stored):]:
+                if m.additional_kwargs.get("message_id"):
+                    waiting[str(m.additional_kwargs["message_id"])] = m.id
+        out = []
+        for item in incoming:
+            sp = item.speaker
+            out.append(HumanMessage(
+                content=item.text,
+                id=waiting.get(sp.message_id) if sp.message_id else None,
+                additional_kwargs={
+                    "author_id": sp.user_id,
+                    "author_name": sp.name,
+                    "message_id": sp.message_id,
+                    "guild_id": sp.guild_id,
+                },
+            ))
+        return out
+
+    async def _turn(self, lock, thread_id, speaker, incoming, answered, on_delta, learning: bool, timeout) -> None:
         config = {"configurable": {"thread_id": thread_id}, "callbacks": [self._chat_observer]}
-        ticket = self._inflight.open(speaker.user_id)  # an erasure from now on means: don't learn this turn
-        asyncio.current_task().add_done_callback(lambda _task: self._inflight.close(ticket))
+        tickets = self._open_tickets(incoming)  # an erasure from now on means: don't learn from that person
         async with lock:
             streamed = ""
             try:
                 async with asyncio.timeout(None) as clock:
                     if timeout is not None:
                         clock.reschedule(asyncio.get_running_loop().time() + timeout)
+                    messages = await self._human_messages(thread_id, incoming)
                     async for mode, chunk in self.graph.astream(
-                        {"messages": [message]}, config, context=speaker, stream_mode=["updates", "messages"]
+                        {"messages": messages}, config, context=speaker, stream_mode=["updates", "messages"]
                     ):
                         if mode == "messages":
                             piece, meta = chunk
@@ -266,10 +344,10 @@ class ChatEngine:
                         if "respond" in chunk:
                             clock.reschedule(None)  # answered: the summary after it is on nobody's clock
                             ai: AIMessage = chunk["respond"]["messages"][-1]
-                            if learn and not ticket.erased:  # paused or erased meanwhile: never queued for learning
-                                await self._after_answer(thread_id, speaker, text, ai.text)
+                            if learning:  # the server's admins may have turned learning off there
+                                await self._queue_for_learning(thread_id, incoming, ai.text, tickets)
                             if not answered.done():  # the caller may have given up waiting
-                                answered.set_result(Reply(text=ai.text))
+                                answered.set_result(Reply(text=ai.text, message_id=ai.id or ""))
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, or logged
                 if not answered.done():
                     answered.set_exception(exc)
@@ -299,27 +377,50 @@ class ChatEngine:
         except Exception:  # noqa: BLE001 - pruning is housekeeping; a later turn tries again
             log.exception("pruning thread %s failed", thread_id)
 
-    async def _after_answer(self, thread_id: str, speaker: Speaker, human: str, ai: str) -> None:
-        """Record the turn for background extraction (before the reply is handed out: nothing is lost).
+    def _open_tickets(self, incoming: list[Incoming]) -> dict[str, "_Ticket"]:
+        """One in-flight ticket per author of the turn, closed when the current task ends."""
+        tickets = {sp: self._inflight.open(sp) for sp in dict.fromkeys(m.speaker.user_id for m in incoming)}
 
-        If the database is unreachable the error goes to the caller: the person gets the apology instead
-        of an answer that would never be learned from.
+        def close(_task) -> None:
+            for ticket in tickets.values():
+                self._inflight.close(ticket)
+
+        asyncio.current_task().add_done_callback(close)
+        return tickets
+
+    async def _queue_for_learning(
+        self, thread_id: str, incoming: list[Incoming], ai: str | None, tickets: dict[str, "_Ticket"]
+    ) -> None:
+        """Record a turn's messages for background extraction (before the reply is handed out).
+
+        One inbox row per message, under its own author: the bot's answer goes with the last message it
+        answers (the others carry none). People who paused learning, or were erased since the turn
+        started, are left out.
         """
-        try:
-            count = await self.inbox.record(
-                thread_id=thread_id,
-                user_id=speaker.user_id,
-                author=speaker.name,
-                human=human,
-                ai=ai,
-                origin=speaker.origin(),
-            )
-        except self.storage.transient_errors:
-            raise
-        except Exception:  # noqa: BLE001 - the reply still goes out; the log says what was not recorded
-            log.exception("could not record a turn for memory extraction in thread %s", thread_id)
-            return
-        self.scheduler.notify(thread_id, speaker.user_id, count, scope=speaker.guild_id)
+        last_answered = max((i for i, m in enumerate(incoming) if m.answer), default=len(incoming) - 1)
+        counts: dict[str, tuple[int, str]] = {}
+        for i, item in enumerate(incoming):
+            sp = item.speaker
+            if tickets[sp.user_id].erased:
+                continue
+            if (await self.prefs.get(sp.user_id)).paused:
+                continue
+            try:
+                count = await self.inbox.record(
+                    thread_id=thread_id,
+                    user_id=sp.user_id,
+                    author=sp.name,
+                    human=item.text,
+                    ai=(ai or "") if i == last_answered and ai is not None else "",
+                    origin=sp.origin(),
+                )
+                counts[sp.user_id] = (count, sp.guild_id)
+            except self.storage.transient_errors:
+                raise  # the database is down: the person gets the apology, not an answer never learned from
+            except Exception:  # noqa: BLE001 - the reply still goes out; the log says what was not recorded
+                log.exception("could not record a turn for memory extraction in thread %s", thread_id)
+        for user_id, (count, scope) in counts.items():
+            self.scheduler.notify(thread_id, user_id, count, scope=scope)
 
     async def _write(self, request: WriteRequest) -> dict:
         prefs = await self.prefs.get(request.user_id)
@@ -375,6 +476,10 @@ class ChatEngine:
             return f"member:{speaker.guild_id}:{speaker.user_id}"
         return None
 
+    def idle(self) -> bool:
+        """No erasure running (turns are the Discord side's to report)."""
+        return self.eraser.active == 0 and self.changes.active == 0
+
     async def erase_person(
         self, user_id: str | int, *, guild_id: str | None = None, by: Actor | None = None
     ) -> ErasureResult:
@@ -408,6 +513,10 @@ class ChatEngine:
     async def sample_backlog(self) -> None:
         """Refresh the backlog gauges from storage (run before each metrics scrape)."""
         self.metrics.set_backlog(await self.learning_backlog())
+
+    async def attach_sent(self, thread_id: str, reply: Reply, discord_ids: list[str]) -> None:
+        """Remember which Discord messages carry ``reply``, so a moderator deleting one removes it."""
+        await self.conversations.attach_sent(thread_id, reply.message_id, discord_ids)
 
     async def thread_state(self, thread_id: str) -> dict:
         """The thread's current state values (messages, summary)."""

@@ -13,17 +13,41 @@ class ChatState(MessagesState):
     """A thread's conversation: its recent messages plus a running summary of older ones.
 
     ``summary_authors`` lists whose messages were folded into the summary, so erasing a person can drop
-    a summary that contains their words; ``guild_id`` says which server the thread is in.
+    a summary that contains their words; ``summary_sources`` lists the message IDs folded into it, so a
+    deleted or edited message can drop the summary built from its old text; ``guild_id`` says which
+    server the thread is in.
     """
 
     summary: str
     summary_authors: list[str]
+    summary_sources: list[str]
     guild_id: str  # the server the thread belongs to ("dm" for DMs): scopes a moderator purge
 
 
 @dataclass(frozen=True)
+class Quote:
+    """Someone else's message shown to the model for one answer only: never stored, never learned.
+
+    ``kind`` says why it is shown: ``"reply"`` (the message being replied to, and the reply chain above
+    it), ``"channel"`` (recent channel messages since the bot last spoke there) or ``"starter"`` (the
+    message a thread was started from).
+    """
+
+    author_id: str
+    author_name: str
+    text: str
+    kind: str = "channel"
+    is_bot: bool = False
+    message_id: str = ""  # a quote of a message the thread already holds is not shown twice
+
+
+@dataclass(frozen=True)
 class Speaker:
-    """Who sent the message being answered and where: enough to namespace and cite memories."""
+    """Who sent the message being answered and where: enough to namespace and cite memories.
+
+    ``quotes`` are the context the Discord side gathered for this answer (see :class:`Quote`); they go to
+    the model as quoted text in a user-role message, never into the system prompt.
+    """
 
     user_id: str
     name: str
@@ -34,6 +58,7 @@ class Speaker:
     visibility: Visibility | None = None  # the person's policy here, resolved once per message (the engine)
     persona_addition: str = ""  # the server's instructions for the bot (/settings), after the persona
     memories_off_here: bool = False  # the server's admins turned memories off in replies there
+    quotes: tuple[Quote, ...] = ()
 
     @property
     def in_dm(self) -> bool:
@@ -52,3 +77,12 @@ class Speaker:
     def origin(self) -> dict[str, str]:
         """Where a memory learned from this message came from."""
         return {"guild_id": self.guild_id, "channel_id": self.channel_id, "message_id": self.message_id}
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One message of a turn: who sent it and its text. ``answer`` False: heard, not answered (a limit)."""
+
+    speaker: Speaker
+    text: str
+    answer: bool = True

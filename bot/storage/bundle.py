@@ -8,8 +8,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
 from bot.engine.stores import (
-    CrossProcessLocks, ErasureJournal, GuildSettingsStore, Inbox, Maintenance, PrefsStore, SingleProcessLocks,
-    UsageStore, VectorCache,
+    CrossProcessLocks, ErasureJournal, GuildSettingsStore, Inbox, Maintenance, PrefsStore, RemovedGuilds,
+    SingleProcessLocks, UsageStore, VectorCache,
 )
 
 
@@ -29,6 +29,7 @@ class OpenStorage:
     usage: UsageStore
     vectors: VectorCache
     maintenance: Maintenance
+    removed_guilds: RemovedGuilds
     guild_settings: GuildSettingsStore
     erasures: ErasureJournal
     locks: CrossProcessLocks = field(default_factory=SingleProcessLocks)

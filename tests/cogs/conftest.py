@@ -71,10 +71,12 @@ class Rig:
 
 @asynccontextmanager
 async def rig(
-    tmp_path: Path, chat_model: ScriptedChatModel | None = None, backend: Backend = SQLITE, **sections: dict
+    tmp_path: Path, chat_model: ScriptedChatModel | None = None, backend: Backend = SQLITE, *,
+    guilds: tuple = (GUILD, GUILD2), **sections: dict
 ) -> AsyncIterator[Rig]:
     sections.setdefault("model", {}).setdefault("streaming", False)
-    sections.setdefault("limits", {}).setdefault("cooldown_seconds", 0)  # tests send messages back to back
+    sections.setdefault("limits", {}).setdefault("burst", 0)  # tests send messages back to back
+    sections.setdefault("discord", {}).setdefault("gather_seconds", 0)  # and expect each answered at once
     discord_cfg = sections.setdefault("discord", {})
     discord_cfg.setdefault("respond_channels", [LISTED])
     discord_cfg.setdefault("mod_log_channel_id", MODLOG)
@@ -83,7 +85,10 @@ async def rig(
     async with open_storage(settings) as storage:
         engine = create_engine(settings, storage, chat_model=model)
         bot = MemoryBot(settings=settings, engine=engine, storage=storage)
-        h = await dh.start(bot, guilds=[GUILD, GUILD2])
+        h = await dh.start(bot, guilds=list(guilds))
+        chat = bot.get_cog("Chat")
+        # A turn whose model call runs in a worker thread looks parked to settle(): ask the cog instead.
+        h.idle_check = lambda: chat.idle() and engine.idle()
         try:
             yield Rig(h=h, bot=bot, model=model, data_dir=settings.bot.data_dir)
         finally:

@@ -35,7 +35,7 @@ async def main(dsn: str, me: str, data_dir: Path) -> None:
 
     from bot.storage.postgres.guild_settings import PostgresGuildSettings
 
-    settings = make_settings(data_dir, model={"streaming": False}, limits={"cooldown_seconds": 0},
+    settings = make_settings(data_dir, model={"streaming": False}, limits={"burst": 0},
                              discord={"respond_channels": []}, server_settings={"cache_seconds": 3600})
     pool = AsyncConnectionPool(dsn, min_size=1, max_size=4, open=False,
                                kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row})

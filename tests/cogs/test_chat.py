@@ -20,7 +20,7 @@ async def test_mention_in_server_gets_a_reply_to_that_message_without_pings(r):
     assert sent.json["allowed_mentions"] == {"parse": [], "replied_user": False}
     # The model saw the text without the bot's mention, with the author's display name and ID.
     prompt = r.model.chat_calls[-1].prompt_text
-    assert "[Alice | user 802] hello there @everyone" in prompt
+    assert "[Alice | user 802]\n> hello there @everyone" in prompt
     assert f"<@{dh.BOT_ID}>" not in prompt
 
 
@@ -28,7 +28,7 @@ async def test_dm_gets_a_reply(r):
     dm = r.h.dm(ALICE)
     await r.h.send_message(r.msg(ALICE, "hi in a DM", channel_id=dm["id"], guild_id=None))
     (sent,) = r.h.sent_messages(dm["id"])
-    assert sent.content == "reply to [Alice | user 802] hi in a DM"
+    assert sent.content == "reply to [Alice | user 802]\n> hi in a DM"
 
 
 async def test_messages_not_for_the_bot_get_nothing(r):
@@ -138,7 +138,7 @@ async def test_model_failure_gets_one_apology_and_the_thread_stays_usable(tmp_pa
         assert "upstream exploded" in caplog.text
         state["fail"] = False
         await r.h.send_message(r.mentioning(ALICE, "and now?"))
-        assert r.h.sent_messages(GENERAL)[-1].content == "reply to [Alice | user 802] and now?"
+        assert r.h.sent_messages(GENERAL)[-1].content == "reply to [Alice | user 802]\n> and now?"
 
 
 async def test_text_attachment_is_read_and_binary_is_mentioned(tmp_path):
@@ -170,7 +170,7 @@ async def test_streaming_reply_is_edited_into_place(tmp_path):
         edits = r.h.calls_to("PATCH", "/channels/{channel_id}/messages/{message_id}")
     assert len(sent) == 1
     final = r.h.messages[int(sent[0].message["id"])]["content"]
-    assert final == "reply to [Alice | user 802] stream please"
+    assert final == "reply to [Alice | user 802]\n> stream please"
     assert all(e.json["allowed_mentions"]["parse"] == [] for e in edits)
 
 

@@ -55,19 +55,20 @@ async def test_the_engine_keeps_no_per_person_state_after_turns_and_erasures(set
         assert len(engine.locks._people) == 0 and len(engine.locks._channels) == 0
 
 
-async def test_keyed_locks_are_reentrant_within_a_task_and_exclusive_across_tasks():
-    locks: KeyedLocks[str] = KeyedLocks()
-    entered = asyncio.Event()
 
-    async def other() -> str:
-        async with locks.hold("bob"):
-            return "other got it"
+async def test_the_erasers_hold_is_reentrant_within_a_task_and_exclusive_across_tasks(settings):
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        eraser = engine.eraser
 
-    async with locks.hold("bob"):
-        async with locks.hold("bob"):  # the same task again: no deadlock
-            entered.set()
-        waiting = asyncio.create_task(other())
-        await asyncio.sleep(0.01)
-        assert not waiting.done()  # another task still waits
-    assert await waiting == "other got it" and entered.is_set()
-    assert len(locks) == 0
+        async def other() -> str:
+            async with eraser.hold("bob"):
+                return "other got it"
+
+        async with eraser.hold("bob"):
+            async with eraser.hold("bob"):  # the same task again: no deadlock, no second claim
+                pass
+            waiting = asyncio.create_task(other())
+            await asyncio.sleep(0.01)
+            assert not waiting.done()  # another task still waits
+        assert await waiting == "other got it"
+        assert len(engine.scheduler.locks._people) == 0

@@ -81,4 +81,4 @@ async def test_extraction_is_only_for_the_author_even_with_others_in_the_thread(
         last_chat = model.chat_calls[-1].prompt_text
     assert ada == ["I also enjoy jazz", "I like climbing"]
     assert bob_m == ["I like painting"]
-    assert "[Ada | user 42] I like climbing" in last_chat and "[Bob | user 43] I like painting" in last_chat
+    assert "[Ada | user 42]\n> I like climbing" in last_chat and "[Bob | user 43]\n> I like painting" in last_chat

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from langchain_core.messages import HumanMessage
 
+from bot.engine.graph import quoted
 from bot.engine.state import Speaker
 from tests.conftest import ScriptedChatModel, default_script, make_settings, running_engine
 
@@ -21,10 +22,12 @@ async def test_past_threshold_state_holds_summary_and_last_messages(tmp_path, ba
         assert state["summary"].startswith("SUMMARY:")
         assert "message number 0" in state["summary"]
         assert len(state["messages"]) <= 4
-        assert state["messages"][-1].text == "reply to [Ada | user 42] message number 3"
+        assert state["messages"][-1].text == "reply to [Ada | user 42]\n> message number 3"
 
         await engine.reply("t", ADA, "and now?")
-        assert state["summary"].strip() in model.chat_calls[-1].system
+        # The summary is quoted conversation: in a user-role message, never in the system prompt.
+        assert quoted(state["summary"]) in model.chat_calls[-1].prompt_text
+        assert state["summary"].strip() not in model.chat_calls[-1].system
 
 
 async def test_summarizes_by_token_budget_too(tmp_path, backend):
@@ -58,7 +61,7 @@ async def test_thread_and_memories_survive_restart(tmp_path, backend):
         assert contents == ["I like rowing", "my name is Ada"]
         await engine.reply("t", ADA, "what do you know?")
         assert "I like rowing" in model2.chat_calls[-1].system
-        assert "[Ada | user 42] I like rowing" in model2.chat_calls[-1].prompt_text
+        assert "[Ada | user 42]\n> I like rowing" in model2.chat_calls[-1].prompt_text
 
 
 async def test_pending_extraction_resumes_after_restart(tmp_path, backend):

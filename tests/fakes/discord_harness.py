@@ -309,6 +309,7 @@ class DiscordHarness:
         self._originals: Dict[str, int] = {}  # interaction token -> @original message id
         self._overrides: List[tuple] = []
         self._baseline: set = set()
+        self.idle_check: Callable[[], bool] = lambda: True  # the bot's own "nothing in flight" (set by tests)
         self._log_handler = logging.Handler(logging.ERROR)
         self._log_handler.emit = self.errors.append
 
@@ -383,6 +384,13 @@ class DiscordHarness:
             self.channels[int(data['id'])] = data
         elif event == 'MESSAGE_CREATE':
             self.messages[int(data['id'])] = data
+        elif event == 'MESSAGE_UPDATE' and int(data['id']) in self.messages:
+            self.messages[int(data['id'])].update(data)
+        elif event == 'MESSAGE_DELETE':
+            self.messages.pop(int(data['id']), None)
+        elif event == 'MESSAGE_DELETE_BULK':
+            for i in data['ids']:
+                self.messages.pop(int(i), None)
         elif event == 'INTERACTION_CREATE':
             self.interactions[int(data['id'])] = data
         self.bot.dispatch('socket_event_type', event)
@@ -403,7 +411,7 @@ class DiscordHarness:
             sig, now = (len(self.calls), frozenset(busy)), loop.time()
             if sig != last:
                 last, since = sig, now
-            elif not busy or now - since >= quiet:
+            elif (not busy or now - since >= quiet) and self.idle_check():
                 return
             if now > deadline:
                 raise asyncio.TimeoutError(f'bot did not settle; busy tasks: {busy}')
@@ -545,6 +553,7 @@ class DiscordHarness:
         routes = [
             ('POST', ch + '/messages', lambda c: self._new_message(int(c.params['channel_id']), c)),
             ('POST', ch + '/typing', None),
+            ('GET', ch + '/messages', self._history),
             ('PUT', msg + '/reactions/{emoji}/@me', None),
             ('DELETE', msg + '/reactions/{emoji}/@me', None),
             ('GET', ch, lambda c: self._find(self.channels.values(), c.params['channel_id'], 10003, 'Channel')),
@@ -579,6 +588,18 @@ class DiscordHarness:
             if _split(item)[0]['id'] == str(id):
                 return item
         raise http_error(404, code, f'Unknown {what}')
+
+    def _history(self, c: Call) -> List[dict]:
+        """GET /channels/{id}/messages as Discord answers it: newest first, ``before``/``after``/``limit``."""
+        self._find(self.channels.values(), c.params['channel_id'], 10003, 'Channel')
+        q = c.query or {}
+        found = [m for m in self.messages.values() if m['channel_id'] == c.params['channel_id']]
+        if q.get('before'):
+            found = [m for m in found if int(m['id']) < int(q['before'])]
+        if q.get('after'):
+            found = [m for m in found if int(m['id']) > int(q['after'])]
+        found.sort(key=lambda m: int(m['id']), reverse=True)
+        return found[:int(q.get('limit', 50))]
 
     def _stored(self, message_id: Optional[int]) -> dict:
         if message_id not in self.messages:

@@ -36,7 +36,7 @@ async def test_remember_and_import_past_the_cap_are_refused_and_change_nothing(t
 
 
 async def test_remember_and_import_are_rate_limited_per_person(tmp_path):
-    async with rig(tmp_path, limits={"memory_commands_per_hour": 2, "cooldown_seconds": 0}) as r:
+    async with rig(tmp_path, limits={"memory_commands_per_hour": 2, "burst": 0}) as r:
         for text in ("a", "b"):
             res = await r.h.invoke_slash("memories remember", user=ALICE, channel_id=GENERAL, options={"text": text})
             assert "I'll remember that" in res[-1].content

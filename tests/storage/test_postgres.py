@@ -117,7 +117,7 @@ async def test_an_exhausted_pool_makes_requests_wait_not_fail(tmp_path, pg_backe
     async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
         replies = await asyncio.gather(*(
             engine.reply(f"c{i}", Speaker(user_id=f"u{i}", name=f"U{i}"), f"I like thing {i}") for i in range(40)))
-        assert [r.text for r in replies] == [f"reply to [U{i} | user u{i}] I like thing {i}" for i in range(40)]
+        assert [r.text for r in replies] == [f"reply to [U{i} | user u{i}]\n> I like thing {i}" for i in range(40)]
         assert sorted(p.thread_id for p in await engine.inbox.pending()) == sorted(f"c{i}" for i in range(40))
 
 

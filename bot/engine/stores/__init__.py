@@ -32,12 +32,13 @@ from bot.engine.stores.inbox import Inbox, InboxTurn, PendingKey
 from bot.engine.stores.locks import ClaimLost, CrossProcessLocks, SingleProcessLocks
 from bot.engine.stores.maintenance import Maintenance
 from bot.engine.stores.prefs import PREF_FIELDS, Prefs, PrefsStore
+from bot.engine.stores.removed_guilds import RemovedGuilds
 from bot.engine.stores.usage import UsageRow, UsageStore
 from bot.engine.stores.vectors import VectorCache
 
 __all__ = [
     "ClaimLost", "CrossProcessLocks", "ErasureJob", "ErasureJournal", "SingleProcessLocks", "GuildSettingsStore", "Inbox", "InboxTurn", "PendingKey", "Maintenance",
-    "PREF_FIELDS", "Prefs", "PrefsStore", "ServerSettings", "Storage", "StorageUnavailable", "UsageRow",
+    "PREF_FIELDS", "Prefs", "PrefsStore", "RemovedGuilds", "ServerSettings", "Storage", "StorageUnavailable", "UsageRow",
     "UsageStore", "VectorCache",
 ]
 
@@ -63,6 +64,7 @@ class Storage(Protocol):
     usage: UsageStore
     vectors: VectorCache
     maintenance: Maintenance
+    removed_guilds: RemovedGuilds
     guild_settings: GuildSettingsStore
     erasures: ErasureJournal
     locks: CrossProcessLocks

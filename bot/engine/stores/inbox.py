@@ -63,6 +63,23 @@ class Inbox(Protocol):
         """Mark turns done and trim the thread's extracted turns to the context window."""
         ...
 
+    async def edit_message(self, message_id: str, human: str) -> list[InboxTurn]:
+        """A recorded message was edited: its rows (pending or kept as context) get the new text.
+
+        Returns the rows as they were *before* the edit, so the caller can tell what was already learned.
+        """
+        ...
+
+    async def forget_messages(self, message_ids: set[str]) -> int:
+        """Delete the rows of these Discord messages (pending or kept as context); return how many."""
+        ...
+
+    async def forget_thread(self, thread_id: str) -> int:
+        """Delete every row of a thread (its channel was deleted); return how many."""
+        ...
+
+    async def forget_guild(self, guild_id: str) -> int:
+        """Delete every row learned in one server (the bot was removed from it); return how many."""
     async def every_turn(self) -> list[InboxTurn]:
         """Every turn held, pending or kept as context (for erasure: quotes in other people's turns).
 

@@ -27,6 +27,7 @@ from bot.storage.postgres.locks import PostgresLocks
 from bot.storage.postgres.maintenance import PostgresMaintenance
 from bot.storage.postgres.migrations import migrate
 from bot.storage.postgres.prefs import PostgresPrefs
+from bot.storage.postgres.removed_guilds import PostgresRemovedGuilds
 from bot.storage.postgres.saver import NulFreePostgresSaver
 from bot.storage.postgres.store import TransactionalPostgresStore
 from bot.storage.postgres.usage import PostgresUsage
@@ -77,6 +78,7 @@ async def open_postgres(settings: Settings) -> AsyncIterator[OpenStorage]:
                 maintenance=PostgresMaintenance(saver, db),
                 guild_settings=guild_settings,
                 erasures=PostgresErasures(db),
+                removed_guilds=PostgresRemovedGuilds(db),
                 locks=locks,
                 transient_errors=TRANSIENT_ERRORS,
             )

@@ -97,3 +97,37 @@ class PostgresInbox:
                 " (SELECT id FROM bot_inbox WHERE thread_id = %s ORDER BY id DESC LIMIT %s)",
                 (thread_id, thread_id, self.context_window),
             )
+
+    @shielded
+    async def edit_message(self, message_id: str, human: str) -> list[InboxTurn]:
+        (human,) = without_nul((human,))
+        async with self._db.tx() as conn:
+            cur = await conn.execute(
+                f"SELECT {_TURN_COLS} FROM bot_inbox WHERE origin->>'message_id' = %s ORDER BY id", (message_id,)
+            )
+            before = [_turn(r) for r in await cur.fetchall()]
+            if before:
+                await conn.execute("UPDATE bot_inbox SET human = %s WHERE origin->>'message_id' = %s",
+                                   (human, message_id))
+        return before
+
+    @shielded
+    async def forget_messages(self, message_ids: set[str]) -> int:
+        if not message_ids:
+            return 0
+        async with self._db.tx() as conn:
+            cur = await conn.execute("DELETE FROM bot_inbox WHERE origin->>'message_id' = ANY(%s)",
+                                     (sorted(message_ids),))
+            return cur.rowcount
+
+    @shielded
+    async def forget_thread(self, thread_id: str) -> int:
+        async with self._db.tx() as conn:
+            cur = await conn.execute("DELETE FROM bot_inbox WHERE thread_id = %s", (thread_id,))
+            return cur.rowcount
+
+    @shielded
+    async def forget_guild(self, guild_id: str) -> int:
+        async with self._db.tx() as conn:
+            cur = await conn.execute("DELETE FROM bot_inbox WHERE origin->>'guild_id' = %s", (guild_id,))
+            return cur.rowcount

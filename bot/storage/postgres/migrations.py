@@ -59,6 +59,11 @@ MIGRATIONS: list[list[str]] = [
         "CREATE TABLE IF NOT EXISTS bot_claims ("
         " user_id TEXT PRIMARY KEY, owner TEXT NOT NULL, kind TEXT NOT NULL, lease_until TIMESTAMPTZ NOT NULL)",
     ],
+    [  # 2: servers the bot was removed from, until their data is swept (bot.engine.stores.removed_guilds)
+        "CREATE TABLE IF NOT EXISTS bot_removed_guilds (guild_id TEXT PRIMARY KEY, removed_at DOUBLE PRECISION NOT NULL)",
+        # Edits and deletions find a message's queued turns by its Discord ID.
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS bot_inbox_message ON bot_inbox ((origin->>'message_id'))",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -25,6 +25,7 @@ from bot.storage.sqlite.inbox import SqliteInbox
 from bot.storage.sqlite.lock import writer_lock
 from bot.storage.sqlite.maintenance import SqliteMaintenance
 from bot.storage.sqlite.prefs import SqlitePrefs
+from bot.storage.sqlite.removed_guilds import SqliteRemovedGuilds
 from bot.storage.sqlite.usage import SqliteUsage
 from bot.storage.sqlite.vectors import SqliteVectors
 
@@ -72,6 +73,7 @@ async def _open_files(settings: Settings, data_dir) -> AsyncIterator[OpenStorage
             usage=SqliteUsage(ledger),
             vectors=SqliteVectors(ledger),
             maintenance=SqliteMaintenance(checkpointer, store, ledger),
+            removed_guilds=SqliteRemovedGuilds(ledger),
             guild_settings=SqliteGuildSettings(ledger),
             erasures=SqliteErasures(ledger),
         )

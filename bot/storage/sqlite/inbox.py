@@ -86,3 +86,39 @@ class SqliteInbox:
                 " (SELECT id FROM memory_inbox WHERE thread_id=? ORDER BY id DESC LIMIT ?)",
                 (thread_id, thread_id, self.context_window),
             )
+
+    @shielded
+    async def edit_message(self, message_id: str, human: str) -> list[InboxTurn]:
+        async with self._db.tx() as db:
+            cur = await db.execute(
+                f"SELECT {_TURN_COLS} FROM memory_inbox WHERE json_extract(origin, '$.message_id')=? ORDER BY id",
+                (message_id,),
+            )
+            before = [_turn(r) for r in await cur.fetchall()]
+            if before:
+                await db.execute(
+                    "UPDATE memory_inbox SET human=? WHERE json_extract(origin, '$.message_id')=?", (human, message_id)
+                )
+        return before
+
+    @shielded
+    async def forget_messages(self, message_ids: set[str]) -> int:
+        if not message_ids:
+            return 0
+        async with self._db.tx() as db:
+            cur = await db.executemany(
+                "DELETE FROM memory_inbox WHERE json_extract(origin, '$.message_id')=?", [(m,) for m in message_ids]
+            )
+            return cur.rowcount
+
+    @shielded
+    async def forget_thread(self, thread_id: str) -> int:
+        async with self._db.tx() as db:
+            cur = await db.execute("DELETE FROM memory_inbox WHERE thread_id=?", (thread_id,))
+            return cur.rowcount
+
+    @shielded
+    async def forget_guild(self, guild_id: str) -> int:
+        async with self._db.tx() as db:
+            cur = await db.execute("DELETE FROM memory_inbox WHERE json_extract(origin, '$.guild_id')=?", (guild_id,))
+            return cur.rowcount

@@ -47,6 +47,10 @@ CREATE TABLE IF NOT EXISTS usage (
     completion_tokens INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (guild_id, user_id, day)
 );
+CREATE TABLE IF NOT EXISTS removed_guilds (
+    guild_id TEXT PRIMARY KEY,
+    removed_at REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS guild_settings (
     guild_id TEXT PRIMARY KEY,
     version INTEGER NOT NULL,

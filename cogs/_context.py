@@ -1,0 +1,141 @@
+"""What the model is shown besides the conversation: reply chains, recent channel messages, thread starters.
+
+Not an extension: helpers for the chat cog. Everything here becomes :class:`~bot.engine.state.Quote`s:
+context for one answer, quoted (never instructions), never stored in the thread and never learned.
+
+- **Reply chain**: the message replied to (with its author), then the message *it* replied to, up to
+  ``discord.reply_chain_depth`` messages; from the gateway payload (``referenced_message``), discord.py's
+  message cache, or the REST API.
+- **Channel context** (server channels): the messages of the channel since the bot last spoke there,
+  newest first until ``channel_context_messages`` or ``channel_context_tokens`` is reached, shown oldest
+  first; from discord.py's cache when it reaches back far enough (the cache is a contiguous recent
+  window per channel), else one history request. System messages (joins, pins) are skipped.
+- **Thread starter**: for a thread started from a message, that message (fetched once per thread).
+
+Whose words are left out is decided by the engine (people in private mode); the cog only collects.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import discord
+
+from bot.engine.recall import estimate_tokens
+from bot.engine.state import Quote
+
+log = logging.getLogger(__name__)
+
+QUOTE_CHARS = 1000  # one context message is cut at this many characters
+_UNSAFE_NAME = re.compile(r"[\[\]|`\x00-\x1f\x7f-\x9f\u2028\u2029]")
+CHAT_TYPES = (discord.MessageType.default, discord.MessageType.reply, discord.MessageType.thread_starter_message)
+
+
+def speaker_name(member: discord.abc.User) -> str:
+    """The display name, cleaned so it cannot forge the ``[Name | user ID]`` header or break a line."""
+    return _UNSAFE_NAME.sub("", member.display_name).strip()[:64] or f"user {member.id}"
+
+
+def quote_of(message: discord.Message, kind: str) -> Quote:
+    text = message.clean_content.strip()
+    if message.attachments:
+        text += "".join(f"\n[attached {a.filename}]" for a in message.attachments)
+    if len(text) > QUOTE_CHARS:
+        text = text[:QUOTE_CHARS] + " [cut]"
+    return Quote(author_id=str(message.author.id), author_name=speaker_name(message.author), text=text or "(no text)",
+                 kind=kind, is_bot=message.author.bot, message_id=str(message.id))
+
+
+def _cached(bot: discord.Client, message_id: int) -> discord.Message | None:
+    return discord.utils.get(reversed(bot.cached_messages), id=message_id)
+
+
+async def _fetch(bot: discord.Client, channel_id: int, message_id: int) -> discord.Message | None:
+    found = _cached(bot, message_id)
+    if found is not None:
+        return found
+    channel = bot.get_channel(channel_id)
+    if channel is None or not hasattr(channel, "fetch_message"):
+        return None
+    try:
+        return await channel.fetch_message(message_id)
+    except discord.HTTPException as exc:
+        log.debug("cannot fetch message %s in channel %s: %s", message_id, channel_id, exc)
+        return None
+
+
+async def reply_chain(bot: discord.Client, message: discord.Message, depth: int) -> list[Quote]:
+    """The message replied to and the chain above it, oldest first (at most ``depth`` messages)."""
+    chain: list[Quote] = []
+    ref = message.reference
+    while ref is not None and ref.message_id is not None and len(chain) < depth:
+        resolved = ref.resolved if isinstance(ref.resolved, discord.Message) else None
+        if resolved is None and not isinstance(ref.resolved, discord.DeletedReferencedMessage):
+            resolved = await _fetch(bot, ref.channel_id, ref.message_id)
+        if resolved is None:
+            break
+        chain.append(quote_of(resolved, "reply"))
+        ref = resolved.reference
+    return list(reversed(chain))
+
+
+async def channel_context(bot: discord.Client, before: discord.Message, *, count: int, tokens: int) -> list[Quote]:
+    """Recent messages of ``before``'s channel since the bot last spoke there, oldest first."""
+    if count <= 0 or tokens <= 0 or before.guild is None:
+        return []
+    channel = before.channel
+    me = bot.user
+    cached = sorted((m for m in bot.cached_messages if m.channel.id == channel.id and m.id < before.id),
+                    key=lambda m: m.id, reverse=True)
+    picked, complete = _take(cached, me, count, tokens)
+    if not complete:
+        try:
+            history = [m async for m in channel.history(limit=count + 1, before=before)]
+            picked, _ = _take(history, me, count, tokens)
+        except discord.HTTPException as exc:  # no Read Message History here: the cache is what there is
+            log.info("no channel history for context in %s: %s", channel.id, exc)
+    return [quote_of(m, "channel") for m in reversed(picked)]
+
+
+def _take(newest_first: list[discord.Message], me, count: int, tokens: int) -> tuple[list[discord.Message], bool]:
+    """Messages until the bot's own, ``count`` or the token cap; and whether that end was reached."""
+    picked: list[discord.Message] = []
+    used = 0
+    for m in newest_first:
+        if me is not None and m.author.id == me.id:
+            return picked, True
+        if m.type not in CHAT_TYPES:
+            continue
+        cost = estimate_tokens(m.clean_content) + 8
+        if len(picked) >= count or used + cost > tokens:
+            return picked, True
+        picked.append(m)
+        used += cost
+    return picked, False
+
+
+class StarterCache:
+    """The message each thread was started from, fetched once per thread (None when there is none)."""
+
+    def __init__(self, limit: int = 2000) -> None:
+        self.limit = limit
+        self._known: dict[int, Quote | None] = {}
+
+    async def get(self, bot: discord.Client, thread: discord.Thread) -> Quote | None:
+        if thread.id in self._known:
+            return self._known[thread.id]
+        message = thread.starter_message
+        if message is None and thread.parent is not None and hasattr(thread.parent, "fetch_message"):
+            try:  # a thread started from a message has that message's ID, in the parent channel
+                message = await thread.parent.fetch_message(thread.id)
+            except discord.HTTPException:
+                message = None
+        quote = quote_of(message, "starter") if message is not None else None
+        if len(self._known) >= self.limit:
+            self._known.clear()
+        self._known[thread.id] = quote
+        return quote
+
+    def forget(self, thread_id: int) -> None:
+        self._known.pop(thread_id, None)

@@ -1,0 +1,139 @@
+"""Turns per channel: every addressed message lands in one, and quick follow-ups share one answer.
+
+Not an extension: a helper the chat cog uses. Why it is shaped like this:
+
+- **A lone message is never delayed.** A message from someone who has not written in this channel for
+  ``gather_seconds`` starts its turn at once (if nothing is ahead of it), so reply latency is what it was.
+- **Follow-ups are answered together.** A message from the same person that arrives while their turn
+  is still being answered (the answer not yet delivered) joins that turn: the attempt in flight is
+  cancelled (its model call stopped, a streamed preview kept for the new answer) and the turn starts
+  again with every message, once the person has been quiet for ``gather_seconds``. A message within
+  ``gather_seconds`` of their previous one that finds no turn in flight waits for that same quiet
+  moment, so "hey" / "can you help with my CV?" / "hello??" get one answer. Both targets hold because
+  only a message that *is* a follow-up ever waits.
+- **Bounded without silence.** At most ``max_waiting`` turns wait per channel; a message that would
+  open one more is refused here, and the caller records it in the conversation (heard, not answered)
+  with a notice. A person's further messages join their waiting turn without opening another.
+- Turns run one at a time per channel, in arrival order, so the conversation reads as it happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass
+class Turn(Generic[T]):
+    """Messages of one person answered together; ``items`` in arrival order."""
+
+    author_id: int
+    items: list[T]
+    not_before: float = 0.0  # loop time: a follow-up waits for a quiet moment
+    attempt: asyncio.Task | None = None
+    delivered: bool = False  # the answer exists and is being sent: no more restarts
+    restart: bool = False
+    state: dict = field(default_factory=dict)  # what the runner keeps between attempts (a streamed preview)
+
+
+class ChannelTurns(Generic[T]):
+    """The waiting and running turns of one channel."""
+
+    def __init__(self, run: Callable[[Turn[T]], Awaitable[None]], *, gather_seconds: float, max_waiting: int) -> None:
+        self.run = run
+        self.gather = gather_seconds
+        self.max_waiting = max_waiting
+        self.waiting: deque[Turn[T]] = deque()
+        self.current: Turn[T] | None = None
+        self.worker: asyncio.Task | None = None
+        self.last_seen: dict[int, float] = {}  # person -> loop time of their latest message here
+
+    @property
+    def idle(self) -> bool:
+        now = asyncio.get_running_loop().time()
+        quiet = all(now - t > self.gather for t in self.last_seen.values())
+        return not self.waiting and self.current is None and (self.worker is None or self.worker.done()) and quiet
+
+    def offer(self, author_id: int, item: T) -> bool:
+        """Put a message into a turn; False when the channel already has ``max_waiting`` turns waiting."""
+        now = asyncio.get_running_loop().time()
+        previous = self.last_seen.get(author_id)
+        follow_up = previous is not None and now - previous <= self.gather
+        current = self.current
+        if current is not None and current.author_id == author_id and not current.delivered:
+            current.items.append(item)
+            current.not_before = now + self.gather
+            current.restart = True
+            if current.attempt is not None and not current.attempt.done():
+                current.attempt.cancel()  # answered again, with everything, once they pause
+            self.last_seen[author_id] = now
+            return True
+        for turn in self.waiting:
+            if turn.author_id == author_id:
+                turn.items.append(item)
+                if follow_up:
+                    turn.not_before = max(turn.not_before, now + self.gather)
+                self.last_seen[author_id] = now
+                return True
+        if len(self.waiting) >= self.max_waiting:
+            return False
+        self.last_seen[author_id] = now
+        self.waiting.append(Turn(author_id, [item], not_before=now + self.gather if follow_up else now))
+        if self.worker is None or self.worker.done():
+            self.worker = asyncio.create_task(self._work(), name="channel-turns")
+        return True
+
+    def remove(self, match: Callable[[T], bool]) -> list[T]:
+        """Take matching messages out of waiting turns and the undelivered one (deleted before an answer)."""
+        removed: list[T] = []
+        for turn in list(self.waiting):
+            removed += [i for i in turn.items if match(i)]
+            turn.items = [i for i in turn.items if not match(i)]
+            if not turn.items:
+                self.waiting.remove(turn)
+        current = self.current
+        if current is not None and not current.delivered and any(match(i) for i in current.items):
+            removed += [i for i in current.items if match(i)]
+            current.items = [i for i in current.items if not match(i)]
+            current.restart = bool(current.items)
+            if current.attempt is not None and not current.attempt.done():
+                current.attempt.cancel()
+        return removed
+
+    def items(self) -> list[T]:
+        """Every message not yet answered (for edits)."""
+        turns = ([self.current] if self.current is not None and not self.current.delivered else []) + list(self.waiting)
+        return [i for t in turns for i in t.items]
+
+    async def _wait_until(self, turn: Turn[T]) -> None:
+        loop = asyncio.get_running_loop()
+        while (delay := turn.not_before - loop.time()) > 0:  # the window moves while they keep typing
+            await asyncio.sleep(delay)
+
+    async def _work(self) -> None:
+        while self.waiting:
+            turn = self.waiting[0]
+            await self._wait_until(turn)
+            if not self.waiting or self.waiting[0] is not turn:
+                continue
+            self.waiting.popleft()
+            self.current = turn
+            try:
+                while turn.items:
+                    turn.restart = False
+                    turn.attempt = asyncio.create_task(self.run(turn))
+                    await asyncio.wait([turn.attempt])
+                    if not turn.restart:
+                        if not turn.attempt.cancelled() and turn.attempt.exception() is not None:
+                            log.error("a turn failed", exc_info=turn.attempt.exception())
+                        break
+                    await self._wait_until(turn)
+            finally:
+                self.current = None

@@ -1,0 +1,119 @@
+"""Edits and deletions on Discord, honoured in what the bot keeps.
+
+Raw gateway events are used throughout, so a message that is not in discord.py's cache (sent before a
+restart, or pushed out of the cache) is handled the same as one that is:
+
+- ``MESSAGE_UPDATE`` with new ``content``: the stored message, a waiting one, and its queued learning
+  take the new text; what was learned from the old text is learned again (``ChatEngine.edit_message``).
+  Updates without ``content`` (embeds resolving, pins) change nothing.
+- ``MESSAGE_DELETE`` / ``MESSAGE_DELETE_BULK``: the messages leave the waiting turns, the conversation
+  (with the bot's answers to them; a deleted bot reply leaves alone), any summary built from them, the
+  learning queue, and every memory learned only from them, with the files compacted as after a wipe.
+- ``CHANNEL_DELETE`` / ``THREAD_DELETE``: that conversation is deleted.
+- ``GUILD_DELETE`` without ``unavailable`` (the bot was removed): the server's data is deleted after
+  ``retention.removed_server_days``; with ``unavailable: true`` (an outage) nothing happens.
+  ``GUILD_CREATE`` (the bot is back) cancels a pending deletion.
+
+Messages never stored, in channels never seen, already deleted, or deleted before they were handled cost
+a lookup and change nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import discord
+from discord.ext import commands
+
+from bot.client import MemoryBot
+
+log = logging.getLogger(__name__)
+
+
+class MessageEvents(commands.Cog):
+    """Keeps stored conversations, the learning queue and memories in step with Discord."""
+
+    def __init__(self, bot: MemoryBot) -> None:
+        self.bot = bot
+        self.engine = bot.engine
+
+    def _chat(self):
+        return self.bot.get_cog("Chat")
+
+    @commands.Cog.listener()
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        content = payload.data.get("content")
+        if content is None:
+            return
+        author = payload.data.get("author") or {}
+        me = self.bot.user
+        if me is not None and str(author.get("id")) == str(me.id):
+            return  # the bot's own streaming edits
+        chat = self._chat()
+        if chat is not None:
+            chat.edited(payload.channel_id, payload.message_id, content)
+        try:
+            text = content
+            if chat is not None:
+                text = await chat.build_input(payload.message, content)
+            changed = await self.engine.changes.edit_message(str(payload.channel_id), str(payload.message_id), text)
+        except Exception:  # noqa: BLE001 - one failed edit must not stop the others
+            log.exception("applying the edit of message %s failed", payload.message_id)
+            return
+        if changed:
+            log.info("applied the edit of message %s in channel %s", payload.message_id, payload.channel_id)
+
+    @commands.Cog.listener()
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        await self._deleted(payload.channel_id, {payload.message_id})
+
+    @commands.Cog.listener()
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        await self._deleted(payload.channel_id, set(payload.message_ids))
+
+    async def _deleted(self, channel_id: int, message_ids: set[int]) -> None:
+        chat = self._chat()
+        if chat is not None:
+            chat.deleted(channel_id, message_ids)
+        try:
+            await self.engine.changes.forget_messages(str(channel_id), {str(i) for i in message_ids})
+        except Exception:  # noqa: BLE001 - logged; the next delete is handled all the same
+            log.exception("erasing %d deleted messages in channel %s failed", len(message_ids), channel_id)
+
+    @commands.Cog.listener()
+    async def on_guild_channel_delete(self, channel: discord.abc.GuildChannel) -> None:
+        await self._thread_gone(channel.id)
+
+    @commands.Cog.listener()
+    async def on_raw_thread_delete(self, payload: discord.RawThreadDeleteEvent) -> None:
+        await self._thread_gone(payload.thread_id)
+
+    async def _thread_gone(self, channel_id: int) -> None:
+        chat = self._chat()
+        if chat is not None:
+            chat.channel_gone(channel_id)
+        try:
+            await self.engine.changes.forget_thread(str(channel_id))
+        except Exception:  # noqa: BLE001
+            log.exception("deleting the conversation of channel %s failed", channel_id)
+
+    @commands.Cog.listener()
+    async def on_guild_remove(self, guild: discord.Guild) -> None:
+        """A real removal (discord.py sends ``guild_unavailable`` instead for an outage)."""
+        log.info("removed from server %s; its data is deleted after the retention period", guild.id)
+        try:
+            await self.engine.changes.server_removed(str(guild.id))
+        except Exception:  # noqa: BLE001
+            log.exception("recording the removal from server %s failed", guild.id)
+
+    @commands.Cog.listener()
+    async def on_guild_join(self, guild: discord.Guild) -> None:
+        await self.engine.changes.server_back(str(guild.id))
+
+    @commands.Cog.listener()
+    async def on_guild_available(self, guild: discord.Guild) -> None:
+        await self.engine.changes.server_back(str(guild.id))
+
+
+async def setup(bot: MemoryBot) -> None:
+    await bot.add_cog(MessageEvents(bot))

@@ -1,0 +1,169 @@
+"""No addressed message is dropped: follow-ups answered together, limits that record instead of ignoring."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from langchain_core.messages import HumanMessage
+
+from cogs.chat import BUSY, OUT_OF_BUDGET, SLOW_DOWN
+from cogs._gate import TokenBucket
+from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, LISTED, rig
+from tests.conftest import Call, ScriptedChatModel, default_script
+from tests.fakes import discord_harness as dh
+
+CAROL = dh.user(804, "carol", global_name="Carol")
+
+
+async def humans(r, channel: int = GENERAL) -> list[str]:
+    state = await r.engine.thread_state(str(channel))
+    return [m.text for m in state.get("messages", []) if isinstance(m, HumanMessage)]
+
+
+async def until(predicate, timeout: float = 15.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < end, "condition not reached"
+        await asyncio.sleep(0.02)
+
+
+def thinking(call: Call):
+    if not call.is_extraction:
+        time.sleep(0.3)  # a model call takes longer than the person takes to type a follow-up
+    return default_script(call)
+
+
+async def test_three_quick_messages_get_one_reply_that_saw_all_of_them(tmp_path):
+    async with rig(tmp_path, chat_model=ScriptedChatModel(thinking), discord={"gather_seconds": 0.4}) as r:
+        for text in ("hey", "can you help with my CV?", "hello??"):
+            r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, text))
+            await asyncio.sleep(0.05)
+        await until(lambda: r.h.sent_messages(GENERAL))
+        await r.h.settle(quiet=0.6)
+        (reply,) = r.h.sent_messages(GENERAL)
+        prompt = r.model.chat_calls[-1].prompt_text  # an attempt cut short by a follow-up came before it
+        assert prompt.index("> hey") < prompt.index("> can you help with my CV?") < prompt.index("> hello??")
+        assert prompt.count("[Alice | user 802]") == 3  # each message under its own author header
+        assert await humans(r) == ["hey", "can you help with my CV?", "hello??"]
+
+
+async def test_a_lone_message_does_not_wait_for_the_gathering_window(tmp_path):
+    # A 30-second window: if a lone message waited for it, settle() would return with no reply.
+    async with rig(tmp_path, discord={"gather_seconds": 30}) as r:
+        await r.h.send_message(r.mentioning(ALICE, "just one question"))
+        assert len(r.h.sent_messages(GENERAL)) == 1
+
+
+async def test_a_follow_up_while_answering_restarts_the_turn_into_one_reply(tmp_path):
+    gate = threading.Event()
+
+    def slow(call: Call):
+        if not call.is_extraction and "second part" not in call.prompt_text:
+            gate.wait(5)  # the first attempt is still thinking when the follow-up arrives
+        return default_script(call)
+
+    async with rig(tmp_path, chat_model=ScriptedChatModel(slow), discord={"gather_seconds": 0.2}) as r:
+        r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, "first part"))
+        await until(lambda: len(r.model.chat_calls) == 1)
+        r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, "second part"))
+        await asyncio.sleep(0.05)
+        gate.set()
+        await until(lambda: r.h.sent_messages(GENERAL))
+        await r.h.settle(quiet=0.4)
+        (reply,) = r.h.sent_messages(GENERAL)
+        assert reply.content.endswith("second part")
+        assert "first part" in r.model.chat_calls[-1].prompt_text
+        assert await humans(r) == ["first part", "second part"]  # the restart did not store it twice
+        state = await r.engine.thread_state(str(GENERAL))
+        assert len([m for m in state["messages"] if not isinstance(m, HumanMessage)]) == 1
+
+
+async def test_other_people_are_answered_in_their_own_turns_in_order(tmp_path):
+    async with rig(tmp_path, discord={"gather_seconds": 0.2}) as r:
+        r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, "alice asks"))
+        r.h.feed("MESSAGE_CREATE", r.mentioning(BOB, "bob asks"))
+        await until(lambda: len(r.h.sent_messages(GENERAL)) == 2)
+        sent = r.h.sent_messages(GENERAL)
+        assert sent[0].content.endswith("alice asks") and sent[1].content.endswith("bob asks")
+
+
+async def test_over_the_bucket_messages_are_heard_with_one_notice_and_known_next_time(tmp_path):
+    async with rig(tmp_path, limits={"burst": 2, "refill_seconds": 3600}) as r:
+        for i in range(5):
+            await r.h.send_message(r.mentioning(ALICE, f"message {i}"))
+        sent = r.h.sent_messages(GENERAL)
+        assert [s.content for s in sent].count(SLOW_DOWN) == 1  # one notice per burst
+        assert len(r.model.chat_calls) == 2
+        assert await humans(r) == [f"message {i}" for i in range(5)]  # nothing said is lost
+        r.bot.get_cog("Chat").bucket = TokenBucket(2, 3600)  # refilled
+        await r.h.send_message(r.mentioning(ALICE, "and now?"))
+        prompt = r.model.chat_calls[-1].prompt_text
+        assert all(f"> message {i}" in prompt for i in range(5))
+        await r.engine.scheduler.flush()
+        learned = r.model.extraction_calls[-1].prompt_text
+        assert "message 4" in learned  # heard messages are learned from like any other
+
+
+def test_token_bucket_allows_a_burst_then_refills():
+    now = [0.0]
+    bucket = TokenBucket(2, 10.0, clock=lambda: now[0])
+    assert [bucket.take(1) for _ in range(3)] == [True, True, False]
+    assert bucket.take(2) is True  # per person
+    now[0] = 10.0
+    assert [bucket.take(1) for _ in range(2)] == [True, False]
+    assert TokenBucket(0, 10.0).take(1) is True  # burst 0: no limit
+
+
+async def test_a_full_channel_records_the_message_and_says_so(tmp_path):
+    gate = threading.Event()
+
+    def blocked(call: Call):
+        if not call.is_extraction:
+            gate.wait(5)
+        return default_script(call)
+
+    async with rig(tmp_path, chat_model=ScriptedChatModel(blocked), limits={"max_waiting_turns": 1}) as r:
+        r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, "alice first"))
+        await until(lambda: len(r.model.chat_calls) == 1)
+        r.h.feed("MESSAGE_CREATE", r.mentioning(BOB, "bob waits"))
+        r.h.feed("MESSAGE_CREATE", r.mentioning(CAROL, "carol is one too many"))
+        await until(lambda: any(s.content == BUSY for s in r.h.sent_messages(GENERAL)))
+        gate.set()
+        await until(lambda: len(r.h.sent_messages(GENERAL)) == 3)
+        await r.h.settle(quiet=0.3)
+        assert "carol is one too many" in await humans(r)
+        assert [s.content for s in r.h.sent_messages(GENERAL)].count(BUSY) == 1
+
+
+async def test_a_member_budget_stops_that_member_only(tmp_path):
+    async with rig(tmp_path, limits={"member_daily_tokens": 30}) as r:
+        await r.h.send_message(r.mentioning(ALICE, "a first question that uses the budget up"))
+        await r.h.send_message(r.mentioning(ALICE, "another one"))
+        assert r.h.sent_messages(GENERAL)[-1].content == OUT_OF_BUDGET
+        assert "another one" in await humans(r)  # recorded all the same
+        await r.h.send_message(r.mentioning(BOB, "bob still gets answers"))
+        assert r.h.sent_messages(GENERAL)[-1].content.endswith("bob still gets answers")
+
+
+async def test_a_flood_of_100_messages_loses_nothing_and_keeps_the_bound(tmp_path):
+    people = [dh.user(900 + i, f"p{i}", global_name=f"P{i}") for i in range(10)]
+    async with rig(tmp_path, limits={"burst": 3, "refill_seconds": 3600, "max_waiting_turns": 4},
+                   discord={"respond_channels": [LISTED], "gather_seconds": 0.05},
+                   conversation={"summarize_after_messages": 1000, "summarize_after_tokens": 100_000}) as r:
+        chat = r.bot.get_cog("Chat")
+        most_waiting = 0
+        texts = []
+        for i in range(100):
+            text = f"flood {i}"
+            texts.append(text)
+            r.h.feed("MESSAGE_CREATE", r.msg(people[i % 10], text, channel_id=LISTED))
+            most_waiting = max(most_waiting, len(chat.turns_for(LISTED).waiting))
+        await r.h.settle(timeout=60, quiet=0.5)
+        assert most_waiting <= 4
+        assert sorted(await humans(r, LISTED)) == sorted(texts)  # every message is in the conversation
+        assert not r.h.errors
+        notices = [s for s in r.h.sent_messages(LISTED) if s.content in (SLOW_DOWN, BUSY)]
+        assert len(notices) <= len(people)  # at most one per person and burst

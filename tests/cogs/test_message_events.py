@@ -1,0 +1,247 @@
+"""cogs/message_events.py: edits, deletions, deleted channels and removed servers, through gateway payloads
+shaped as Discord documents them, on real SQLite files; deletions are checked byte by byte on disk."""
+
+from __future__ import annotations
+
+import time
+
+from langchain_core.messages import AIMessage, HumanMessage
+
+from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD, GUILD2, GUILD_ID, THREAD, rig
+from tests.cogs.test_memory_controls import files_containing
+from tests.conftest import Call, ScriptedChatModel, default_script
+from tests.fakes import discord_harness as dh
+
+
+def no_echo(call: Call):
+    """Replies that do not repeat what was said, so a byte search finds only what the bot kept of it."""
+    return default_script(call) if call.is_extraction or "Summarize" in call.messages[-1].text else "Noted!"
+
+
+def partial_update(payload: dict, content: str) -> dict:
+    """MESSAGE_UPDATE as Discord may send it: a subset of the message (no member, mentions, attachments)."""
+    return {"id": payload["id"], "channel_id": payload["channel_id"], "guild_id": payload.get("guild_id"),
+            "type": payload["type"], "author": payload["author"], "content": content,
+            "edited_timestamp": dh.discord.utils.utcnow().isoformat()}
+
+
+async def settle(r) -> None:
+    """Wait for the bot to be idle; erasures wait on database threads, so allow a longer quiet spell."""
+    await r.h.settle(timeout=20, quiet=0.3)
+
+
+def delete(payload: dict) -> dict:
+    return {"id": payload["id"], "channel_id": payload["channel_id"], "guild_id": payload.get("guild_id")}
+
+
+async def humans(r, channel: int = GENERAL) -> list[str]:
+    state = await r.engine.thread_state(str(channel))
+    return [m.text for m in state.get("messages", []) if isinstance(m, HumanMessage)]
+
+
+async def ais(r, channel: int = GENERAL) -> list[AIMessage]:
+    state = await r.engine.thread_state(str(channel))
+    return [m for m in state.get("messages", []) if isinstance(m, AIMessage)]
+
+
+async def contents(r, user: dict) -> list[str]:
+    return sorted(m.content for m in await r.engine.memories.list(str(user["id"])))
+
+
+def forget_cache(r) -> None:
+    """As after a restart: discord.py no longer holds the messages."""
+    r.bot._connection._messages.clear()
+
+
+async def test_an_edit_before_learning_is_what_gets_learned(tmp_path):
+    async with rig(tmp_path, chat_model=ScriptedChatModel(no_echo)) as r:
+        said = r.mentioning(ALICE, "I like tea_before_edit")
+        await r.h.send_message(said)
+        r.h.feed("MESSAGE_UPDATE", partial_update(said, f"{r.mention()} I like coffee_after_edit"))
+        await settle(r)
+        assert await humans(r) == ["I like coffee_after_edit"]
+        await r.engine.scheduler.flush()
+        assert await contents(r, ALICE) == ["I like coffee_after_edit"]
+        await r.engine.close()
+        r.engine.scheduler._closed = False
+        assert files_containing(r.data_dir, "tea_before_edit") == []
+
+
+async def test_an_edit_after_learning_replaces_what_was_learned_without_a_duplicate(tmp_path):
+    async with rig(tmp_path, chat_model=ScriptedChatModel(no_echo)) as r:
+        said = r.mentioning(ALICE, "I like tea_old_text")
+        await r.h.send_message(said)
+        await r.engine.scheduler.flush()  # one extraction per message: each memory cites its own message
+        await r.h.send_message(r.mentioning(ALICE, "I like rowing"))
+        await r.engine.scheduler.flush()
+        assert await contents(r, ALICE) == ["I like rowing", "I like tea_old_text"]
+        forget_cache(r)  # an edit of an uncached message is handled the same
+        r.h.feed("MESSAGE_UPDATE", partial_update(said, f"{r.mention()} I like coffee_new_text"))
+        await settle(r)
+        await r.engine.scheduler.flush()
+        assert await contents(r, ALICE) == ["I like coffee_new_text", "I like rowing"]
+        (new,) = [m for m in await r.engine.memories.list(str(ALICE["id"])) if "coffee" in m.content]
+        assert new.origin["message_id"] == said["id"]
+        assert files_containing(r.data_dir, "tea_old_text") == []
+
+
+async def test_an_uncached_delete_removes_message_answer_queue_and_memory_from_disk(tmp_path):
+    canary = "okapi_delete_4411"
+    async with rig(tmp_path) as r:
+        said = r.mentioning(ALICE, f"I like {canary}")
+        await r.h.send_message(said)
+        await r.engine.scheduler.flush()  # one extraction per message: each memory cites its own message
+        await r.h.send_message(r.mentioning(ALICE, "I like rowing"))
+        await r.h.send_message(r.mentioning(BOB, f"hello there"))
+        await r.engine.scheduler.flush()
+        assert f"I like {canary}" in await contents(r, ALICE)
+        await r.engine.close()
+        r.engine.scheduler._closed = False
+        assert files_containing(r.data_dir, canary)
+        forget_cache(r)
+        r.h.feed("MESSAGE_DELETE", delete(said))
+        await settle(r)
+        assert await humans(r) == ["I like rowing", "hello there"]
+        assert len(await ais(r)) == 2  # the answer to the deleted message went with it
+        assert await contents(r, ALICE) == ["I like rowing"]
+        assert files_containing(r.data_dir, canary) == []
+        # Deleting it again, or a message never stored, or in a channel never seen: nothing happens.
+        r.h.feed("MESSAGE_DELETE", delete(said))
+        r.h.feed("MESSAGE_DELETE", {"id": str(dh.snowflake()), "channel_id": str(GENERAL), "guild_id": str(GUILD_ID)})
+        r.h.feed("MESSAGE_DELETE", {"id": str(dh.snowflake()), "channel_id": "123456", "guild_id": str(GUILD_ID)})
+        r.h.feed("MESSAGE_UPDATE", partial_update(said, "edited after deletion"))
+        await settle(r)
+        assert await humans(r) == ["I like rowing", "hello there"]
+        assert await contents(r, ALICE) == ["I like rowing"]
+
+
+async def test_a_pending_turn_is_deleted_before_it_is_learned(tmp_path):
+    async with rig(tmp_path) as r:
+        said = r.mentioning(ALICE, "I like pending_canary_9")
+        await r.h.send_message(said)
+        r.h.feed("MESSAGE_DELETE", delete(said))
+        await settle(r)
+        assert await r.engine.inbox.pending() == []
+        await r.engine.scheduler.flush()
+        assert await contents(r, ALICE) == []
+        assert files_containing(r.data_dir, "pending_canary_9") == []
+
+
+async def test_bulk_delete_and_a_summary_built_from_the_deleted_messages(tmp_path):
+    async with rig(tmp_path, conversation={"summarize_after_messages": 6, "keep_messages": 2}) as r:
+        first = r.mentioning(ALICE, "bkcanary1 here")
+        second = r.mentioning(BOB, "bkcanary2 here")
+        for payload in (first, second):
+            await r.h.send_message(payload)
+        for i in range(3):
+            await r.h.send_message(r.mentioning(ALICE, f"filler {i}"))
+        await r.engine.close()  # the summary tail has run: it was built from the first messages
+        r.engine.scheduler._closed = False
+        state = await r.engine.thread_state(str(GENERAL))
+        assert "bkcanary1" in state["summary"]
+        r.h.feed("MESSAGE_DELETE_BULK", {"ids": [first["id"], second["id"]], "channel_id": str(GENERAL),
+                                         "guild_id": str(GUILD_ID)})
+        await settle(r)
+        state = await r.engine.thread_state(str(GENERAL))
+        assert not state.get("summary")
+        assert files_containing(r.data_dir, "bkcanary1") == [] and files_containing(r.data_dir, "bkcanary2") == []
+        await r.h.send_message(r.mentioning(ALICE, "still talking"))
+        assert r.h.sent_messages(GENERAL)[-1].content.endswith("still talking")
+
+
+async def test_a_moderator_deleting_the_bots_reply_removes_it_from_the_conversation(r):
+    said = r.mentioning(ALICE, "tell me a joke")
+    await r.h.send_message(said)
+    (reply,) = r.h.sent_messages(GENERAL)
+    r.h.feed("MESSAGE_DELETE", {"id": reply.message["id"], "channel_id": str(GENERAL), "guild_id": str(GUILD_ID)})
+    await settle(r)
+    assert await ais(r) == []
+    assert await humans(r) == ["tell me a joke"]  # what Alice said stays
+
+
+async def test_a_delete_arriving_while_the_message_waits_leaves_nothing(tmp_path):
+    async with rig(tmp_path) as r:
+        said = r.mentioning(ALICE, "I like out_of_order_canary")
+        r.h.feed("MESSAGE_CREATE", said)
+        r.h.feed("MESSAGE_DELETE", delete(said))  # before the create was handled
+        await settle(r)
+        assert r.h.sent_messages(GENERAL) == []
+        assert await humans(r) == []
+        await r.engine.scheduler.flush()
+        assert await contents(r, ALICE) == []
+
+
+async def test_deleted_thread_and_channel_lose_their_conversation(tmp_path):
+    async with rig(tmp_path) as r:
+        await r.h.send_message(r.mentioning(ALICE, "in the thread", channel_id=THREAD))
+        await r.h.send_message(r.mentioning(ALICE, "in general"))
+        assert await humans(r, THREAD) == ["in the thread"]
+        r.h.feed("THREAD_DELETE", {"id": str(THREAD), "guild_id": str(GUILD_ID), "parent_id": str(GENERAL), "type": 11})
+        await settle(r)
+        assert await humans(r, THREAD) == []
+        r.h.feed("CHANNEL_DELETE", dict(dh.text_channel(GENERAL, GUILD_ID, "general")))
+        await settle(r)
+        assert await humans(r, GENERAL) == []
+        assert files_containing(r.data_dir, "in the thread") == [] and files_containing(r.data_dir, "in general") == []
+
+
+async def test_an_outage_keeps_everything_and_a_removal_deletes_after_the_retention(tmp_path):
+    async with rig(tmp_path) as r:
+        await r.h.send_message(r.mentioning(ALICE, "I like server_canary_1"))
+        await r.engine.scheduler.flush()
+        r.h.feed("GUILD_DELETE", {"id": str(GUILD_ID), "unavailable": True})
+        await settle(r)
+        assert await r.engine.storage.removed_guilds.due(time.time() + 10**9) == []
+        r.h.feed("GUILD_CREATE", r.h.guilds[GUILD_ID])
+        r.h.feed("GUILD_DELETE", {"id": str(GUILD_ID)})  # removed for good
+        await settle(r)
+        assert await contents(r, ALICE) == ["I like server_canary_1"]  # kept for the retention period
+    async with rig(tmp_path, guilds=(GUILD2,)) as r:  # a restart, without that server: the removal is on record
+        assert await r.engine.changes.sweep_removed_servers() == []  # not yet due
+        later = time.time() + 8 * 86400
+        assert await r.engine.changes.sweep_removed_servers(now=later) == [str(GUILD_ID)]
+        assert await contents(r, ALICE) == []
+        assert await humans(r) == []
+    assert files_containing(tmp_path / "data", "server_canary_1") == []
+
+
+async def test_removal_with_zero_retention_is_immediate_and_a_return_cancels_it(tmp_path):
+    async with rig(tmp_path, retention={"removed_server_days": 0}) as r:
+        await r.h.send_message(r.mentioning(ALICE, "I like server_canary_2"))
+        await r.engine.scheduler.flush()
+        r.h.feed("GUILD_DELETE", {"id": str(GUILD_ID)})
+        await settle(r)
+        assert await contents(r, ALICE) == []
+        assert files_containing(r.data_dir, "server_canary_2") == []
+    async with rig(tmp_path) as r:
+        await r.engine.changes.server_removed(str(GUILD_ID))
+        r.h.feed("GUILD_CREATE", GUILD)  # invited back before the deadline
+        await settle(r)
+        assert await r.engine.storage.removed_guilds.due(time.time() + 10**9) == []
+
+
+async def test_edit_delete_and_removal_on_every_backend(tmp_path, backend):
+    """The same rules through each storage backend (the byte checks above are SQLite's files)."""
+    async with rig(tmp_path, ScriptedChatModel(no_echo), backend, retention={"removed_server_days": 0}) as r:
+        edited = r.mentioning(ALICE, "I like tea_before")
+        await r.h.send_message(edited)
+        await r.engine.scheduler.flush()
+        doomed = r.mentioning(ALICE, "I like doomed_fact")
+        await r.h.send_message(doomed)
+        await r.engine.scheduler.flush()
+        assert await contents(r, ALICE) == ["I like doomed_fact", "I like tea_before"]
+        forget_cache(r)
+        r.h.feed("MESSAGE_UPDATE", partial_update(edited, f"{r.mention()} I like coffee_after"))
+        r.h.feed("MESSAGE_DELETE", delete(doomed))
+        await settle(r)
+        await r.engine.scheduler.flush()
+        assert await contents(r, ALICE) == ["I like coffee_after"]
+        assert await humans(r) == ["I like coffee_after"]
+        await r.h.send_message(r.mentioning(ALICE, "in the thread", channel_id=THREAD))
+        r.h.feed("THREAD_DELETE", {"id": str(THREAD), "guild_id": str(GUILD_ID), "parent_id": str(GENERAL), "type": 11})
+        await settle(r)
+        assert await humans(r, THREAD) == []
+        r.h.feed("GUILD_DELETE", {"id": str(GUILD_ID)})
+        await settle(r)
+        assert await contents(r, ALICE) == [] and await humans(r) == []
+        assert await r.engine.inbox.pending() == []
