@@ -166,6 +166,8 @@ class ChatEngine:
             await asyncio.sleep(ERASURE_POLL_SECONDS)
             try:
                 await self.eraser.resume()
+            except self.storage.transient_errors as exc:  # the outage is logged once, by storage
+                log.debug("checking the erasure journal waits for the database: %r", exc)
             except Exception:  # noqa: BLE001 - reading the journal failed; the next round tries again
                 log.exception("checking the erasure journal failed")
 
