@@ -1,4 +1,4 @@
-"""Command line: ``python -m bot [--config PATH] [run|sync|console|memories|stats|health]``.
+"""Command line: ``python -m bot [--config PATH] [run|sync|console|memories|stats|health|migrate-storage]``.
 
 Order of start-up: settings (exit 2 with one line on any problem) -> logging -> storage -> engine -> bot.
 """
@@ -29,7 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
     after = argparse.ArgumentParser(add_help=False)  # the same option after the command; not set unless given
     after.add_argument("--config", default=argparse.SUPPRESS, help="path to the TOML config")
     sub = p.add_subparsers(dest="command")
-    sub.add_parser("run", help="run the Discord bot (the default)", parents=[after])
+    run = sub.add_parser("run", help="run the Discord bot (the default)", parents=[after])
+    run.add_argument("--shards", help="run only these shards in this process, e.g. 0-3 (PostgreSQL only)")
+    run.add_argument("--shard-count", type=int, help="how many shards the bot has in all (with --shards)")
     sub.add_parser("sync", help="push the slash commands to Discord now, then exit", parents=[after])
     c = sub.add_parser("console", help="chat with the engine in this terminal (no Discord token needed)",
                        parents=[after])
@@ -41,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--yes", action="store_true", help="wipe without asking")
     sub.add_parser("stats", help="print usage, the learning backlog and activity, from the database", parents=[after])
     sub.add_parser("health", help="ask the running bot's health endpoint; exit 0 when healthy (Docker HEALTHCHECK)",
+                   parents=[after])
+    sub.add_parser("migrate-storage", help="copy the SQLite data directory (bot.data_dir) into the empty "
+                                          "PostgreSQL database at DATABASE_URL (storage.backend = \"postgres\")",
                    parents=[after])
     return p
 
@@ -157,6 +162,19 @@ def _health(settings: Settings) -> int:
     return 0 if healthy else 1
 
 
+async def _migrate_storage(settings: Settings) -> int:
+    if settings.storage.backend != "postgres":
+        sys.stderr.write('error: migrate-storage copies into PostgreSQL: set storage.backend = "postgres" '
+                         "and DATABASE_URL (bot.data_dir names the SQLite data directory to copy)\n")
+        return 2
+    from bot.storage.migrate import migrate_sqlite_to_postgres
+
+    done = await migrate_sqlite_to_postgres(settings)
+    _out(f"copied {done.threads} conversations, {done.items} memory-store items and {done.rows} rows "
+         f"({done.pending_turns} turns still to learn from) from {settings.bot.data_dir} into PostgreSQL")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = args.command or "run"
@@ -176,6 +194,14 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(settings.bot.log_level, settings.secret_values())
     from bot.storage import StorageBusy
 
+    from bot.sharding import ShardError, parse_shards
+
+    try:
+        shards = parse_shards(getattr(args, "shards", None), getattr(args, "shard_count", None),
+                              backend=settings.storage.backend)
+    except ShardError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
     try:
         if command in ("run", "sync"):
             from bot.client import StartupError, run_discord
@@ -183,12 +209,14 @@ def main(argv: list[str] | None = None) -> int:
 
             metrics = Metrics(active_channel_seconds=settings.monitoring.active_channel_seconds)
             try:
-                return asyncio.run(run_discord(settings, sync_only=command == "sync", metrics=metrics))
+                return asyncio.run(run_discord(settings, sync_only=command == "sync", metrics=metrics, shards=shards))
             except StartupError as exc:
                 sys.stderr.write(f"cannot start: {exc}\n")
                 return 1
         if command == "console":
             return asyncio.run(_console(settings, args.user, args.thread))
+        if command == "migrate-storage":
+            return asyncio.run(_migrate_storage(settings))
         if command == "memories":
             return asyncio.run(_memories(settings, args.action, args.user, args.yes))
         return asyncio.run(_stats(settings))

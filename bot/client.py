@@ -22,6 +22,7 @@ from bot.engine.service import ChatEngine, create_engine
 from bot.metrics import Metrics
 from bot.monitoring import Health, MonitoringServer
 from bot.settings import Settings
+from bot.sharding import ShardPlan
 from bot.engine.stores import Storage
 from bot.storage import open_storage
 
@@ -50,7 +51,8 @@ class MemoryBot(commands.Bot):
     """The bot: dependencies in, extensions loaded in ``setup_hook``. Works unchanged when sharded."""
 
     def __init__(
-        self, *, settings: Settings, engine: ChatEngine, storage: Storage, force_sync: bool = False, **kwargs
+        self, *, settings: Settings, engine: ChatEngine, storage: Storage, force_sync: bool = False,
+        syncs_commands: bool = True, **kwargs
     ) -> None:
         # A text-only bot: discord.py's warnings about missing voice libraries (PyNaCl, davey) would only
         # worry whoever reads the log.
@@ -69,6 +71,7 @@ class MemoryBot(commands.Bot):
         self.engine = engine
         self.storage = storage
         self.force_sync = force_sync
+        self.syncs_commands = syncs_commands  # one process of several: only the one with shard 0
         # Gateway connection per shard (None: the whole client), from discord.py's connect/disconnect events.
         self._links: dict[int | None, bool] = {}
         self.monitoring: MonitoringServer | None = None
@@ -78,7 +81,8 @@ class MemoryBot(commands.Bot):
             await self.load_extension(ext)
         if not self.force_sync:  # `python -m bot sync` only pushes commands: no memory work, no model calls
             await self.engine.start()
-        await self.sync_commands()
+        if self.syncs_commands or self.force_sync:
+            await self.sync_commands()
 
     def command_fingerprint(self, guild: discord.abc.Snowflake | None = None) -> str:
         """A hash of the command tree as Discord would receive it."""
@@ -184,9 +188,16 @@ class MemoryBot(commands.Bot):
         await super().close()
 
 
-async def run_discord(settings: Settings, *, sync_only: bool = False, metrics: Metrics | None = None) -> int:
+class ShardedMemoryBot(MemoryBot, commands.AutoShardedBot):
+    """The same bot running some of the shards (``--shards``); see ``bot.sharding``."""
+
+
+async def run_discord(
+    settings: Settings, *, sync_only: bool = False, metrics: Metrics | None = None, shards: ShardPlan | None = None
+) -> int:
     """Open storage, build the engine and the bot, run until stopped; return an exit code.
 
+    With ``shards`` this process runs only those shards; only the one with shard 0 syncs commands.
     Raises :class:`StartupError` (one line naming the cause) when Discord is unreachable or refuses the bot.
     """
     if settings.discord.api_base:
@@ -197,7 +208,14 @@ async def run_discord(settings: Settings, *, sync_only: bool = False, metrics: M
     # data directory's writer lock.
     async with open_storage(settings, writer=not sync_only) as storage:
         engine = create_engine(settings, storage, on_memory_change=None, metrics=metrics)
-        bot = MemoryBot(settings=settings, engine=engine, storage=storage, force_sync=sync_only)
+        if shards is None:
+            bot = MemoryBot(settings=settings, engine=engine, storage=storage, force_sync=sync_only)
+        else:
+            bot = ShardedMemoryBot(settings=settings, engine=engine, storage=storage, force_sync=sync_only,
+                                   shard_ids=list(shards.ids), shard_count=shards.count,
+                                   syncs_commands=shards.syncs_commands)
+            log.info("running shards %s of %d%s", ",".join(map(str, shards.ids)), shards.count,
+                     " (with shard 0: direct messages and command sync)" if shards.syncs_commands else "")
         if not sync_only and not await bot.start_monitoring(metrics):  # `sync` must not take the port
             return 1
         async with bot:

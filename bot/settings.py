@@ -113,6 +113,7 @@ class StorageSection(_Section):
     pool_max_size: int = Field(ge=2, le=200, default=10)
     pool_timeout_seconds: float = Field(gt=0, le=300, default=10.0)
     claim_lease_seconds: float = Field(ge=1, le=3600, default=60.0)
+    synchronous_commit: bool = True
 
 
 class MonitoringSection(_Section):

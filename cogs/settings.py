@@ -280,15 +280,6 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         await self._propose(interaction, f"Put {label} back to this bot's default?", reset(setting.value),
                             lambda p: f"{label}: back to the default")
 
-    @commands.Cog.listener()
-    async def on_guild_remove(self, guild: discord.Guild) -> None:
-        """Removed from a server (not an outage: discord.py reports those as unavailable): forget its settings."""
-        try:
-            if await self.service.forget(guild.id):
-                log.info("deleted the settings of server %s (the bot was removed)", guild.id)
-        except Exception:  # noqa: BLE001 - retried at the next removal; logged meanwhile
-            log.exception("could not delete the settings of server %s", guild.id)
-
 
 async def setup(bot: MemoryBot) -> None:
     await bot.add_cog(SettingsCommands(bot))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable
+from typing import Awaitable, Callable
 
 from langchain_core.messages import HumanMessage
 
@@ -37,6 +37,7 @@ class DiscordChanges:
         scheduler: ExtractionScheduler,
         thread_state: Callable,
         removed_server_days: float,
+        forget_settings: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         self.storage = storage
         self.conversations = conversations
@@ -45,6 +46,7 @@ class DiscordChanges:
         self.thread_state = thread_state
         self.memories = MemoryRepository(storage.store)
         self.removed_server_days = removed_server_days
+        self.forget_settings = forget_settings  # the server's /settings go with the rest of its data
         self._sweeper: asyncio.Task | None = None
         self.active = 0  # edits being applied right now (erasures are counted by the Eraser)
         # Edits and deletions are applied one at a time, in the order Discord sent them: an edit racing a
@@ -151,6 +153,8 @@ class DiscordChanges:
         swept = []
         for guild_id in await self.storage.removed_guilds.due(now - self.removed_server_days * 86400):
             await self.eraser.erase_guild(guild_id)
+            if self.forget_settings is not None:
+                await self.forget_settings(guild_id)
             await self.storage.removed_guilds.done(guild_id)
             swept.append(guild_id)
         return swept

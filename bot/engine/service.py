@@ -135,7 +135,8 @@ class ChatEngine:
         self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold, on_erase=self._inflight.mark_erased)
         self.changes = DiscordChanges(storage=storage, conversations=self.conversations, eraser=self.eraser,
                                       scheduler=self.scheduler, thread_state=self.thread_state,
-                                      removed_server_days=settings.retention.removed_server_days)
+                                      removed_server_days=settings.retention.removed_server_days,
+                                      forget_settings=self.guild_settings.forget)
 
     async def start(self) -> None:
         """Finish erasures and resume pending memory work left by a previous run; watch for wipe requests;
@@ -165,6 +166,8 @@ class ChatEngine:
             await asyncio.sleep(ERASURE_POLL_SECONDS)
             try:
                 await self.eraser.resume()
+            except self.storage.transient_errors as exc:  # the outage is logged once, by storage
+                log.debug("checking the erasure journal waits for the database: %r", exc)
             except Exception:  # noqa: BLE001 - reading the journal failed; the next round tries again
                 log.exception("checking the erasure journal failed")
 

@@ -1,6 +1,5 @@
-"""One bot process for the two-process /settings test: a real MemoryBot in the Discord harness whose
-server settings live in a shared PostgreSQL database (the rest of its storage is its own SQLite files
-until the PostgreSQL backend is on this branch; then ``storage.backend = "postgres"`` does all of it).
+"""One bot process for the two-process /settings test: a real MemoryBot in the Discord harness on the
+PostgreSQL backend, sharing one database with the other process.
 
 Driven over stdin/stdout, one command a line, one answer a line: ``go`` turns on "answer every message"
 in its own channels through real /settings interactions (Apply clicked); ``warm`` sends one message (so
@@ -12,7 +11,6 @@ answers how many were answered; ``quit``.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -21,63 +19,49 @@ from bot.client import MemoryBot
 from bot.engine.service import create_engine
 from bot.storage import open_storage
 from tests.cogs.conftest import ALICE, GUILD, GUILD2, GUILD_ID, OWNER
-from tests.conftest import ScriptedChatModel, default_script, make_settings
+from tests.conftest import Backend, ScriptedChatModel, default_script, make_settings
 from tests.fakes import discord_harness as dh
-from tests.storage.pg_guild_settings import TinyDb
 
 CHANNELS = {"a": [3100 + n for n in range(6)], "b": [3200 + n for n in range(6)]}
 EXTRA = {"a": 3199, "b": 3299}
 
 
 async def main(dsn: str, me: str, data_dir: Path) -> None:
-    from psycopg.rows import dict_row
-    from psycopg_pool import AsyncConnectionPool
-
-    from bot.storage.postgres.guild_settings import PostgresGuildSettings
-
-    settings = make_settings(data_dir, model={"streaming": False}, limits={"burst": 0},
-                             discord={"respond_channels": []}, server_settings={"cache_seconds": 3600})
-    pool = AsyncConnectionPool(dsn, min_size=1, max_size=4, open=False,
-                               kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row})
-    await pool.open(wait=True)
-    shared = PostgresGuildSettings(TinyDb(pool), dsn)
-    await shared.start()
+    settings = make_settings(data_dir, Backend("postgres", dsn), model={"streaming": False},
+                             limits={"burst": 0}, discord={"respond_channels": []},
+                             server_settings={"cache_seconds": 3600})
     ids = CHANNELS["a"] + CHANNELS["b"] + list(EXTRA.values())
     channels = [dh.text_channel(c, GUILD_ID, f"room-{c}") for c in ids]
-    try:
-        async with open_storage(settings) as storage:
-            storage = dataclasses.replace(storage, guild_settings=shared)
-            engine = create_engine(settings, storage, chat_model=ScriptedChatModel(default_script))
-            bot = MemoryBot(settings=settings, engine=engine, storage=storage)
-            h = await dh.start(bot, guilds=[dict(GUILD, channels=GUILD["channels"] + channels), GUILD2])
-            try:
-                say("ready")
-                other = "b" if me == "a" else "a"
-                while (command := (await line()).strip()) != "quit":
-                    if command == "go":
-                        for c in CHANNELS[me]:
-                            await turn_on(h, c)
-                        say("changed")
-                    elif command == "extra":
-                        await turn_on(h, EXTRA[me])
-                        say("changed")
-                    elif command == "warm":
-                        await h.send_message(dh.message(dh.snowflake(), EXTRA[other], dh.member(ALICE), "warming",
+    async with open_storage(settings) as storage:
+        engine = create_engine(settings, storage, chat_model=ScriptedChatModel(default_script))
+        bot = MemoryBot(settings=settings, engine=engine, storage=storage)
+        h = await dh.start(bot, guilds=[dict(GUILD, channels=GUILD["channels"] + channels), GUILD2])
+        try:
+            say("ready")
+            other = "b" if me == "a" else "a"
+            while (command := (await line()).strip()) != "quit":
+                if command == "go":
+                    for c in CHANNELS[me]:
+                        await turn_on(h, c)
+                    say("changed")
+                elif command == "extra":
+                    await turn_on(h, EXTRA[me])
+                    say("changed")
+                elif command == "warm":
+                    await h.send_message(dh.message(dh.snowflake(), EXTRA[other], dh.member(ALICE), "warming",
+                                                    guild_id=GUILD_ID))
+                    say("warm")
+                elif command == "check":
+                    answered = 0
+                    for c in CHANNELS[other] + [EXTRA[other]]:
+                        await h.send_message(dh.message(dh.snowflake(), c, dh.member(ALICE), "hello room",
                                                         guild_id=GUILD_ID))
-                        say("warm")
-                    elif command == "check":
-                        answered = 0
-                        for c in CHANNELS[other] + [EXTRA[other]]:
-                            sent = await h.send_message(dh.message(dh.snowflake(), c, dh.member(ALICE), "hello room",
-                                                                   guild_id=GUILD_ID))
-                            answered += any("hello room" in (s.content or "") for s in sent)
-                        say(json.dumps({"answered": answered, "errors": len(h.errors)}))
-            finally:
-                await engine.close()
-                await h.close()
-    finally:
-        await shared.close()
-        await pool.close()
+                        answered += await until(lambda c=c: any("hello room" in (s.content or "")
+                                                                for s in h.sent_messages(c)))
+                    say(json.dumps({"answered": answered, "errors": len(h.errors)}))
+        finally:
+            await engine.close()
+            await h.close()
 
 
 async def turn_on(h, channel_id: int) -> None:
@@ -87,7 +71,19 @@ async def turn_on(h, channel_id: int) -> None:
     prompt = res[-1]
     apply = next(b["custom_id"] for row in prompt.components for b in row["components"] if b.get("label") == "Apply")
     done = await h.click(apply, prompt.message, user=OWNER)
-    assert "Done" in done[-1].content, done[-1].content
+    responses = lambda: h.interaction_responses(int(done.interaction["id"]))  # noqa: E731
+    assert await until(lambda: any("Done" in (c.content or "") for c in responses())), responses()
+
+
+async def until(check, timeout: float = 15.0) -> bool:
+    """Wait (bounded) for what a PostgreSQL round trip may still be doing when the harness looks idle."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check():
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
 
 
 def say(text: str) -> None:

@@ -231,7 +231,12 @@ async def test_mod_log_channel_of_the_server_gets_purges_and_changes(r):
     assert "memory purge" in r.h.sent_messages(other_log)[-1].content
 
 
-async def test_settings_are_deleted_when_the_bot_is_removed_not_on_an_outage(r):
+async def test_settings_are_deleted_with_the_servers_data_not_on_an_outage(tmp_path):
+    async with rig(tmp_path, retention={"removed_server_days": 0}) as r:
+        await settings_deleted_with_the_server(r)
+
+
+async def settings_deleted_with_the_server(r):
     await apply(r, "learning", on=False)
     r.h.feed("GUILD_DELETE", {"id": str(GUILD_ID), "unavailable": True})  # an outage
     await r.h.settle()
@@ -259,3 +264,15 @@ async def test_a_failing_database_gets_an_apology_and_changes_nothing(r, caplog)
     assert any("changing the settings of server" in rec.getMessage() for rec in caplog.records)
     assert (await r.engine.guild_policy(GUILD_ID)).learning is True
     assert r.h.sent_messages(MODLOG) == []  # nothing changed, nothing audited
+
+
+async def test_settings_outlive_a_removal_until_the_retention_sweep(r):
+    import time
+
+    await apply(r, "learning", on=False)
+    r.h.feed("GUILD_DELETE", {"id": str(GUILD_ID)})  # removed; retention.removed_server_days is 7
+    await r.h.settle()
+    assert await r.engine.guild_settings.store.get(str(GUILD_ID)) is not None  # a re-invite would keep them
+    await r.engine.changes.sweep_removed_servers(now=time.time() + 8 * 86400)
+    assert await r.engine.guild_settings.store.get(str(GUILD_ID)) is None
+    assert (await r.engine.guild_policy(GUILD_ID)).learning is True  # and no process serves a stale copy

@@ -17,7 +17,6 @@ from bot.engine.guild_settings import (
 )
 from bot.engine.stores.guild_settings import ServerSettings
 from bot.storage import open_storage
-from tests.conftest import make_settings
 
 DEFAULTS = OperatorDefaults(respond_channels=frozenset({"10"}), mod_log_channel="20", daily_tokens=1000,
                             member_daily_tokens=0, max_persona_chars=50)
@@ -61,9 +60,17 @@ class Contended:
         self.listeners.append(notify)
 
 
+class Deaf(Contended):
+    """The store as seen by a process that missed every notification (a lost listener, say)."""
+
+    def subscribe(self, notify):
+        pass
+
+
 @pytest.fixture
-async def store(tmp_path):
-    async with open_storage(make_settings(tmp_path / "data")) as storage:
+async def store(settings):
+    """The real store of each backend (on PostgreSQL with its LISTEN connection running)."""
+    async with open_storage(settings) as storage:
         yield storage.guild_settings
 
 
@@ -138,7 +145,7 @@ async def test_a_change_elsewhere_reaches_the_cache_through_the_notification(sto
 
 async def test_without_a_notification_the_cache_expires(store):
     clock = Clock()
-    reader = GuildSettingsService(store, DEFAULTS, cache_seconds=60, clock=clock)
+    reader = GuildSettingsService(Deaf(store), DEFAULTS, cache_seconds=60, clock=clock)
     writer = GuildSettingsService(store, DEFAULTS, cache_seconds=60, clock=clock)
     assert (await reader.policy("1")).learning is True
     await writer.change("1", set_field("learning", False), by="7")

@@ -182,5 +182,13 @@ async def _skip() -> None:
     return None
 
 
+async def test_synchronous_commit_follows_the_config(tmp_path, pg_backend):
+    for wanted, shown in ((True, "on"), (False, "off")):
+        settings = make_settings(tmp_path, pg_backend, storage={"synchronous_commit": wanted})
+        async with open_storage(settings) as storage:
+            async with storage.store.conn.connection() as conn:
+                assert (await (await conn.execute("SHOW synchronous_commit")).fetchone())["synchronous_commit"] == shown
+
+
 def test_the_test_server_is_the_one_ci_uses():
     assert POSTGRES_SERVER.startswith("postgresql://")

@@ -10,18 +10,21 @@ import pytest
 
 from bot.engine.guild_settings import GuildSettingsService, OperatorDefaults, set_field
 from bot.engine.stores import ServerSettings
-from tests.storage.pg_guild_settings import create_database, drop_database, opened
+from tests.storage.pg_guild_settings import opened as _opened
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-async def dsn():
-    name = await create_database()
-    try:
-        yield name
-    finally:
-        await drop_database(name)
+def dsn(pg_backend) -> str:
+    """A fresh database on the test server (dropped afterwards): each process migrates it on open."""
+    return pg_backend.database_url
+
+
+@pytest.fixture
+def opened(tmp_path):
+    count = iter(range(100))
+    return lambda url: _opened(url, tmp_path / f"process-{next(count)}")
 
 
 async def eventually(check, timeout: float = 10.0) -> bool:
@@ -35,7 +38,7 @@ async def eventually(check, timeout: float = 10.0) -> bool:
     return False
 
 
-async def test_the_contract_on_postgres(dsn):
+async def test_the_contract_on_postgres(dsn, opened):
     async with opened(dsn) as gs:
         assert await gs.get("900") is None and await gs.count() == 0
         first = ServerSettings(guild_id="900", mentions_off=frozenset({"4"}), persona="Be kind.", version=1,
@@ -50,10 +53,10 @@ async def test_the_contract_on_postgres(dsn):
         assert await gs.delete("900") is True and await gs.delete("900") is False
 
 
-async def test_two_processes_changing_settings_at_once_lose_nothing(dsn):
+async def test_two_processes_changing_settings_at_once_lose_nothing(dsn, opened, tmp_path):
     count = 15
     procs = [await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.storage.pg_guild_settings", dsn, name, str(count), cwd=ROOT,
+        sys.executable, "-m", "tests.storage.pg_guild_settings", dsn, name, str(count), str(tmp_path / name), cwd=ROOT,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         for name in ("a", "b")]
     for p in procs:
@@ -70,7 +73,7 @@ async def test_two_processes_changing_settings_at_once_lose_nothing(dsn):
     assert record.version == 2 * count  # every change a version of its own: none overwrote another
 
 
-async def test_a_change_in_one_process_reaches_the_others_cache_at_once(dsn):
+async def test_a_change_in_one_process_reaches_the_others_cache_at_once(dsn, opened):
     async with opened(dsn) as mine, opened(dsn) as theirs:
         reader = GuildSettingsService(mine, OperatorDefaults(), cache_seconds=3600)  # trusts its cache long
         writer = GuildSettingsService(theirs, OperatorDefaults(), cache_seconds=3600)
@@ -89,7 +92,7 @@ async def test_a_change_in_one_process_reaches_the_others_cache_at_once(dsn):
         assert await eventually(forgotten)
 
 
-async def test_a_lost_listener_drops_every_cached_copy_and_comes_back(dsn):
+async def test_a_lost_listener_drops_every_cached_copy_and_comes_back(dsn, opened):
     import psycopg
 
     async with opened(dsn) as mine, opened(dsn) as theirs:
@@ -119,7 +122,7 @@ async def _is_set(event: asyncio.Event) -> bool:
     return event.is_set()
 
 
-async def test_two_bot_processes_take_settings_from_discord_at_once(dsn, tmp_path):
+async def test_two_bot_processes_take_settings_from_discord_at_once(dsn, opened, tmp_path):
     """Two real bots (harness-driven) on one PostgreSQL database: admins change settings in both at once
     through /settings; every change lands, and each bot then answers in the channels the *other* turned on,
     without a restart (the change reached its hour-long cache through NOTIFY)."""

@@ -120,12 +120,15 @@ def make_pool(dsn: str, config: StorageSection, outages: Outages) -> AsyncConnec
             outages.down(exc)
             raise
 
+    kwargs = dict(CONNECTION_KWARGS)
+    if not config.synchronous_commit:  # see config.toml: the SQLite backend's durability, far fewer fsyncs
+        kwargs["options"] = "-c synchronous_commit=off"
     return AsyncConnectionPool(
         dsn,
         min_size=config.pool_min_size,
         max_size=config.pool_max_size,
         timeout=config.pool_timeout_seconds,
-        kwargs=dict(CONNECTION_KWARGS),
+        kwargs=kwargs,
         check=check,
         configure=outages.configure,
         open=False,

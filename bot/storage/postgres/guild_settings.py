@@ -127,7 +127,11 @@ class PostgresGuildSettings:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the database went away: say so once, retry
-                if attempt == 0:
+                outages = getattr(self._db, "outages", None)  # the backend's one line per outage, if it has one
+                if outages is not None and isinstance(exc, psycopg.OperationalError):
+                    outages.down(exc)
+                    log.debug("lost the server-settings change listener (%r); retrying", exc)
+                elif attempt == 0:
                     log.warning("lost the server-settings change listener (%s); retrying",
                                 str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
                 self._deliver(None)

@@ -64,6 +64,9 @@ class PostgresLocks:
         self.sweep_seconds: float | None = max(0.5, lease_seconds / 4)
         self._conn: psycopg.AsyncConnection | None = None
         self._connecting = asyncio.Lock()
+        # Claims carry this process's token: the engine's in-process lock means a claim row of our own
+        # that we did not release (the database was away at the time) is stale, and can be taken back.
+        self.process = uuid.uuid4().hex[:16]
 
     async def close(self) -> None:
         if self._conn is not None:
@@ -97,8 +100,9 @@ class PostgresLocks:
                 "INSERT INTO bot_claims (user_id, owner, kind, lease_until)"
                 " VALUES (%s, %s, %s, now() + make_interval(secs => %s))"
                 " ON CONFLICT (user_id) DO UPDATE SET owner = EXCLUDED.owner, kind = EXCLUDED.kind,"
-                " lease_until = EXCLUDED.lease_until WHERE bot_claims.lease_until < now()"
-                " RETURNING user_id", (user_id, owner, kind, self.lease_seconds))
+                " lease_until = EXCLUDED.lease_until"
+                " WHERE bot_claims.lease_until < now() OR split_part(bot_claims.owner, ':', 1) = %s"
+                " RETURNING user_id", (user_id, owner, kind, self.lease_seconds, self.process))
             return await cur.fetchone() is not None
 
     async def _renew(self, claim: Claim) -> None:
@@ -117,7 +121,7 @@ class PostgresLocks:
 
     @asynccontextmanager
     async def person(self, user_id: str, *, kind: str, wait: bool) -> AsyncIterator[bool]:
-        claim = Claim(user_id, f"{kind}:{uuid.uuid4().hex}")
+        claim = Claim(user_id, f"{self.process}:{kind}:{uuid.uuid4().hex[:12]}")
         while not await self._try_claim(user_id, claim.owner, kind):
             if not wait:
                 yield False

@@ -1,0 +1,192 @@
+"""Storage benchmark: reply overhead on PostgreSQL against SQLite, and turns per second with one and
+with two bot processes on one PostgreSQL database at 100 concurrent channels.
+
+    .venv/bin/python -m benchmarks.storage           # about 3 minutes
+    .venv/bin/python -m benchmarks.storage --quick   # a smoke run
+
+The model answers at once (``BenchModel`` with no latency), so what is measured is the engine and its
+storage: loading the channel, the person's memories and settings, writing the checkpoint, the inbox and
+usage, and (in the throughput runs) the background memory extraction. Each PostgreSQL run gets a fresh
+database on ``MNEMO_TEST_POSTGRES`` (default 127.0.0.1:5432, user postgres), dropped afterwards. Lock and
+serialization errors are counted: any exception a reply raised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVER = os.environ.get("MNEMO_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def _settings(data_dir: Path, backend: str, dsn: str | None, pool_max: int = 10, sync: bool = True):
+    from pydantic import SecretStr
+
+    from bot.settings import Settings
+
+    settings = Settings.model_validate({
+        "bot": {"data_dir": str(data_dir)},
+        "memory": {"extraction_quiet_seconds": 0.2, "extraction_after_messages": 5, "semantic": "off"},
+        "limits": {"cooldown_seconds": 0},
+        "storage": {"backend": backend, "pool_min_size": 2, "pool_max_size": pool_max, "synchronous_commit": sync},
+    })
+    if dsn:
+        settings = settings.model_copy(update={"secrets": settings.secrets.model_copy(
+            update={"database_url": SecretStr(dsn)})})
+    return settings
+
+
+def fresh_database() -> tuple[str, str]:
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = f"mnemo_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(SERVER, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return name, make_conninfo(**{**conninfo_to_dict(SERVER), "dbname": name})
+
+
+def drop_database(name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(SERVER, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def _engine_run(settings, body):
+    from benchmarks.bench_model import BenchModel
+    from bot.engine.service import ChatEngine
+    from bot.storage import open_storage
+
+    async with open_storage(settings) as storage:
+        engine = ChatEngine(settings=settings, storage=storage, chat_model=BenchModel())
+        await engine.start()
+        try:
+            return await body(engine)
+        finally:
+            await engine.close()
+
+
+async def reply_latency(backend: str, turns: int, sync: bool = True) -> list[float]:
+    """Milliseconds per reply in one channel, after five warm-up turns."""
+    from bot.engine.state import Speaker
+
+    name, dsn = fresh_database() if backend == "postgres" else (None, None)
+    try:
+        async def body(engine) -> list[float]:
+            times = []
+            for i in range(turns + 5):
+                speaker = Speaker(user_id=str(i % 3), name=f"p{i % 3}", guild_id="900", channel_id="7")
+                start = time.perf_counter()
+                await engine.reply("7", speaker, f"I like benchmark item {i}")
+                if i >= 5:
+                    times.append((time.perf_counter() - start) * 1000)
+            return times
+
+        return await _engine_run(_settings(Path(tempfile.mkdtemp()), backend, dsn, sync=sync), body)
+    finally:
+        if name:
+            drop_database(name)
+
+
+async def worker(dsn: str, first: int, channels: int, turns: int) -> None:
+    """One process of the throughput run: READY, wait for GO on stdin, answer, DONE <turns> <errors>."""
+    from bot.engine.state import Speaker
+
+    async def body(engine) -> None:
+        sys.stdout.write("READY\n")
+        sys.stdout.flush()
+        await asyncio.to_thread(sys.stdin.readline)
+        errors = 0
+
+        async def channel(c: int) -> int:
+            nonlocal errors
+            done = 0
+            for i in range(turns):
+                speaker = Speaker(user_id=f"u{(c + i) % 20}", name="p", guild_id="900", channel_id=str(c))
+                try:
+                    await engine.reply(str(c), speaker, f"I like topic {c}-{i}")
+                    done += 1
+                except Exception:  # noqa: BLE001 - counted: a lock or serialization error, or any other
+                    errors += 1
+            return done
+
+        done = sum(await asyncio.gather(*(channel(c) for c in range(first, first + channels))))
+        sys.stdout.write(f"DONE {done} {errors}\n")
+        sys.stdout.flush()
+
+    await _engine_run(_settings(Path(tempfile.mkdtemp()), "postgres", dsn, pool_max=8), body)
+
+
+def throughput(processes: int, channels: int, turns: int) -> tuple[float, int]:
+    """Turns per second over all processes (GO to the last DONE), and the errors they counted."""
+    name, dsn = fresh_database()
+    try:
+        per = channels // processes
+        procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.storage", "worker", dsn, str(p * per), str(per),
+                                   str(turns)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                 for p in range(processes)]
+        for p in procs:
+            assert p.stdout.readline().strip() == "READY"
+        start = time.perf_counter()
+        for p in procs:
+            p.stdin.write("GO\n")
+            p.stdin.flush()
+        results = [p.stdout.readline().split() for p in procs]
+        elapsed = time.perf_counter() - start
+        for p in procs:
+            p.stdin.close()
+            p.wait(60)
+        done = sum(int(r[1]) for r in results)
+        return done / elapsed, sum(int(r[2]) for r in results)
+    finally:
+        drop_database(name)
+
+
+def table(title: str, header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    return "\n".join([title, line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args, rest = parser.parse_known_args()
+    if rest[:1] == ["worker"]:
+        asyncio.run(worker(rest[1], int(rest[2]), int(rest[3]), int(rest[4])))
+        return
+    turns = 30 if args.quick else 100
+    lat = {"sqlite": asyncio.run(reply_latency("sqlite", turns)),
+           "postgres": asyncio.run(reply_latency("postgres", turns)),
+           "async": asyncio.run(reply_latency("postgres", turns, sync=False))}
+    p50 = {b: statistics.median(v) for b, v in lat.items()}
+    p95 = {b: sorted(v)[int(0.95 * len(v)) - 1] for b, v in lat.items()}
+    print(table(f"Reply overhead with an instant model ({turns} turns, one channel, ms)",
+                ["metric", "sqlite", "postgres", "postgres/sqlite", "postgres, synchronous_commit off", "that/sqlite"],
+                [[m, f"{d['sqlite']:.1f}", f"{d['postgres']:.1f}", f"{d['postgres'] / d['sqlite']:.2f}x",
+                  f"{d['async']:.1f}", f"{d['async'] / d['sqlite']:.2f}x"] for m, d in (("p50", p50), ("p95", p95))]))
+    print()
+    per_channel = 3 if args.quick else 8
+    runs = 1 if args.quick else 3
+    one = [throughput(1, 100, per_channel) for _ in range(runs)]
+    two = [throughput(2, 100, per_channel) for _ in range(runs)]
+    t1, t2 = statistics.median(t for t, _ in one), statistics.median(t for t, _ in two)
+    print(table(f"Turns per second, 100 concurrent channels on one PostgreSQL database (median of {runs})",
+                ["processes", "turns/s", "vs one process", "errors"],
+                [["1", f"{t1:.0f}", "1.00x", str(sum(e for _, e in one))],
+                 ["2", f"{t2:.0f}", f"{t2 / t1:.2f}x", str(sum(e for _, e in two))]]))
+    print(f"\ncores on this machine: {os.cpu_count()}; load average: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
