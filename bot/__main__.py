@@ -192,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     if command == "health":  # no logging set-up, no storage: a probe that runs every few seconds
         return _health(settings)
     setup_logging(settings.bot.log_level, settings.secret_values())
+    if settings.limits.cooldown_seconds is not None:
+        log.warning("config key 'limits.cooldown_seconds' is no longer used: limits.burst and "
+                    "limits.refill_seconds (a token bucket) replace it")
     from bot.storage import StorageBusy
 
     from bot.sharding import ShardError, parse_shards

@@ -90,6 +90,9 @@ class LimitsSection(_Section):
     max_waiting_turns: int = Field(ge=1, le=1000, default=10)
     memory_commands_per_hour: int = Field(ge=0, le=10_000, default=30)
     usage_retention_days: int = Field(ge=1, le=3650, default=90)
+    # Deprecated: the cooldown was replaced by the token bucket above. Still accepted so a config written
+    # for an earlier release starts (with one warning line) instead of stopping; its value is not used.
+    cooldown_seconds: float | None = Field(ge=0, le=3600, default=None)
 
 
 class RetentionSection(_Section):
