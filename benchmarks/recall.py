@@ -36,7 +36,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
-from bot.engine.memory import StoredMemory
+from bot.engine.memories.records import StoredMemory
 from bot.engine.recall import Mode, SemanticIndex, choose_memories
 from bot.engine.recall.embedders import LocalMiniLM, local_model_installed
 from bot.engine.recall.vectors import MemoryVectorCache

@@ -31,8 +31,8 @@ from langgraph.store.sqlite.aio import AsyncSqliteStore
 
 from benchmarks.bench_model import BenchModel
 from benchmarks.reference import build_reference_graph
-from bot.engine.memory import MemoryRepository
-from bot.engine.service import create_engine
+from bot.engine.memories.records import MemoryRepository
+from bot.engine.engine import create_engine
 from bot.engine.state import Speaker
 from bot.settings import Settings
 from bot.storage import open_storage

@@ -64,7 +64,7 @@ def drop_database(name: str) -> None:
 
 async def _engine_run(settings, body):
     from benchmarks.bench_model import BenchModel
-    from bot.engine.service import ChatEngine
+    from bot.engine.engine import ChatEngine
     from bot.storage import open_storage
 
     async with open_storage(settings) as storage:

@@ -66,8 +66,8 @@ async def _wipe_through_running_bot(settings: Settings, user: str, yes: bool) ->
     Erasing beside a running bot is not safe (its extraction in flight would write back what was
     erased), so the running bot does it, as it does any erasure; this process only records and waits.
     """
-    from bot.engine.erasure import Eraser
-    from bot.engine.memory import MemoryRepository
+    from bot.engine.erasure.eraser import Eraser
+    from bot.engine.memories.records import MemoryRepository
 
     async def go(storage) -> int:
         count = len(await MemoryRepository(storage.store).list(user))
@@ -96,7 +96,7 @@ def _confirmed(question: str) -> bool:
 
 async def _console(settings: Settings, user: str, thread: str) -> int:
     from bot.console import run_console
-    from bot.engine.service import create_engine
+    from bot.engine.engine import create_engine
 
     async def go(storage) -> int:
         engine = create_engine(settings, storage)
@@ -111,9 +111,9 @@ async def _console(settings: Settings, user: str, thread: str) -> int:
 
 
 async def _memories(settings: Settings, action: str, user: str, yes: bool) -> int:
-    from bot.engine.export import export_memories
-    from bot.engine.memory import MemoryRepository
-    from bot.engine.service import create_engine
+    from bot.engine.memories.export import export_memories
+    from bot.engine.memories.records import MemoryRepository
+    from bot.engine.engine import create_engine
 
     async def go(storage) -> int:
         repo = MemoryRepository(storage.store)
@@ -144,7 +144,7 @@ async def _memories(settings: Settings, action: str, user: str, yes: bool) -> in
 
 
 async def _stats(settings: Settings) -> int:
-    from bot.engine.stats import collect_stats, render_stats
+    from bot.stats import collect_stats, render_stats
 
     async def go(storage) -> int:
         for line in render_stats(await collect_stats(storage)):

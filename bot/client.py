@@ -18,7 +18,7 @@ import aiohttp
 import discord
 from discord.ext import commands
 
-from bot.engine.service import ChatEngine, create_engine
+from bot.engine.engine import ChatEngine, create_engine
 from bot.metrics import Metrics
 from bot.monitoring import Health, MonitoringServer
 from bot.settings import Settings

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import sys
 
-from bot.engine.service import ChatEngine
+from bot.engine.engine import ChatEngine
 from bot.engine.state import Speaker
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from typing import Sequence
 import discord
 
 from bot.engine.stores import Prefs
-from bot.engine.memory import HistoryEntry, StoredMemory
+from bot.engine.memories.records import HistoryEntry, StoredMemory
 
 PAGE_SIZE = 10
 SHOWN_CHARS = 300

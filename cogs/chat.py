@@ -24,8 +24,8 @@ import discord
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from bot.engine.guild_settings import GuildPolicy
-from bot.engine.service import Reply
+from bot.engine.policy.server_settings import GuildPolicy
+from bot.engine.engine import Reply
 from bot.engine.state import Incoming, Quote, Speaker
 from cogs._context import StarterCache, channel_context, reply_chain, speaker_name
 from cogs._gate import TokenBucket, access_allows

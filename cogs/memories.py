@@ -16,8 +16,8 @@ from discord import app_commands
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from bot.engine.export import MAX_CONTENT, ImportRefused, export_memories, parse_import
-from bot.engine.memory import Actor, StoredMemory
+from bot.engine.memories.export import MAX_CONTENT, ImportRefused, export_memories, parse_import
+from bot.engine.memories.records import Actor, StoredMemory
 from bot.engine.recall import bm25_scores
 from cogs import _memory_format as fmt
 from cogs.views import PagerView, confirm

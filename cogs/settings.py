@@ -25,7 +25,7 @@ from discord import app_commands
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from bot.engine.guild_settings import OPERATOR, Edit, GuildPolicy, SettingRefused, channel_listed, reset, set_field
+from bot.engine.policy.server_settings import OPERATOR, Edit, GuildPolicy, SettingRefused, channel_listed, reset, set_field
 from cogs._modlog import post_mod_log
 from cogs.views import confirm
 
@@ -76,7 +76,7 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
 
     def __init__(self, bot: MemoryBot) -> None:
         self.bot = bot
-        self.service = bot.engine.guild_settings
+        self.service = bot.engine.policy.server_settings
         super().__init__()
 
     async def interaction_check(self, interaction: discord.Interaction) -> bool:

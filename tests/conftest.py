@@ -29,7 +29,7 @@ from pydantic import SecretStr
 from bot.settings import Settings
 
 if TYPE_CHECKING:
-    from bot.engine.service import ChatEngine
+    from bot.engine.engine import ChatEngine
 
 
 @dataclass
@@ -256,7 +256,7 @@ def settings(tmp_path: Path, backend: Backend) -> Settings:
 @asynccontextmanager
 async def running_engine(settings: Settings, model: BaseChatModel, **kw: Any) -> AsyncIterator["ChatEngine"]:
     """A real engine on the settings' storage (SQLite files or a PostgreSQL database); closed (and flushed) on exit."""
-    from bot.engine.service import ChatEngine
+    from bot.engine.engine import ChatEngine
     from bot.storage import open_storage
 
     async with open_storage(settings) as storage:

@@ -11,7 +11,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from pydantic import BaseModel, ValidationError
 from trustcall import create_extractor
 
-from bot.engine.memory import Memory
+from bot.engine.memories.records import Memory
 from bot.logs import setup_logging
 from tests.conftest import ScriptedChatModel, tool_call
 

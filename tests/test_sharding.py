@@ -33,7 +33,7 @@ def test_all_shards_in_one_sqlite_process_are_fine():
 
 async def test_a_sharded_bot_runs_its_shards_and_only_shard_zero_syncs(settings):
     from bot.client import ShardedMemoryBot
-    from bot.engine.service import create_engine
+    from bot.engine.engine import create_engine
     from bot.storage import open_storage
     from tests.conftest import ScriptedChatModel, default_script
 

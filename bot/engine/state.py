@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from langgraph.graph import MessagesState
 
-from bot.engine.visibility import Visibility
+from bot.engine.policy.visibility import Visibility
 
 
 class ChatState(MessagesState):

@@ -12,7 +12,7 @@ import discord
 import pytest_asyncio
 
 from bot.client import MemoryBot
-from bot.engine.service import create_engine
+from bot.engine.engine import create_engine
 from bot.storage import open_storage
 from tests.conftest import SQLITE, Backend, ScriptedChatModel, default_script, make_settings
 from tests.fakes import discord_harness as dh

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from bot.client import MemoryBot
-from bot.engine.service import create_engine
+from bot.engine.engine import create_engine
 from bot.storage import open_storage
 from tests.cogs.conftest import ALICE, GUILD, GUILD2, GUILD_ID, OWNER
 from tests.conftest import Backend, ScriptedChatModel, default_script, make_settings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bot.engine.memory import Actor
+from bot.engine.memories.records import Actor
 
 from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID
 

@@ -12,7 +12,7 @@ from langchain_deepseek import ChatDeepSeek
 from pydantic import SecretStr
 
 from bot.engine.model import build_chat_model
-from bot.engine.service import create_engine
+from bot.engine.engine import create_engine
 from bot.engine.state import Speaker
 from bot.storage import open_storage
 from tests.conftest import make_settings

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from bot.engine.service import create_engine
+from bot.engine.engine import create_engine
 from bot.storage import open_storage
 from tests.conftest import ScriptedChatModel, default_script, make_settings
 

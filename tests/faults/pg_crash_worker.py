@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bot.engine.service import create_engine
+from bot.engine.engine import create_engine
 from bot.engine.state import Speaker
 from bot.storage import open_storage
 from tests.conftest import Backend, ScriptedChatModel, make_settings

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from bot.engine.extraction import TurnText, WriteRequest
+from bot.engine.learning.extraction import TurnText, WriteRequest
 from tests.cogs.conftest import ALICE, GENERAL, rig
 from tests.cogs.test_memories import seed
 from tests.cogs.test_memory_controls import import_file

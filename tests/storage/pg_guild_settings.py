@@ -9,7 +9,7 @@ import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from bot.engine.guild_settings import GuildSettingsService, OperatorDefaults, channel_listed
+from bot.engine.policy.server_settings import GuildSettingsService, OperatorDefaults, channel_listed
 from bot.storage import open_storage
 from tests.conftest import Backend, make_settings
 

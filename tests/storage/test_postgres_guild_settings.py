@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.engine.guild_settings import GuildSettingsService, OperatorDefaults, set_field
+from bot.engine.policy.server_settings import GuildSettingsService, OperatorDefaults, set_field
 from bot.engine.stores import ServerSettings
 from tests.storage.pg_guild_settings import opened as _opened
 

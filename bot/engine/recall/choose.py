@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
-from bot.engine.memory import StoredMemory
+from bot.engine.memories.records import StoredMemory
 from bot.engine.recall.lexical import bm25_scores, estimate_tokens
 from bot.engine.recall.vectors import SemanticIndex
 

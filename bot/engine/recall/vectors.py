@@ -23,7 +23,7 @@ from typing import AsyncIterator, Awaitable, Callable, Sequence
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from bot.engine.memory import StoredMemory
+from bot.engine.memories.records import StoredMemory
 from bot.engine.stores import VectorCache
 
 log = logging.getLogger(__name__)

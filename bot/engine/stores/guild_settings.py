@@ -2,7 +2,7 @@
 
 One record per server, replaced whole, with a version number that goes up by one on every change: a
 write says which version it replaces, so two processes changing the same server at once never lose
-either change (the loser re-reads and re-applies its edit, see ``bot.engine.guild_settings``).
+either change (the loser re-reads and re-applies its edit, see ``bot.engine.policy.server_settings``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,253 @@
+"""Change stored conversation state after the fact: erase a person, a message, a thread; apply an edit.
+
+Every human message in a thread carries its author's ID, server and Discord message ID in
+``additional_kwargs``; the bot's answer lists the IDs of the messages it answered (``answers``; for
+threads written before that, it is the AI message right after) and, once sent, the Discord IDs of its
+parts (``discord_ids``). A message goes together with the answer to it, and a deleted answer goes alone.
+A running summary built from a removed or edited message (``summary_authors``, ``summary_sources``)
+cannot be un-mixed, so it is dropped; the recent messages that remain keep the conversation going. Old
+checkpoints are then pruned so the text is not left in history (the caller compacts the files).
+
+Quotes (see ``bot.engine.erasure.quotes``): in every thread, of any server, whatever remains (other people's
+messages, the bot's answers to them, summaries not built from the person) has runs copied from the
+erased messages cut out. The erased person's own messages that are not being erased (another server's,
+after a purge) are theirs and stay as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Awaitable, Callable
+
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph.state import CompiledStateGraph
+
+from bot.engine.erasure.quotes import QuoteRule
+
+log = logging.getLogger(__name__)
+
+
+class ConversationEraser:
+    """Finds every thread and rewrites the ones where a person spoke."""
+
+    def __init__(
+        self,
+        graph: CompiledStateGraph,
+        checkpointer: BaseCheckpointSaver,
+        lock_for: Callable[[str], object],
+        prune: Callable[[str], Awaitable[None]] | None,
+    ) -> None:
+        self.graph = graph
+        self.checkpointer = checkpointer
+        self.lock_for = lock_for
+        self.prune = prune
+
+    async def thread_ids(self) -> list[str]:
+        seen: dict[str, None] = {}
+        async for tup in self.checkpointer.alist(None):
+            seen[str(tup.config["configurable"]["thread_id"])] = None
+        return list(seen)
+
+    async def _state(self, thread_id: str) -> tuple[dict, list, str | None]:
+        snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread_id}})
+        values = snapshot.values or {}
+        messages = values.get("messages", [])
+        thread_guild = values.get("guild_id")
+        if thread_guild is None:  # threads written before the state carried it
+            guilds = {str(m.additional_kwargs.get("guild_id")) for m in messages if isinstance(m, HumanMessage)}
+            thread_guild = guilds.pop() if len(guilds) == 1 else None
+        return values, messages, thread_guild
+
+    async def texts_of(self, user_id: str, *, guild_id: str | None = None) -> list[str]:
+        """The person's messages an erasure will remove (for the quote rule), read before anything goes."""
+        texts: list[str] = []
+        for thread_id in await self.thread_ids():
+            _, messages, thread_guild = await self._state(thread_id)
+            if guild_id is not None and str(thread_guild) != str(guild_id):
+                continue
+            texts += [m.text for m in messages
+                      if isinstance(m, HumanMessage) and str(m.additional_kwargs.get("author_id")) == user_id]
+        return texts
+
+    async def erase_author(
+        self, user_id: str | None, *, guild_id: str | None = None, quotes: QuoteRule | None = None,
+        keep_author: str | None = None,
+    ) -> tuple[int, int]:
+        """Remove the person's messages (in one server, or everywhere) and cut ``quotes`` out of the rest.
+
+        ``user_id`` None only cuts quotes (deleted messages), leaving ``keep_author``'s own messages as
+        they are. Returns (messages removed, texts redacted).
+        """
+        removed = redacted = 0
+        for thread_id in await self.thread_ids():
+            async with self.lock_for(thread_id):
+                r, q = await self._erase_in_thread(thread_id, user_id, guild_id, quotes, keep_author or user_id)
+                removed, redacted = removed + r, redacted + q
+        return removed, redacted
+
+    async def _erase_in_thread(
+        self, thread_id: str, user_id: str | None, guild_id: str | None, quotes: QuoteRule | None,
+        keep_author: str | None,
+    ) -> tuple[int, int]:
+        config = {"configurable": {"thread_id": thread_id}}
+        values, messages, thread_guild = await self._state(thread_id)
+        # A purge removes messages only in that server's threads; unknown means not provably theirs.
+        in_scope = user_id is not None and (guild_id is None or str(thread_guild) == str(guild_id))
+
+        def theirs(m, who: str | None = user_id) -> bool:
+            return who is not None and isinstance(m, HumanMessage) and str(m.additional_kwargs.get("author_id")) == who
+
+        doomed = with_answers(messages, {m.id for m in messages if theirs(m)}) if in_scope else []
+        rewritten = []
+        if quotes:
+            for m in messages:
+                if m.id in doomed or theirs(m, keep_author) or not isinstance(m.content, str):
+                    continue
+                clean = quotes.redact(m.content)
+                if clean != m.content:
+                    rewritten.append(m.model_copy(update={"content": clean}))
+        authors = set(values.get("summary_authors") or [])
+        summary = values.get("summary") or ""
+        drop_summary = in_scope and bool(summary) and user_id in authors
+        update: dict = {}
+        if drop_summary:
+            update.update(summary="", summary_authors=[], summary_sources=[])
+        elif quotes and summary and quotes.redact(summary) != summary:
+            update["summary"] = quotes.redact(summary)
+        if self.prune is not None:
+            # Every thread, even one with nothing (left) to change: an erasure cut short by a crash after
+            # this thread's update but before its prune left the old text in superseded checkpoints.
+            await self.prune(thread_id)
+        if not doomed and not rewritten and not update:
+            return 0, 0
+        update["messages"] = [RemoveMessage(id=i) for i in doomed] + rewritten
+        await self.graph.aupdate_state(config, update, as_node="summarize")
+        if self.prune is not None:
+            await self.prune(thread_id)
+        log.info("erasure in thread %s: removed %d messages%s, cut quotes out of %d", thread_id, len(doomed),
+                 " and the summary" if drop_summary else "", len(rewritten) + ("summary" in update and not drop_summary))
+        return len(doomed), len(rewritten) + int("summary" in update and not drop_summary)
+
+    async def _rewrite(self, thread_id: str, doomed: list[str], drop_summary: bool, extra: list | None = None) -> None:
+        """Remove ``doomed`` message IDs (and the summary), add ``extra`` updates, then prune old checkpoints."""
+        update: dict = {"messages": [RemoveMessage(id=i) for i in doomed] + list(extra or [])}
+        if drop_summary:
+            update.update(summary="", summary_authors=[], summary_sources=[])
+        await self.graph.aupdate_state({"configurable": {"thread_id": thread_id}}, update, as_node="summarize")
+        if self.prune is not None:
+            await self.prune(thread_id)
+
+    async def _values(self, thread_id: str) -> dict:
+        snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread_id}})
+        return snapshot.values or {}
+
+    async def texts_of_messages(self, thread_id: str, message_ids: set[str]) -> tuple[list[str], bool]:
+        """The stored texts of these Discord messages in a thread, and whether the thread holds anything
+        :meth:`erase_messages` would remove (read only: for a deletion's quote rule and journal)."""
+        values = await self._values(thread_id)
+        messages = values.get("messages", [])
+        texts = [m.text for m in messages if isinstance(m, HumanMessage)
+                 and str(m.additional_kwargs.get("message_id", "")) in message_ids]
+        replies = any(isinstance(m, AIMessage) and message_ids & {str(i) for i in m.additional_kwargs.get("discord_ids", [])}
+                      for m in messages)
+        summary = bool(values.get("summary")) and bool(message_ids & set(values.get("summary_sources") or []))
+        return texts, bool(texts or replies or summary)
+
+    async def erase_messages(self, thread_id: str, message_ids: set[str]) -> tuple[int, list[str]]:
+        """Remove Discord messages from a thread: people's messages with the answers to them, and bot replies.
+
+        Returns how many stored messages went (0 when the thread never held any of them: nothing written)
+        and the removed people's texts (for the quote rule).
+        """
+        async with self.lock_for(thread_id):
+            values = await self._values(thread_id)
+            messages = values.get("messages", [])
+            hit = {m.id for m in messages if isinstance(m, HumanMessage)
+                   and str(m.additional_kwargs.get("message_id", "")) in message_ids}
+            doomed = with_answers(messages, hit)
+            doomed += [m.id for m in messages if isinstance(m, AIMessage) and m.id not in doomed
+                       and message_ids & {str(i) for i in m.additional_kwargs.get("discord_ids", [])}]
+            drop_summary = bool(values.get("summary")) and bool(message_ids & set(values.get("summary_sources") or []))
+            if not doomed and not drop_summary:
+                return 0, []
+            said = [m.text for m in messages if m.id in hit]
+            await self._rewrite(thread_id, doomed, drop_summary)
+            log.info("removed %d deleted messages from thread %s%s", len(doomed), thread_id,
+                     " and its summary" if drop_summary else "")
+            return len(doomed), said
+
+    async def edit_message(self, thread_id: str, message_id: str, text: str) -> bool:
+        """Replace a stored message's text with its edited text; return whether the thread held it.
+
+        A summary folded from the old text is dropped: the pre-edit words are kept nowhere.
+        """
+        async with self.lock_for(thread_id):
+            values = await self._values(thread_id)
+            found = [m for m in values.get("messages", []) if isinstance(m, HumanMessage)
+                     and str(m.additional_kwargs.get("message_id", "")) == message_id]
+            drop_summary = bool(values.get("summary")) and message_id in set(values.get("summary_sources") or [])
+            if not found and not drop_summary:
+                return False
+            edited = [m.model_copy(update={"content": text}) for m in found]
+            await self._rewrite(thread_id, [], drop_summary, edited)
+            return True
+
+    async def attach_sent(self, thread_id: str, answer_id: str, discord_ids: list[str]) -> None:
+        """Note which Discord messages carry an answer, so deleting one of them removes the answer."""
+        if not answer_id or not discord_ids:
+            return
+        async with self.lock_for(thread_id):
+            values = await self._values(thread_id)
+            for m in values.get("messages", []):
+                if m.id == answer_id and isinstance(m, AIMessage):
+                    kwargs = {**m.additional_kwargs, "discord_ids": [str(i) for i in discord_ids]}
+                    update = {"messages": [m.model_copy(update={"additional_kwargs": kwargs})]}
+                    await self.graph.aupdate_state({"configurable": {"thread_id": thread_id}}, update,
+                                                   as_node="summarize")
+                    return
+
+    async def drop_answer(self, thread_id: str, answer_id: str) -> None:
+        """Remove an answer nobody saw (its turn was cancelled right after it was written)."""
+        async with self.lock_for(thread_id):
+            values = await self._values(thread_id)
+            if any(m.id == answer_id for m in values.get("messages", [])):
+                await self._rewrite(thread_id, [answer_id], False)
+
+    async def erase_thread(self, thread_id: str) -> bool:
+        """Delete a thread's whole stored conversation (its channel or thread was deleted)."""
+        async with self.lock_for(thread_id):
+            if not (await self._values(thread_id)):
+                return False
+            await self.checkpointer.adelete_thread(thread_id)
+            log.info("deleted the stored conversation of thread %s", thread_id)
+            return True
+
+    async def threads_of_guild(self, guild_id: str) -> list[str]:
+        """The threads whose conversation belongs to one server."""
+        out = []
+        for thread_id in await self.thread_ids():
+            values = await self._values(thread_id)
+            guild = values.get("guild_id")
+            if guild is None:
+                guilds = {str(m.additional_kwargs.get("guild_id")) for m in values.get("messages", [])
+                          if isinstance(m, HumanMessage)}
+                guild = guilds.pop() if len(guilds) == 1 else None
+            if str(guild) == str(guild_id):
+                out.append(thread_id)
+        return out
+
+
+def with_answers(messages: list, human_ids: set[str]) -> list[str]:
+    """``human_ids`` plus the IDs of the bot's answers to any of them, in thread order."""
+    doomed: list[str] = []
+    for i, m in enumerate(messages):
+        if m.id in human_ids:
+            doomed.append(m.id)
+        elif isinstance(m, AIMessage):
+            answers = m.additional_kwargs.get("answers")
+            if answers is None:  # written before answers were recorded: the answer is the next AI message
+                answers = [messages[i - 1].id] if i and isinstance(messages[i - 1], HumanMessage) else []
+            if human_ids & set(answers):
+                doomed.append(m.id)
+    return doomed

@@ -1,0 +1,179 @@
+"""Following what changes on Discord after the fact: edited and deleted messages, deleted channels, and
+servers the bot was removed from. The Discord side (``cogs.message_events``) calls these; every removal
+goes through the one :class:`~bot.engine.erasure.eraser.Eraser`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Awaitable, Callable
+
+from langchain_core.messages import HumanMessage
+
+from bot.engine.erasure.conversations import ConversationEraser
+from bot.engine.erasure.eraser import Eraser, MessageErasure
+from bot.engine.memories.records import MemoryRepository, StoredMemory
+from bot.engine.erasure.memories import erase_keys
+from bot.engine.learning.scheduler import ExtractionScheduler
+from bot.engine.stores import Storage
+
+log = logging.getLogger(__name__)
+
+SWEEP_EVERY = 3600.0  # seconds between sweeps for servers whose retention ran out
+ORIGIN_FIELDS = ("guild_id", "channel_id", "message_id")
+
+
+class DiscordChanges:
+    """Keeps conversations, the learning queue and memories in step with edits, deletions and removals."""
+
+    def __init__(
+        self,
+        *,
+        storage: Storage,
+        conversations: ConversationEraser,
+        eraser: Eraser,
+        scheduler: ExtractionScheduler,
+        thread_state: Callable,
+        removed_server_days: float,
+        forget_settings: Callable[[str], Awaitable[bool]] | None = None,
+    ) -> None:
+        self.storage = storage
+        self.conversations = conversations
+        self.eraser = eraser
+        self.scheduler = scheduler
+        self.thread_state = thread_state
+        self.memories = MemoryRepository(storage.store)
+        self.removed_server_days = removed_server_days
+        self.forget_settings = forget_settings  # the server's /settings go with the rest of its data
+        self._sweeper: asyncio.Task | None = None
+        self.active = 0  # edits being applied right now (erasures are counted by the Eraser)
+        # Edits and deletions are applied one at a time, in the order Discord sent them: an edit racing a
+        # deletion of the same message must not re-learn what the deletion is erasing.
+        self._one_at_a_time = asyncio.Lock()
+
+    async def authors_in_thread(self, thread_id: str, message_ids: set[str]) -> set[str]:
+        state = await self.thread_state(thread_id)
+        return {str(m.additional_kwargs.get("author_id")) for m in state.get("messages", [])
+                if isinstance(m, HumanMessage) and str(m.additional_kwargs.get("message_id")) in message_ids}
+
+    # ---- deleted messages, channels, threads
+    async def forget_messages(self, thread_id: str, message_ids: set[str] | list[str]) -> MessageErasure:
+        """Discord messages were deleted: erase them everywhere (see :meth:`Eraser.erase_messages`).
+
+        Extraction for their known authors is held meanwhile, so nothing learned from them is written back;
+        a turn of theirs in this thread finishes first (the thread's lock).
+        """
+        ids = {str(i) for i in message_ids}
+        async with self._one_at_a_time:
+            authors = await self.authors_in_thread(thread_id, ids)
+            return await self.eraser.erase_messages(thread_id, ids, authors=authors)
+
+    async def forget_thread(self, thread_id: str) -> bool:
+        """Its channel or thread was deleted: delete the stored conversation and its pending turns."""
+        return await self.eraser.erase_thread(thread_id)
+
+    # ---- edits
+    async def edit_message(self, thread_id: str, message_id: str, text: str) -> bool:
+        """A stored message was edited: from now on only the new text is kept, answered from and learned.
+
+        The thread and the learning queue get the new text (a summary folded from the old one is
+        dropped). What was already learned from it is learned again from the new text: a memory learned
+        only from this message is erased without a trace (the pre-edit words are kept nowhere) and the
+        edited message is queued once more, so extraction learns what it says now (one memory again, not
+        a duplicate); a memory other messages contributed to stays, shown to the extractor next to the
+        re-queued message so it can be patched. Returns whether anything held the message.
+        """
+        self.active += 1
+        try:
+            async with self._one_at_a_time:
+                return await self._edit(thread_id, str(message_id), text)
+        finally:
+            self.active -= 1
+
+    async def _edit(self, thread_id: str, message_id: str, text: str) -> bool:
+        in_thread = await self.conversations.edit_message(thread_id, message_id, text)
+        rows = await self.storage.inbox.edit_message(message_id, text)
+        authors = {r.user_id for r in rows} | await self.authors_in_thread(thread_id, {message_id})
+        learned = await self._learned_from(message_id, authors)
+        for user, memories in learned.items():
+            author = next((r.author for r in rows if r.user_id == user), user)
+            async with self.scheduler.hold(user):
+                await erase_keys(self.memories, user, [m.key for m in memories if m.live_message_ids() <= {message_id}])
+            # Queued after the hold: a shared database refuses new turns for a person being erased.
+            await self._learn_again(user, author, message_id, text, memories, thread_id)
+        if in_thread or rows or learned:
+            await self.storage.maintenance.compact()  # the pre-edit words are kept in no file
+        return bool(in_thread or rows or learned)
+
+    async def _learned_from(self, message_id: str, authors: set[str]) -> dict[str, list[StoredMemory]]:
+        learned: dict[str, list[StoredMemory]] = {}
+        for user in authors:
+            hits = [m for m in await self.memories.list(user) if message_id in m.message_ids()]
+            if hits:
+                learned[user] = hits
+        if not authors:  # an old message nothing else holds any more: find it by where memories came from
+            for user, keys in (await self.memories.learned_only_from({message_id})).items():
+                learned[user] = [m for m in await self.memories.list(user) if m.key in keys]
+        # (A memory of a known author that other messages also taught is found above by its sources.)
+        return learned
+
+    async def _learn_again(self, user: str, author: str, message_id: str, text: str,
+                           memories: list[StoredMemory], thread_id: str) -> None:
+        source = next((m.origin for m in memories if str(m.origin.get("message_id")) == message_id),
+                      next((s for m in memories for s in m.sources if str(s.get("message_id")) == message_id), {}))
+        origin = {k: str(v) for k, v in source.items() if k in ORIGIN_FIELDS}
+        origin["message_id"] = message_id
+        where = origin.get("channel_id") or thread_id
+        _, pending = await self.storage.inbox.batch(where, user, 0)
+        if any(str(t.origin.get("message_id")) == message_id for t in pending):
+            return  # still waiting: it already carries the new text
+        if (await self.storage.prefs.get(user)).paused:
+            return
+        count = await self.storage.inbox.record(thread_id=where, user_id=user, author=author, human=text, ai="",
+                                                origin=origin)
+        self.scheduler.notify(where, user, count)
+
+    # ---- servers the bot was removed from
+    async def server_removed(self, guild_id: str, *, at: float | None = None) -> None:
+        """The bot was removed from a server: its data goes after ``retention.removed_server_days``."""
+        await self.storage.removed_guilds.mark(str(guild_id), time.time() if at is None else at)
+        if self.removed_server_days == 0:
+            await self.sweep_removed_servers()
+
+    async def server_back(self, guild_id: str) -> None:
+        """The bot is in the server (again): nothing of it is deleted."""
+        if await self.storage.removed_guilds.unmark(str(guild_id)):
+            log.info("server %s added the bot back before its data was deleted", guild_id)
+
+    async def sweep_removed_servers(self, *, now: float | None = None) -> list[str]:
+        """Delete the data of servers removed longer ago than the retention; return their IDs."""
+        now = time.time() if now is None else now
+        swept = []
+        for guild_id in await self.storage.removed_guilds.due(now - self.removed_server_days * 86400):
+            await self.eraser.erase_guild(guild_id)
+            if self.forget_settings is not None:
+                await self.forget_settings(guild_id)
+            await self.storage.removed_guilds.done(guild_id)
+            swept.append(guild_id)
+        return swept
+
+    def start(self) -> None:
+        """Sweep at start and every ``SWEEP_EVERY`` seconds: a removal recorded before a restart is kept."""
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="removed-server-sweep")
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+            self._sweeper = None
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            try:
+                await self.sweep_removed_servers()
+            except Exception:  # noqa: BLE001 - retried at the next round
+                log.exception("sweeping removed servers failed; will retry")
+            await asyncio.sleep(SWEEP_EVERY)

@@ -1,0 +1,197 @@
+"""Trustcall extraction: turn a person's recent turns into inserts, patches and deletes of their memories.
+
+The extractor sees the new turns (laid out by ``bot.engine.learning.transcript``: speakers by ID, text indented,
+messages numbered and dated) plus only the existing memories most related to them (at most
+``max_existing``, within ``EXISTING_BUDGET_TOKENS``), so its cost does not grow with the size of the
+collection or the length of the bot's replies. Every result is applied: a patched doc (``json_doc_id``)
+updates that key in place, a new doc gets a new UUID, a ``RemoveDoc`` deletes its key and is never stored
+as a memory. Each insert and patch carries the messages it came from (``sources``). All changes land in one
+store batch, with the watermarks of the turns they cover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from langchain_core.callbacks import AsyncCallbackHandler
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage, SystemMessage
+from trustcall import create_extractor
+
+from bot.engine import prompts
+from bot.engine.memories.records import Memory, MemoryChanges, MemoryRepository
+from bot.engine.recall import estimate_tokens, related
+from bot.engine.learning.transcript import TurnText, attribute, clean_name, context_block, new_block, source_of
+from bot.engine.policy.visibility import Visibility, allowed_here
+
+log = logging.getLogger(__name__)
+
+EXISTING_BUDGET_TOKENS = 500  # existing memories shown to the extractor, at most (with max_existing)
+
+__all__ = ["ExtractionInterrupted", "MemoryWriter", "TurnText", "WriteRequest", "apply_results"]
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """Everything one extraction needs: whose memories, what they said, where.
+
+    ``new`` may span several channels of one server (or the person's DMs): the scheduler batches them.
+    ``watermarks`` (thread ID, newest inbox row covered) are committed with the memory changes.
+    """
+
+    user_id: str
+    speaker_name: str
+    new: list[TurnText]
+    context: list[TurnText] = field(default_factory=list)
+    origin: dict[str, Any] = field(default_factory=dict)  # the newest message's (for the reaction)
+    watermarks: tuple[tuple[str, int], ...] = ()
+    inbox_epoch: str = ""
+    visibility: Visibility | None = None  # the person's policy where this was said: what may be shown/patched
+    max_memories: int = 0  # the per-person cap (0: none); at the cap the least recently used make room
+
+
+class ExtractionInterrupted(RuntimeError):
+    """A model call inside Trustcall failed and Trustcall carried on without results.
+
+    Trustcall catches exceptions from the model when it patches existing documents and re-prompts with
+    "Fix the validation error while also avoiding: ..."; an outage would then look like "nothing to
+    learn" and the turns would be marked done. Raising instead keeps them pending for a retry.
+    """
+
+
+class CallWatcher(AsyncCallbackHandler):
+    """Sees every model call Trustcall makes: errors it swallows, and tool calls it could not parse.
+
+    Trustcall drops unparseable tool calls and swallowed errors from what it returns, so the only place
+    to see them is the model calls themselves.
+    """
+
+    def __init__(self) -> None:
+        self.errors: list[BaseException] = []
+        self.last_malformed = False
+
+    async def on_llm_end(self, response, **kwargs) -> None:
+        messages = [g.message for gens in response.generations for g in gens if hasattr(g, "message")]
+        self.last_malformed = any(getattr(m, "invalid_tool_calls", None) for m in messages)
+
+    async def on_llm_error(self, error: BaseException, **kwargs) -> None:
+        self.errors.append(error)
+
+
+def existing_within_budget(memories, query: str, limit: int) -> list:
+    """The existing memories most related to the new messages, at most ``limit``, within the token budget."""
+    chosen, used = [], 0
+    for m in related(memories, query, limit):
+        cost = estimate_tokens(m.content) + 10  # + the markup around it and its alias
+        if used + cost > EXISTING_BUDGET_TOKENS:
+            continue
+        chosen.append(m)
+        used += cost
+    return chosen
+
+
+class MemoryWriter:
+    """Runs Trustcall once per request and applies what it returns."""
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        *,
+        max_existing: int = 40,
+        limiter: asyncio.Semaphore | None = None,
+        on_usage: Callable[[WriteRequest, Any], Awaitable[None]] | None = None,
+        callbacks: list | None = None,
+    ) -> None:
+        self.callbacks = list(callbacks or [])  # e.g. the metrics' model-call observer
+        self.extractor = create_extractor(
+            model, tools=[Memory], tool_choice="Memory", enable_inserts=True, enable_deletes=True
+        )
+        self.max_existing = max_existing
+        self.limiter = limiter or asyncio.Semaphore(8)
+        self.on_usage = on_usage
+        self.skipped_turns = 0  # turns given up on after a malformed retry (a figure for the fault suite)
+
+    async def write(self, repo: MemoryRepository, request: WriteRequest) -> MemoryChanges:
+        """Extract from ``request`` and apply the results to the person's memories in one batch."""
+        memories = await repo.list(request.user_id)
+        if request.visibility is not None:
+            # A conversation must not patch (and so move here) a memory not allowed here (bot.engine.policy.visibility).
+            memories = allowed_here(memories, request.visibility)
+        new_text = new_block(request.new)
+        candidates = existing_within_budget(memories, "\n".join(t.human for t in request.new), self.max_existing)
+        # Trustcall repeats each doc ID several times (instances, patch and delete schemas): short aliases
+        # instead of 36-character keys keep that cost small; they map back to keys when applying.
+        aliases = {f"m{i}": m.key for i, m in enumerate(candidates, 1)}
+        existing = [(alias, "Memory", {"content": m.content}) for alias, m in zip(aliases, candidates)]
+        system = prompts.EXTRACT_SYSTEM.format(speaker=clean_name(request.speaker_name), speaker_id=request.user_id)
+        body = prompts.EXTRACT_TRANSCRIPT.format(
+            context=context_block(request.context), new=new_text, speaker_id=request.user_id,
+            count=len(request.new),
+        )
+        payload = {"messages": [SystemMessage(content=system), HumanMessage(content=body)], "existing": existing}
+        for attempt in (1, 2):  # a malformed tool call is retried once, then the batch is skipped
+            watcher = CallWatcher()
+            async with self.limiter:
+                result = await self.extractor.ainvoke(payload, config={"callbacks": [watcher, *self.callbacks]})
+            if self.on_usage is not None:
+                for msg in result.get("messages", []):
+                    await self.on_usage(request, msg)
+            if watcher.errors and not result.get("responses"):
+                raise ExtractionInterrupted(repr(watcher.errors[-1])) from watcher.errors[-1]
+            if not watcher.last_malformed:
+                return await apply_results(repo, request, result, aliases)
+            log.warning("extraction for user %s returned malformed tool calls (attempt %d)", request.user_id, attempt)
+        log.warning("skipping extraction for user %s after a malformed retry; memories unchanged", request.user_id)
+        self.skipped_turns += len(request.new)
+        return MemoryChanges()
+
+
+async def apply_results(
+    repo: MemoryRepository, request: WriteRequest, result: dict, known: dict[str, str]
+) -> MemoryChanges:
+    """Turn Trustcall's responses into one batch of store writes.
+
+    ``known`` maps the doc IDs the extractor was shown to memory keys; a patch or delete naming any other
+    ID is ignored (it cannot be the person's).
+    Each insert and patch is attributed to the new messages it came from (``transcript.attribute``): its
+    ``sources`` name them, and its ``origin`` is the newest of them.
+    """
+    inserts: list[tuple[str, dict, list[dict]]] = []
+    updates: dict[str, tuple[str, dict, list[dict]]] = {}
+    deletes: set[str] = set()
+    for response, meta in zip(result.get("responses", []), result.get("response_metadata", [])):
+        if type(response).__name__ == "RemoveDoc":
+            key = known.get(str(getattr(response, "json_doc_id", "")))
+            if key is not None:
+                deletes.add(key)
+            continue
+        content = str(getattr(response, "content", "")).strip()
+        if not content:
+            continue
+        turns = attribute(content, getattr(response, "source_messages", None) or [], request.new)
+        sources = [source_of(t) for t in turns]
+        origin = {**turns[-1].origin, "source": "extraction"} if turns else {**request.origin, "source": "extraction"}
+        doc_id = meta.get("json_doc_id")
+        if doc_id is not None and str(doc_id) in known:
+            updates[known[str(doc_id)]] = (content, origin, sources)
+        elif doc_id is None:
+            inserts.append((content, origin, sources))
+    for key in deletes:
+        updates.pop(key, None)
+    changes = await repo.apply(
+        request.user_id,
+        inserts=inserts,
+        updates=[(k, c, o, src) for k, (c, o, src) in updates.items()],
+        deletes=sorted(deletes),
+        watermarks=[(thread, turn, request.inbox_epoch) for thread, turn in request.watermarks],
+        cap=request.max_memories or None,
+    )
+    if changes:
+        log.info(
+            "memories of user %s: %d inserted, %d updated, %d deleted",
+            request.user_id, len(changes.inserted), len(changes.updated), len(changes.deleted),
+        )
+    return changes

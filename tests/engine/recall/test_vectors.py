@@ -1,0 +1,103 @@
+"""Semantic relevance through a real OpenAIEmbeddings client on loopback: memory vectors are made at write
+time, the reply path embeds only the query (and only past the budget), a failing provider falls back to
+BM25 with one log line."""
+
+from __future__ import annotations
+
+import logging
+
+from pydantic import SecretStr
+
+from bot.engine.memories.records import MemoryRepository
+from bot.engine.engine import create_engine
+from bot.engine.state import Speaker
+from bot.storage import open_storage
+from tests.conftest import ScriptedChatModel, default_script, make_settings
+from tests.fakes.openai_server import FakeOpenAIServer
+
+CONCEPTS = {
+    "pastry": ["croissant", "croissants", "pastries", "pastry", "bakeries", "bakery", "baguette"],
+    "sport": ["football", "tennis", "match", "goal"],
+    "music": ["jazz", "guitar", "concert", "band"],
+}
+
+
+def concept_vector(text: str) -> list[float]:
+    """A tiny embedding model: one dimension per concept, plus a constant so no vector is zero."""
+    words = text.lower().replace("?", " ").replace(".", " ").split()
+    return [float(sum(w in vocab for w in words)) for vocab in CONCEPTS.values()] + [0.1]
+
+
+FILLER = [f"Watched match number {i} of the football season" for i in range(30)] + \
+         [f"Went to jazz concert number {i}" for i in range(30)]
+TARGET = "Adores French pastries"
+
+
+async def run(tmp_path, embeddings_status: int = 200):
+    async with FakeOpenAIServer() as server:
+        server.embed = concept_vector
+        server.embed_status = embeddings_status
+        settings = make_settings(tmp_path, memory={"prompt_budget_tokens": 60, "embeddings_model": "fake-embed", "semantic": "endpoint",
+                                                   "embeddings_base_url": server.base_url})
+        settings = settings.model_copy(update={"secrets": settings.secrets.model_copy(
+            update={"embeddings_api_key": SecretStr("emb-key-123456")})})
+        model = ScriptedChatModel(default_script)
+        async with open_storage(settings) as storage:
+            engine = create_engine(settings, storage, chat_model=model)
+            repo = MemoryRepository(storage.store)
+            await repo.apply("7", inserts=[(f, {"guild_id": "1"}) for f in FILLER[:30]])
+            await repo.apply("7", inserts=[(TARGET, {"guild_id": "1"})])
+            await repo.apply("7", inserts=[(f, {"guild_id": "1"}) for f in FILLER[30:]])
+            await engine.semantic.index("7", await repo.list("7"))  # what a write does
+            server.embedding_requests.clear()
+            await engine.reply("t", Speaker(user_id="7", name="Sam"), "Where can I get a good croissant?")
+            await engine.close()
+            return model.chat_calls[-1].system, server.embedding_requests
+
+
+async def test_semantic_ranking_finds_the_memory_bm25_cannot(tmp_path):
+    system, requests = await run(tmp_path)
+    assert TARGET in system  # no shared word with the question: only meaning connects them
+    # The reply path embedded exactly one text: the query.
+    assert [r["model"] for r in requests] == ["fake-embed"]
+    assert len(requests[0]["input"]) == 1 and "croissant" in str(requests[0]["input"])
+
+
+async def test_a_failing_embeddings_provider_falls_back_with_one_log_line(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="bot.engine.recall.vectors")
+    system, _ = await run(tmp_path, embeddings_status=500)
+    assert TARGET not in system  # lexical ranking cannot see it: the fallback is what it says
+    assert "Watched match" in system or "jazz concert" in system
+    lines = [r for r in caplog.records if "embeddings failed" in r.getMessage()]
+    assert len(lines) == 1
+
+
+async def test_memories_written_without_vectors_are_indexed_off_the_reply_path(tmp_path):
+    async with FakeOpenAIServer() as server:
+        server.embed = concept_vector
+        settings = make_settings(tmp_path, memory={"prompt_budget_tokens": 60, "embeddings_model": "m", "semantic": "endpoint",
+                                                   "embeddings_base_url": server.base_url})
+        async with open_storage(settings) as storage:
+            engine = create_engine(settings, storage, chat_model=ScriptedChatModel(default_script))
+            await MemoryRepository(storage.store).apply("7", inserts=[(f, {"guild_id": "1"}) for f in FILLER])
+            for q in ("any croissant?", "any band tonight?"):
+                await engine.reply("t", Speaker(user_id="7", name="Sam"), q)
+                await engine.semantic.drain()
+            await engine.close()
+        documents = [r for r in server.embedding_requests if isinstance(r["input"], list) and len(r["input"]) > 1]
+        # Indexed once, in the background after the first reply found them without vectors; never again.
+        assert len(documents) == 1 and len(documents[0]["input"]) == len(FILLER)
+        queries = [r for r in server.embedding_requests if r not in documents]
+        assert len(queries) == 2  # one query vector a reply
+
+
+async def test_no_query_vector_while_everything_fits(tmp_path):
+    async with FakeOpenAIServer() as server:
+        server.embed = concept_vector
+        settings = make_settings(tmp_path, memory={"embeddings_model": "m", "semantic": "endpoint", "embeddings_base_url": server.base_url})
+        async with open_storage(settings) as storage:
+            engine = create_engine(settings, storage, chat_model=ScriptedChatModel(default_script))
+            await MemoryRepository(storage.store).apply("7", inserts=[(f, {"guild_id": "1"}) for f in FILLER[:3]])
+            await engine.reply("t", Speaker(user_id="7", name="Sam"), "any croissant?")
+            await engine.close()
+        assert server.embedding_requests == []

@@ -1,0 +1,83 @@
+"""Short-term memory: summarization past the threshold, and everything back after a restart."""
+
+from __future__ import annotations
+
+from langchain_core.messages import HumanMessage
+
+from bot.engine.conversation.graph import quoted
+from bot.engine.state import Speaker
+from tests.conftest import ScriptedChatModel, default_script, make_settings, running_engine
+
+ADA = Speaker(user_id="42", name="Ada", guild_id="900", channel_id="7", message_id="70")
+
+
+async def test_past_threshold_state_holds_summary_and_last_messages(tmp_path, backend):
+    settings = make_settings(tmp_path, backend, conversation={"summarize_after_messages": 6, "keep_messages": 4})
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        for i in range(4):
+            await engine.reply("t", ADA, f"message number {i}")
+        await engine.close()  # finish the background tail (summarize) of the last turn
+        state = await engine.thread_state("t")
+        assert state["summary"].startswith("SUMMARY:")
+        assert "message number 0" in state["summary"]
+        assert len(state["messages"]) <= 4
+        assert state["messages"][-1].text == "reply to [Ada | user 42]\n> message number 3"
+
+        await engine.reply("t", ADA, "and now?")
+        # The summary is quoted conversation: in a user-role message, never in the system prompt.
+        assert quoted(state["summary"]) in model.chat_calls[-1].prompt_text
+        assert state["summary"].strip() not in model.chat_calls[-1].system
+
+
+async def test_summarizes_by_token_budget_too(tmp_path, backend):
+    settings = make_settings(
+        tmp_path, backend, conversation={"summarize_after_messages": 1000, "summarize_after_tokens": 200, "keep_messages": 2}
+    )
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        for i in range(3):
+            await engine.reply("t", ADA, f"long message {i} " + "x" * 400)
+        await engine.close()
+        state = await engine.thread_state("t")
+    assert state.get("summary")
+    assert len(state["messages"]) == 2
+
+
+async def test_thread_and_memories_survive_restart(tmp_path, backend):
+    settings = make_settings(tmp_path, backend)
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        await engine.reply("t", ADA, "I like rowing")
+        await engine.reply("t", ADA, "my name is Ada")
+    # Closed: databases shut. Reopen the same files with a new engine.
+    model2 = ScriptedChatModel(default_script)
+    async with running_engine(settings, model2) as engine:
+        state = await engine.thread_state("t")
+        humans = [m.text for m in state["messages"] if isinstance(m, HumanMessage)]
+        assert humans == ["I like rowing", "my name is Ada"]
+        assert state["messages"][0].additional_kwargs["author_id"] == "42"
+        contents = sorted(m.content for m in await engine.memories.list("42"))
+        assert contents == ["I like rowing", "my name is Ada"]
+        await engine.reply("t", ADA, "what do you know?")
+        assert "I like rowing" in model2.chat_calls[-1].system
+        assert "[Ada | user 42]\n> I like rowing" in model2.chat_calls[-1].prompt_text
+
+
+async def test_pending_extraction_resumes_after_restart(tmp_path, backend):
+    settings = make_settings(tmp_path, backend)
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        engine.scheduler._closed = True  # simulate a crash: nothing is flushed on the way out
+        engine.scheduler.close = _noop  # type: ignore[method-assign]
+        await engine.reply("t", ADA, "I love kayaking")
+        assert await engine.memories.list("42") == []
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        assert [p.user_id for p in await engine.inbox.pending()] == ["42"]
+        await engine.scheduler.flush()
+        assert [m.content for m in await engine.memories.list("42")] == ["I love kayaking"]
+        assert await engine.inbox.pending() == []
+
+
+async def _noop(*_a, **_k) -> None:
+    return None
