@@ -30,7 +30,7 @@ from typing import AsyncIterator
 from benchmarks.bench_model import BenchModel
 from benchmarks.run import Ours, latency as engine_latency, pct
 from bot.client import MemoryBot
-from bot.engine.engine import create_engine
+from bot.engine import create_engine
 from bot.settings import Settings
 from bot.storage import open_storage
 from tests.fakes import discord_harness as dh

@@ -31,9 +31,7 @@ from langgraph.store.sqlite.aio import AsyncSqliteStore
 
 from benchmarks.bench_model import BenchModel
 from benchmarks.reference import build_reference_graph
-from bot.engine.memories.records import MemoryRepository
-from bot.engine.engine import create_engine
-from bot.engine.state import Speaker
+from bot.engine import MemoryRepository, Speaker, create_engine
 from bot.settings import Settings
 from bot.storage import open_storage
 

@@ -64,7 +64,7 @@ def drop_database(name: str) -> None:
 
 async def _engine_run(settings, body):
     from benchmarks.bench_model import BenchModel
-    from bot.engine.engine import ChatEngine
+    from bot.engine import ChatEngine
     from bot.storage import open_storage
 
     async with open_storage(settings) as storage:
@@ -78,7 +78,7 @@ async def _engine_run(settings, body):
 
 async def reply_latency(backend: str, turns: int, sync: bool = True) -> list[float]:
     """Milliseconds per reply in one channel, after five warm-up turns."""
-    from bot.engine.state import Speaker
+    from bot.engine import Speaker
 
     name, dsn = fresh_database() if backend == "postgres" else (None, None)
     try:
@@ -100,7 +100,7 @@ async def reply_latency(backend: str, turns: int, sync: bool = True) -> list[flo
 
 async def worker(dsn: str, first: int, channels: int, turns: int) -> None:
     """One process of the throughput run: READY, wait for GO on stdin, answer, DONE <turns> <errors>."""
-    from bot.engine.state import Speaker
+    from bot.engine import Speaker
 
     async def body(engine) -> None:
         sys.stdout.write("READY\n")

@@ -12,7 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
-from bot.engine.stores import StorageUnavailable
+from bot.engine import StorageUnavailable
 from bot.settings import ConfigError, Settings, load_settings
 
 log = logging.getLogger("bot")
@@ -66,15 +66,14 @@ async def _wipe_through_running_bot(settings: Settings, user: str, yes: bool) ->
     Erasing beside a running bot is not safe (its extraction in flight would write back what was
     erased), so the running bot does it, as it does any erasure; this process only records and waits.
     """
-    from bot.engine.erasure.eraser import Eraser
-    from bot.engine.memories.records import MemoryRepository
+    from bot.engine import MemoryRepository, request_erasure
 
     async def go(storage) -> int:
         count = len(await MemoryRepository(storage.store).list(user))
         if not yes and not _confirmed(f"Delete all {count} memories of user {user}? Type 'yes': "):
             _out("Nothing deleted.")
             return 1
-        job = await Eraser(storage, None).request(user)
+        job = await request_erasure(storage, user)
         deadline = asyncio.get_running_loop().time() + HANDOFF_WAIT_SECONDS
         while any(j.id == job for j in await storage.erasures.unfinished()):
             if asyncio.get_running_loop().time() > deadline:
@@ -96,7 +95,7 @@ def _confirmed(question: str) -> bool:
 
 async def _console(settings: Settings, user: str, thread: str) -> int:
     from bot.console import run_console
-    from bot.engine.engine import create_engine
+    from bot.engine import create_engine
 
     async def go(storage) -> int:
         engine = create_engine(settings, storage)
@@ -111,9 +110,7 @@ async def _console(settings: Settings, user: str, thread: str) -> int:
 
 
 async def _memories(settings: Settings, action: str, user: str, yes: bool) -> int:
-    from bot.engine.memories.export import export_memories
-    from bot.engine.memories.records import MemoryRepository
-    from bot.engine.engine import create_engine
+    from bot.engine import MemoryRepository, create_engine, export_memories
 
     async def go(storage) -> int:
         repo = MemoryRepository(storage.store)
@@ -195,9 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     if settings.limits.cooldown_seconds is not None:
         log.warning("config key 'limits.cooldown_seconds' is no longer used: limits.burst and "
                     "limits.refill_seconds (a token bucket) replace it")
-    from bot.storage import StorageBusy
-
     from bot.sharding import ShardError, parse_shards
+    from bot.storage import StorageBusy
 
     try:
         shards = parse_shards(getattr(args, "shards", None), getattr(args, "shard_count", None),

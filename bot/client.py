@@ -18,12 +18,11 @@ import aiohttp
 import discord
 from discord.ext import commands
 
-from bot.engine.engine import ChatEngine, create_engine
+from bot.engine import ChatEngine, Storage, create_engine
 from bot.metrics import Metrics
 from bot.monitoring import Health, MonitoringServer
 from bot.settings import Settings
 from bot.sharding import ShardPlan
-from bot.engine.stores import Storage
 from bot.storage import open_storage
 
 log = logging.getLogger(__name__)

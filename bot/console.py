@@ -6,8 +6,7 @@ import asyncio
 import logging
 import sys
 
-from bot.engine.engine import ChatEngine
-from bot.engine.state import Speaker
+from bot.engine import ChatEngine, Speaker
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +37,8 @@ async def run_console(engine: ChatEngine, user: str, thread: str) -> None:
         if not line.strip():
             continue
         if line.strip() == "/memories":
-            await engine.scheduler.flush()
-            memories = await engine.memories.list(user)
+            await engine.flush_learning()
+            memories = await engine.list_memories(user)
             _out("\n".join(f"  {m.short_id}  {m.content}" for m in memories) or "  (nothing yet)")
             continue
         n += 1

@@ -22,8 +22,7 @@ import re
 
 import discord
 
-from bot.engine.recall import estimate_tokens
-from bot.engine.state import Quote
+from bot.engine import Quote, estimate_tokens
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,7 @@ from typing import Sequence
 
 import discord
 
-from bot.engine.stores import Prefs
-from bot.engine.memories.records import HistoryEntry, StoredMemory
+from bot.engine import HistoryEntry, Prefs, StoredMemory
 
 PAGE_SIZE = 10
 SHOWN_CHARS = 300

@@ -17,18 +17,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
-from dataclasses import replace
 
 import discord
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from bot.engine.policy.server_settings import GuildPolicy
-from bot.engine.engine import Reply
-from bot.engine.state import Incoming, Quote, Speaker
+from bot.engine import GuildPolicy, Incoming, Quote, Reply, Speaker
 from cogs._context import StarterCache, channel_context, reply_chain, speaker_name
-from cogs._gate import TokenBucket, access_allows
+from cogs._gate import access_allows
+from cogs._input import input_builder
 from cogs._gathering import ChannelTurns, Turn
 from cogs._replying import NO_PINGS, ReplyWriter, typing_indicator
 
@@ -38,9 +35,6 @@ APOLOGY = "Sorry, I couldn't come up with an answer just now. Please try again i
 SLOW_DOWN = "You're going a bit fast for me. I've noted what you said and will take it in with your next message."
 BUSY = "Lots of people are talking to me here right now. I've noted what you said; ask me again in a moment."
 OUT_OF_BUDGET = "I've used up today's allowance here, so I'm taking a break until midnight UTC."
-TEXT_TYPES = ("text/", "application/json", "application/xml", "application/x-yaml", "application/toml")
-TEXT_SUFFIXES = (".txt", ".md", ".py", ".json", ".csv", ".log", ".yaml", ".yml", ".toml", ".ini", ".js", ".ts",
-                 ".html", ".css", ".xml", ".sh", ".rs", ".go", ".java", ".c", ".h", ".cpp", ".sql")
 MAX_CHANNELS = 10_000  # channel queues kept in memory; idle ones are dropped past this
 DELETED_REMEMBERED = 10_000  # deleted message IDs kept, so a create handled after its delete is ignored
 
@@ -63,17 +57,13 @@ class Chat(commands.Cog):
         self.bot = bot
         self.engine = bot.engine
         self.config = bot.settings.discord
-        self.max_chars = bot.settings.conversation.max_input_chars
+        self.inputs = input_builder(bot)
         self.streaming = bot.settings.model.streaming
         self.deadline = bot.settings.model.timeout_seconds  # the most anyone waits for an answer or an apology
         self.access = bot.settings.access
-        limits = bot.settings.limits
-        self.bucket = TokenBucket(limits.burst, limits.refill_seconds)
-        self.max_waiting = limits.max_waiting_turns
+        self.max_waiting = bot.settings.limits.max_waiting_turns
         self.channels: dict[int, ChannelTurns[Pending]] = {}
         self.starters = StarterCache()
-        self._budget_noticed: dict[str, str] = {}  # budget bucket -> UTC day a notice was sent
-        self._noticed: set[int] = set()  # people told they are over a limit, until next answered
         self._hearing = 0  # messages being recorded without an answer right now
         self._deleted: dict[int, None] = {}  # recently deleted message IDs (bounded), for out-of-order events
 
@@ -99,38 +89,10 @@ class Chat(commands.Cog):
         resolved = ref.resolved if ref is not None else None
         return isinstance(resolved, discord.Message) and resolved.author.id == me.id
 
-    async def budget_exhausted(self, speaker: Speaker, policy: GuildPolicy) -> str | None:
-        """The daily budget (server, member or DM person) with nothing left today, if any."""
-        return await self.engine.budget_exhausted(speaker, policy)
-
     # ---- what the model is given
     async def build_input(self, message: discord.Message, content: str | None = None) -> str:
-        """The message text for the model: own mention removed, text attachments read, long input cut."""
-        me = self.bot.user
-        text = message.content if content is None else content
-        if me is not None:
-            text = re.sub(rf"<@!?{me.id}>", "", text)
-        text = text.strip()
-        for attachment in message.attachments:
-            text += await self._attachment_text(attachment)
-        if len(text) > self.max_chars:
-            cut = len(text) - self.max_chars
-            text = text[: self.max_chars] + f"\n[note: the message was cut here; {cut} more characters were not shown]"
-        return text.strip()
-
-    async def _attachment_text(self, attachment: discord.Attachment) -> str:
-        kind = attachment.content_type or "unknown type"
-        is_text = kind.startswith(TEXT_TYPES) or attachment.filename.lower().endswith(TEXT_SUFFIXES)
-        reason = "too large to read" if is_text else "not a text file"
-        if is_text and attachment.size <= self.config.max_attachment_bytes:
-            try:
-                data = await attachment.read()
-                body = data.decode("utf-8", errors="replace").replace("```", "'''")
-                return f"\n\n[attached file {attachment.filename}]\n```\n{body}\n```"
-            except Exception as exc:  # noqa: BLE001 - a failed download is mentioned, not fatal
-                log.warning("could not download attachment %s: %r", attachment.id, exc)
-                reason = "could not be downloaded"
-        return f"\n\n[attached {attachment.filename} ({kind}, {attachment.size} bytes): {reason}, not shown]"
+        """The message text for the model (see ``cogs._input``)."""
+        return await self.inputs.build(self.bot.user, message, content)
 
     def speaker(self, message: discord.Message) -> Speaker:
         channel = message.channel
@@ -188,19 +150,11 @@ class Chat(commands.Cog):
             return
         if message.id in self._deleted:  # deleted before its create was handled: nothing to answer or keep
             return
-        allowed = self.bucket.take(message.author.id)
+        allowed = self.engine.admit(message.author.id)
         if allowed and self.turns_for(message.channel.id).offer(message.author.id, Pending(message, policy)):
             return
-        await self.hear(message, policy, self._notice_once(message.author.id, SLOW_DOWN if not allowed else BUSY))
-
-    def _notice_once(self, user_id: int, text: str) -> str | None:
-        """One notice per burst: none again until one of the person's turns has been answered."""
-        if user_id in self._noticed:
-            return None
-        if len(self._noticed) > 100_000:
-            self._noticed.clear()
-        self._noticed.add(user_id)
-        return text
+        notice = (SLOW_DOWN if not allowed else BUSY) if self.engine.notice_due(message.author.id) else None
+        await self.hear(message, policy, notice)
 
     def turns_for(self, channel_id: int) -> ChannelTurns[Pending]:
         turns = self.channels.get(channel_id)
@@ -236,7 +190,29 @@ class Chat(commands.Cog):
         except discord.HTTPException:
             log.warning("could not send a notice in channel %s", message.channel.id)
 
-    # ---- edits and deletions of messages still waiting (cogs.message_events calls these)
+    # ---- edits and deletions of messages still waiting (what is stored is the events cog's)
+    @commands.Cog.listener()
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        content = payload.data.get("content")
+        if content is not None:
+            self.edited(payload.channel_id, payload.message_id, content)
+
+    @commands.Cog.listener()
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        self.deleted(payload.channel_id, {payload.message_id})
+
+    @commands.Cog.listener()
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        self.deleted(payload.channel_id, set(payload.message_ids))
+
+    @commands.Cog.listener()
+    async def on_guild_channel_delete(self, channel: discord.abc.GuildChannel) -> None:
+        self.channel_gone(channel.id)
+
+    @commands.Cog.listener()
+    async def on_raw_thread_delete(self, payload: discord.RawThreadDeleteEvent) -> None:
+        self.channel_gone(payload.thread_id)
+
     def edited(self, channel_id: int, message_id: int, content: str) -> None:
         """A waiting message was edited: its turn answers the new text."""
         turns = self.channels.get(channel_id)
@@ -284,7 +260,6 @@ class Chat(commands.Cog):
             await writer.fail(APOLOGY)
             return
         turn.delivered = True
-        self._noticed.discard(turn.author_id)
         if reply is None:
             await writer.discard()
             return
@@ -298,28 +273,15 @@ class Chat(commands.Cog):
     async def _think(self, items: list[Pending], writer: ReplyWriter) -> Reply | None:
         """The answer, or None when the turn gets no answer (out of budget, nothing to answer)."""
         last = items[-1].message
-        policy = items[-1].policy
-        speaker = self.speaker(last)
-        bucket = await self.budget_exhausted(speaker, policy)
-        if bucket is not None:
-            await self.engine.hear(str(last.channel.id), await self.incoming(items, answer=False))
-            day = time.strftime("%Y-%m-%d", time.gmtime())
-            if self._budget_noticed.get(bucket) != day:
-                if len(self._budget_noticed) > 100_000:
-                    self._budget_noticed.clear()
-                self._budget_noticed[bucket] = day
-                await self.notify(last, OUT_OF_BUDGET)
-            return None
         incoming = await self.incoming(items)
         if not incoming:
             return None
-        quotes = await self.quotes(items)
-        if quotes:
-            incoming[-1] = replace(incoming[-1], speaker=replace(incoming[-1].speaker, quotes=quotes))
-        async with typing_indicator(last.channel):
-            return await self.engine.reply_to(
-                str(last.channel.id), incoming, on_delta=writer.on_delta, timeout=self.deadline, policy=policy
-            )
+        result = await self.engine.turn(str(last.channel.id), incoming, context=lambda: self.quotes(items),
+                                        while_answering=lambda: typing_indicator(last.channel),
+                                        policy=items[-1].policy, on_delta=writer.on_delta, timeout=self.deadline)
+        if result.notice == "out_of_budget":
+            await self.notify(last, OUT_OF_BUDGET)
+        return result.reply
 
 
 def speaker_name_text(text: str) -> str:

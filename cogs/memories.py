@@ -16,9 +16,7 @@ from discord import app_commands
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from bot.engine.memories.export import MAX_CONTENT, ImportRefused, export_memories, parse_import
-from bot.engine.memories.records import Actor, StoredMemory
-from bot.engine.recall import bm25_scores
+from bot.engine import MAX_CONTENT, Actor, ImportRefused, StoredMemory, bm25_scores, parse_import
 from cogs import _memory_format as fmt
 from cogs.views import PagerView, confirm
 
@@ -40,7 +38,6 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
     def __init__(self, bot: MemoryBot) -> None:
         self.bot = bot
         self.engine = bot.engine
-        self.repo = bot.engine.memories
         super().__init__()
 
     def actor(self, interaction: discord.Interaction) -> Actor:
@@ -51,20 +48,20 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
 
     async def own_memory_choices(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
         needle = current.lower().strip()
-        memories = await self.repo.list(interaction.user.id)
+        memories = await self.engine.list_memories(interaction.user.id)
         hits = [m for m in reversed(memories) if not needle or needle in m.content.lower() or m.short_id.startswith(needle)]
         return [app_commands.Choice(name=f"{m.short_id} · {m.content}"[:100], value=m.key) for m in hits[:25]]
 
     async def refused_write(self, interaction: discord.Interaction, adding: int | None = None) -> bool:
         """Tell the person why a remember/import cannot happen now (rate limit, cap); True if refused."""
         user = str(interaction.user.id)
-        wait = self.engine.memory_commands.retry_after(user)
+        wait = self.engine.memory_command_wait(user)
         if wait > 0:
             await self.reply(interaction, f"You've added memories {self.bot.settings.limits.memory_commands_per_hour} "
                              f"times in the last hour; try again in {max(1, round(wait / 60))} minutes. Nothing was changed.")
             return True
         cap = self.bot.settings.memory.max_per_person
-        have = await self.repo.count(user)
+        have = await self.engine.count_memories(user)
         if adding is not None and adding > cap:
             await self.reply(interaction, f"That would bring you to {adding} memories; I keep at most {cap} for one "
                              "person. Import a smaller file or delete some first. Nothing was changed.")
@@ -76,7 +73,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         return False
 
     async def find(self, interaction: discord.Interaction, key: str) -> StoredMemory | None:
-        found = await self.repo.resolve(interaction.user.id, key)
+        found = await self.engine.find_memory(interaction.user.id, key)
         if found is None:
             await self.reply(interaction, "I couldn't find that memory among yours.")
         return found
@@ -86,8 +83,8 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
     async def view(self, interaction: discord.Interaction) -> None:
         """See what I remember about you, and your memory settings (only you can see this)."""
         await interaction.response.defer(ephemeral=True, thinking=True)
-        memories = await self.repo.list(interaction.user.id)
-        prefs = await self.engine.prefs.get(str(interaction.user.id))
+        memories = await self.engine.list_memories(interaction.user.id)
+        prefs = await self.engine.preferences(str(interaction.user.id))
         status = fmt.status_line(prefs, self.bot.settings.memory.dm_memories_in_servers, self.bot.settings.memory.scope)
         pages = fmt.pages(self.bot, interaction.user, memories, status)
         view = PagerView(interaction.user.id, pages) if len(pages) > 1 else discord.utils.MISSING
@@ -98,12 +95,12 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
     async def history(self, interaction: discord.Interaction, memory: str) -> None:
         """See how one memory was created and changed, by whom, and where it came from."""
         await interaction.response.defer(ephemeral=True, thinking=True)
-        entries = await self.repo.history(interaction.user.id, memory)
+        entries = await self.engine.memory_history(interaction.user.id, memory)
         if not entries:
             found = await self.find(interaction, memory)
             if found is None:
                 return
-            entries = await self.repo.history(interaction.user.id, found.key)
+            entries = await self.engine.memory_history(interaction.user.id, found.key)
             memory = found.key
         await self.reply(interaction, embed=fmt.history_embed(self.bot, memory[-8:], entries))
 
@@ -112,8 +109,8 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         """Download what I remember about you, with its change history, as a JSON file."""
         await interaction.response.defer(ephemeral=True, thinking=True)
         user = str(interaction.user.id)
-        memories = await self.repo.list(user)
-        document = export_memories(user, memories, await self.repo.history(user))
+        document = await self.engine.export(user)
+        memories = document["memories"]
         data = json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8")
         file = discord.File(io.BytesIO(data), filename=f"memories-{user}.json")
         await self.reply(interaction, f"Here are your {len(memories)} memories.", file=file)
@@ -126,7 +123,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         await interaction.response.defer(ephemeral=True, thinking=True)
         if await self.refused_write(interaction):
             return
-        key = await self.repo.add(interaction.user.id, text.strip(), origin_of(interaction), actor=self.actor(interaction))
+        key = await self.engine.remember(interaction.user.id, text.strip(), origin_of(interaction), by=self.actor(interaction))
         await self.reply(interaction, f"Got it, I'll remember that (`{key[-8:]}`).")
 
     @app_commands.command(name="edit")
@@ -139,7 +136,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
             return
         # The place it was learned stays (a DM fact edited in a server stays a DM fact); the source is you.
         origin = {**found.origin, "source": "user"}
-        await self.repo.edit(interaction.user.id, found.key, text.strip(), origin, actor=self.actor(interaction))
+        await self.engine.edit_memory(interaction.user.id, found.key, text.strip(), origin, by=self.actor(interaction))
         await self.reply(interaction, f"Updated `{found.short_id}`: {fmt.clip(text)}")
 
     @app_commands.command(name="delete")
@@ -150,7 +147,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         found = await self.find(interaction, memory)
         if found is None:
             return
-        await self.repo.delete(interaction.user.id, found.key, actor=self.actor(interaction))
+        await self.engine.delete_memories(interaction.user.id, [found.key], by=self.actor(interaction))
         await self.reply(interaction, f"Deleted `{found.short_id}`: {fmt.clip(found.content)}")
 
     @edit.autocomplete("memory")
@@ -164,7 +161,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
     async def forget(self, interaction: discord.Interaction, text: app_commands.Range[str, 1, 200]) -> None:
         """Find what I remember that matches your words and delete it (asks first)."""
         await interaction.response.defer(ephemeral=True, thinking=True)
-        memories = await self.repo.list(interaction.user.id)
+        memories = await self.engine.list_memories(interaction.user.id)
         scored = sorted(zip(bm25_scores(text, [m.content for m in memories]), range(len(memories))), reverse=True)
         matches = [memories[i] for score, i in scored if score > 0][:FORGET_LIMIT]
         if not matches:
@@ -176,7 +173,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         if not ok:
             return
         await button.response.defer()
-        changes = await self.repo.apply(interaction.user.id, deletes=[m.key for m in matches], actor=self.actor(interaction))
+        changes = await self.engine.delete_memories(interaction.user.id, [m.key for m in matches], by=self.actor(interaction))
         await button.edit_original_response(content=f"Forgotten: {len(changes.deleted)} memories.", view=None)
 
     # ---- erasing and importing
@@ -184,7 +181,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
     async def wipe(self, interaction: discord.Interaction) -> None:
         """Erase everything I remember about you and your messages I keep (asks first)."""
         await interaction.response.defer(ephemeral=True, thinking=True)
-        count = await self.repo.count(interaction.user.id)
+        count = await self.engine.count_memories(interaction.user.id)
         ok, button = await confirm(
             interaction,
             f"Erase all {count} things I remember about you, their history, and your messages in my stored "
@@ -213,16 +210,16 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         except ImportRefused as exc:
             await self.reply(interaction, f"I can't import that file: {exc}. Nothing was changed.")
             return
-        existing = {m.key for m in await self.repo.list(interaction.user.id)}
+        existing = {m.key for m in await self.engine.list_memories(interaction.user.id)}
         if await self.refused_write(interaction, adding=len(existing | {m["id"] for m in memories})):
             return
-        count = await self.repo.restore(interaction.user.id, memories, history)
+        count = await self.engine.restore_memories(interaction.user.id, memories, history)
         await self.reply(interaction, f"Imported {count} memories.")
 
     # ---- settings
     async def set_pref(self, interaction: discord.Interaction, message: str, **values: bool | str) -> None:
         await interaction.response.defer(ephemeral=True, thinking=True)
-        await self.engine.prefs.set(str(interaction.user.id), **values)
+        await self.engine.set_preferences(str(interaction.user.id), **values)
         await self.reply(interaction, message)
 
     @app_commands.command(name="pause")

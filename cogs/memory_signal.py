@@ -11,7 +11,7 @@ import discord
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from bot.engine.learning.extraction import WriteRequest
+from bot.engine import WriteRequest
 
 log = logging.getLogger(__name__)
 
@@ -25,13 +25,13 @@ class MemorySignal(commands.Cog):
         self.bot = bot
 
     async def cog_load(self) -> None:
-        self.bot.engine.learning.scheduler.on_change = self.memory_changed
+        self.bot.engine.on_memory_change(self.memory_changed)
 
     async def cog_unload(self) -> None:
-        self.bot.engine.learning.scheduler.on_change = None
+        self.bot.engine.on_memory_change(None)
 
     async def memory_changed(self, request: WriteRequest, changes: dict) -> None:
-        prefs = await self.bot.engine.prefs.get(request.user_id)
+        prefs = await self.bot.engine.preferences(request.user_id)
         if not prefs.reactions:
             return
         channel_id, message_id = str(request.origin.get("channel_id", "")), str(request.origin.get("message_id", ""))

@@ -4,7 +4,8 @@ Raw gateway events are used throughout, so a message that is not in discord.py's
 restart, or pushed out of the cache) is handled the same as one that is:
 
 - ``MESSAGE_UPDATE`` with new ``content``: the stored message, a waiting one, and its queued learning
-  take the new text; what was learned from the old text is learned again (``ChatEngine.edit_message``).
+  take the new text; what was learned from the old text is learned again (``ChatEngine.message_edited``).
+  A turn still waiting to be answered is the chat cog's own: it listens to the same events.
   Updates without ``content`` (embeds resolving, pins) change nothing.
 - ``MESSAGE_DELETE`` / ``MESSAGE_DELETE_BULK``: the messages leave the waiting turns, the conversation
   (with the bot's answers to them; a deleted bot reply leaves alone), any summary built from them, the
@@ -26,6 +27,7 @@ import discord
 from discord.ext import commands
 
 from bot.client import MemoryBot
+from cogs._input import input_builder
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +38,7 @@ class MessageEvents(commands.Cog):
     def __init__(self, bot: MemoryBot) -> None:
         self.bot = bot
         self.engine = bot.engine
-
-    def _chat(self):
-        return self.bot.get_cog("Chat")
+        self.inputs = input_builder(bot)
 
     @commands.Cog.listener()
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
@@ -49,14 +49,9 @@ class MessageEvents(commands.Cog):
         me = self.bot.user
         if me is not None and str(author.get("id")) == str(me.id):
             return  # the bot's own streaming edits
-        chat = self._chat()
-        if chat is not None:
-            chat.edited(payload.channel_id, payload.message_id, content)
         try:
-            text = content
-            if chat is not None:
-                text = await chat.build_input(payload.message, content)
-            changed = await self.engine.changes.edit_message(str(payload.channel_id), str(payload.message_id), text)
+            text = await self.inputs.build(me, payload.message, content)
+            changed = await self.engine.message_edited(str(payload.channel_id), str(payload.message_id), text)
         except Exception:  # noqa: BLE001 - one failed edit must not stop the others
             log.exception("applying the edit of message %s failed", payload.message_id)
             return
@@ -72,11 +67,8 @@ class MessageEvents(commands.Cog):
         await self._deleted(payload.channel_id, set(payload.message_ids))
 
     async def _deleted(self, channel_id: int, message_ids: set[int]) -> None:
-        chat = self._chat()
-        if chat is not None:
-            chat.deleted(channel_id, message_ids)
         try:
-            await self.engine.changes.forget_messages(str(channel_id), {str(i) for i in message_ids})
+            await self.engine.messages_deleted(str(channel_id), {str(i) for i in message_ids})
         except Exception:  # noqa: BLE001 - logged; the next delete is handled all the same
             log.exception("erasing %d deleted messages in channel %s failed", len(message_ids), channel_id)
 
@@ -89,11 +81,8 @@ class MessageEvents(commands.Cog):
         await self._thread_gone(payload.thread_id)
 
     async def _thread_gone(self, channel_id: int) -> None:
-        chat = self._chat()
-        if chat is not None:
-            chat.channel_gone(channel_id)
         try:
-            await self.engine.changes.forget_thread(str(channel_id))
+            await self.engine.channel_deleted(str(channel_id))
         except Exception:  # noqa: BLE001
             log.exception("deleting the conversation of channel %s failed", channel_id)
 
@@ -102,17 +91,17 @@ class MessageEvents(commands.Cog):
         """A real removal (discord.py sends ``guild_unavailable`` instead for an outage)."""
         log.info("removed from server %s; its data is deleted after the retention period", guild.id)
         try:
-            await self.engine.changes.server_removed(str(guild.id))
+            await self.engine.server_removed(str(guild.id))
         except Exception:  # noqa: BLE001
             log.exception("recording the removal from server %s failed", guild.id)
 
     @commands.Cog.listener()
     async def on_guild_join(self, guild: discord.Guild) -> None:
-        await self.engine.changes.server_back(str(guild.id))
+        await self.engine.server_back(str(guild.id))
 
     @commands.Cog.listener()
     async def on_guild_available(self, guild: discord.Guild) -> None:
-        await self.engine.changes.server_back(str(guild.id))
+        await self.engine.server_back(str(guild.id))
 
 
 async def setup(bot: MemoryBot) -> None:

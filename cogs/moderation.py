@@ -22,7 +22,7 @@ from discord import app_commands
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from bot.engine.memories.records import Actor
+from bot.engine import Actor
 from cogs._modlog import post_mod_log
 from cogs.views import confirm
 
@@ -67,7 +67,7 @@ class Moderation(commands.Cog):
         guild = interaction.guild
         assert guild is not None  # guild_only
         # Every memory this server contributed to, not only those last changed here (see bot.engine.erasure.memories).
-        memories = [m for m in await self.bot.engine.memories.list(member.id) if str(guild.id) in m.places()]
+        memories = [m for m in await self.bot.engine.list_memories(member.id) if str(guild.id) in m.places()]
         ok, button = await confirm(
             interaction,
             f"Remove the {len(memories)} memories I learned about {member.mention} in this server? Memories also "

@@ -25,7 +25,7 @@ from discord import app_commands
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from bot.engine.policy.server_settings import OPERATOR, Edit, GuildPolicy, SettingRefused, channel_listed, reset, set_field
+from bot.engine import OPERATOR, Edit, GuildPolicy, SettingRefused, channel_listed, reset, set_field
 from cogs._modlog import post_mod_log
 from cogs.views import confirm
 
@@ -76,7 +76,6 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
 
     def __init__(self, bot: MemoryBot) -> None:
         self.bot = bot
-        self.service = bot.engine.policy.server_settings
         super().__init__()
 
     async def interaction_check(self, interaction: discord.Interaction) -> bool:
@@ -105,7 +104,7 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         return None
 
     def _operator_channels_here(self, guild: discord.Guild) -> frozenset[str]:
-        return frozenset(c for c in self.service.defaults.respond_channels if guild.get_channel_or_thread(int(c)))
+        return frozenset(c for c in self.bot.engine.operator_defaults().respond_channels if guild.get_channel_or_thread(int(c)))
 
     async def _propose(
         self, interaction: discord.Interaction, question: str, edit: Edit, describe: Callable[[GuildPolicy], str],
@@ -116,7 +115,7 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         guild = interaction.guild
         assert guild is not None
         try:
-            await self.service.preview(guild.id, edit)
+            await self.bot.engine.preview_settings(guild.id, edit)
         except SettingRefused as refused:
             await interaction.followup.send(str(refused), ephemeral=True)
             return
@@ -131,7 +130,7 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
             return
         await button.response.defer()
         try:
-            _, after = await self.service.change(guild.id, edit, by=str(button.user.id))
+            _, after = await self.bot.engine.change_settings(guild.id, edit, by=str(button.user.id))
         except SettingRefused as refused:  # someone else changed something meanwhile
             await button.edit_original_response(content=str(refused), view=None, embed=None)
             return
@@ -141,7 +140,6 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
             return
         what = describe(after)
         await button.edit_original_response(content=f"Done: {what}.", view=None, embed=None)
-        self.bot.engine.metrics.settings_changes.inc()
         await self._audit(interaction, button.user, what, after)
 
     async def _audit(self, interaction: discord.Interaction, admin: discord.abc.User, what: str,
@@ -160,7 +158,7 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         await interaction.response.defer(ephemeral=True, thinking=True)
         guild = interaction.guild
         assert guild is not None
-        policy = await self.service.policy(guild.id)
+        policy = await self.bot.engine.guild_policy(guild.id)
         used = await self.bot.engine.tokens_today(str(guild.id))
         await interaction.followup.send(embed=self.render(guild, policy, used), ephemeral=True)
 

@@ -12,19 +12,17 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 import pytest
-from pydantic import Field
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
-
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 
 from bot.settings import Settings
 

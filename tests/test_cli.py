@@ -54,7 +54,7 @@ def test_console_then_memories_list_export_wipe(tmp_path):
 
     seed = (
         "import asyncio\nfrom bot.settings import load_settings\nfrom bot.storage import open_storage\n"
-        "from bot.engine.memories.records import MemoryRepository\n"
+        "from bot.engine.memories.repository import MemoryRepository\n"
         f"s = load_settings({str(cfg)!r}, {{}}, need_model=False)\n"
         "async def go():\n    async with open_storage(s) as st:\n"
         "        await MemoryRepository(st.store).apply('lance', inserts=[('Likes bikes', {'guild_id': 'dm'}), ('Eats bread', {'guild_id': 'dm'})])\n"

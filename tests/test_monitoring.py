@@ -10,7 +10,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from bot.metrics import FAILURES, KINDS, OUTCOMES, SCOPES
 from bot.monitoring import probe_health
 from bot.settings import MonitoringSection
-from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, LISTED, MOD, OTHER_GUILD, rig
+from tests.cogs.conftest import (
+    ALICE,
+    BOB,
+    GENERAL,
+    GUILD_ID,
+    LISTED,
+    MOD,
+    OTHER_GUILD,
+    rig,
+)
 from tests.conftest import ScriptedChatModel, default_script
 
 ON = {"metrics": True, "health": True, "port": 0}

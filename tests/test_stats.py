@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bot.stats import collect_stats, render_stats
 from bot.engine.stores import ServerSettings
+from bot.stats import collect_stats, render_stats
 from bot.storage import open_storage
 from tests.conftest import make_settings
 

@@ -1,1 +1,27 @@
-"""The Discord-free engine: conversation graph, memories, prompts and the chat-model factory."""
+"""The engine's public face: what the cogs, the console, the CLI and the benchmarks may import.
+
+Everything else under ``bot/engine/`` is internal (tests may import the internals of the module they
+test). The front door is :class:`ChatEngine` (``bot/engine/engine.py``); see ``docs/architecture.md`` for
+where each concern lives.
+"""
+
+from bot.engine.engine import ChatEngine, Reply, TurnResult, create_engine
+from bot.engine.erasure.eraser import request_erasure
+from bot.engine.errors import ImportRefused, SettingRefused, StorageUnavailable, is_transient
+from bot.engine.learning.extraction import WriteRequest
+from bot.engine.memories.export import MAX_CONTENT, export_memories, parse_import
+from bot.engine.memories.records import Actor, HistoryEntry, StoredMemory
+from bot.engine.memories.repository import MemoryRepository
+from bot.engine.policy.limits import TokenBucket
+from bot.engine.policy.server_settings import OPERATOR, Edit, GuildPolicy, channel_listed, reset, set_field
+from bot.engine.recall import SemanticIndex, bm25_scores, choose_memories, estimate_tokens, memory_line
+from bot.engine.state import Incoming, Quote, Speaker
+from bot.engine.stores import Prefs, ServerSettings, Storage
+
+__all__ = [
+    "MAX_CONTENT", "OPERATOR", "Actor", "ChatEngine", "Edit", "GuildPolicy", "HistoryEntry", "ImportRefused",
+    "Incoming", "MemoryRepository", "Prefs", "Quote", "Reply", "SemanticIndex", "ServerSettings",
+    "SettingRefused", "Speaker", "Storage", "StorageUnavailable", "StoredMemory", "TokenBucket", "TurnResult",
+    "WriteRequest", "bm25_scores", "channel_listed", "choose_memories", "create_engine", "estimate_tokens",
+    "export_memories", "is_transient", "memory_line", "parse_import", "request_erasure", "reset", "set_field",
+]

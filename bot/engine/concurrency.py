@@ -1,9 +1,17 @@
-"""Small in-memory structures keyed by person or channel that stay bounded however many there are.
+"""Concurrency, in one place: every lock the engine takes, the holds erasures keep, and bounded maps.
 
-A bot in many servers meets an unbounded number of people and channels; any map keyed by them must
-forget. :class:`KeyedLocks` keeps a lock only while someone holds or waits for it, and
-:class:`InflightTurns` a turn only while it is being answered; :class:`RateLimiter` and
-:class:`BoundedDict` keep at most ``max_keys`` keys, forgetting the least recently touched.
+- :class:`Locks` is the one home of the engine's locks, in-process first, then storage's cross-process half:
+  ``channel(thread_id)`` runs a channel's turns one at a time, in arrival order (an asyncio lock is FIFO),
+  and, on a shared database, never at the same moment as a turn of that channel in another process;
+  ``person(user_id, kind, wait)`` allows one piece of work on a person at a time (an extraction, an
+  erasure), here and in every other process (see :class:`bot.engine.stores.locks.CrossProcessLocks`);
+  ``erasures()`` lets one erasure run at a time over the whole database, so two erasures that each need the
+  other's people can never wait for each other (see ``docs/decisions.md``).
+- :class:`Holds` is the re-entrant hold an erasure keeps on each person whose data it changes.
+- A bot in many servers meets an unbounded number of people and channels; any map keyed by them must
+  forget. :class:`KeyedLocks` keeps a lock only while someone holds or waits for it, and
+  :class:`InflightTurns` a turn only while it is being answered; :class:`RateLimiter` and
+  :class:`BoundedDict` keep at most ``max_keys`` keys, forgetting the least recently touched.
 """
 
 from __future__ import annotations
@@ -11,9 +19,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict, deque
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
-from contextlib import asynccontextmanager
 from typing import AsyncIterator, Callable, Generic, Hashable, TypeVar
+
+from bot.engine.stores.locks import CrossProcessLocks
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -120,3 +130,69 @@ class InflightTurns:
 
     def __len__(self) -> int:
         return sum(len(t) for t in self._by_user.values())
+
+
+ERASURES_KEY = "erasure:*"  # the cross-process lock every erasure takes first (no channel ID looks like it)
+Hold = Callable[[str], AbstractAsyncContextManager]
+
+
+class Locks:
+    """Every lock the engine takes: in-process first, then storage's cross-process half."""
+
+    def __init__(self, shared: CrossProcessLocks) -> None:
+        self.shared = shared
+        self._channels: KeyedLocks[str] = KeyedLocks()
+        self._people: KeyedLocks[str] = KeyedLocks()
+        self._erasures = asyncio.Lock()
+
+    @asynccontextmanager
+    async def channel(self, thread_id: str) -> AsyncIterator[None]:
+        """One turn of a channel at a time, here and in every process sharing the database."""
+        async with self._channels.hold(thread_id), self.shared.channel(thread_id):
+            yield
+
+    @asynccontextmanager
+    async def person(self, user_id: str, *, kind: str, wait: bool = True) -> AsyncIterator[bool]:
+        """One piece of work on a person at a time; yields whether the claim was granted."""
+        async with self._people.hold(user_id), self.shared.person(user_id, kind=kind, wait=wait) as held:
+            yield held
+
+    @asynccontextmanager
+    async def erasures(self) -> AsyncIterator[None]:
+        """One erasure at a time over the whole database: the global order that makes erasures deadlock-free.
+
+        An erasure holds its person and then, one by one, the people whose data quotes them; it cannot know
+        them all up front. Two erasures doing that at once could each hold a person the other needs. Taken
+        before any person, this lock means at most one erasure holds people at all, here or in another
+        process; turns and extractions hold at most one person and never wait for a second while holding it.
+        """
+        async with self._erasures, self.shared.channel(ERASURES_KEY):
+            yield
+
+
+class Holds:
+    """The holds an erasure keeps on people: re-entrant within one task.
+
+    ``hold(user)`` keeps the person's extraction stopped (here and, on a shared database, in every process)
+    while their data changes. An erasure holding a person may reach them again (a deleted message's author,
+    quotes in their own turns) without waiting for itself, and without claiming the cross-process lease a
+    second time.
+    """
+
+    def __init__(self, hold: Hold | None = None) -> None:
+        self._hold: Hold = hold or (lambda _user: nullcontext())
+        self._holding: dict[str, asyncio.Task | None] = {}  # person -> the task holding them through us
+
+    @asynccontextmanager
+    async def hold(self, user: str) -> AsyncIterator[None]:
+        """Hold ``user`` for the duration (a no-op if this task holds them already)."""
+        me = asyncio.current_task()
+        if me is not None and self._holding.get(user) is me:
+            yield
+            return
+        async with self._hold(user):
+            self._holding[user] = me
+            try:
+                yield
+            finally:
+                self._holding.pop(user, None)

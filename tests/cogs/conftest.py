@@ -14,7 +14,13 @@ import pytest_asyncio
 from bot.client import MemoryBot
 from bot.engine.engine import create_engine
 from bot.storage import open_storage
-from tests.conftest import SQLITE, Backend, ScriptedChatModel, default_script, make_settings
+from tests.conftest import (
+    SQLITE,
+    Backend,
+    ScriptedChatModel,
+    default_script,
+    make_settings,
+)
 from tests.fakes import discord_harness as dh
 
 GUILD_ID, GENERAL, THREAD, LISTED, MODLOG = 900, 901, 902, 904, 905

@@ -6,7 +6,16 @@ import asyncio
 
 from langchain_core.messages import HumanMessage
 
-from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, LISTED, OTHER_BOT, THREAD, rig
+from tests.cogs.conftest import (
+    ALICE,
+    BOB,
+    GENERAL,
+    GUILD_ID,
+    LISTED,
+    OTHER_BOT,
+    THREAD,
+    rig,
+)
 from tests.conftest import Call, ScriptedChatModel, default_script
 from tests.fakes import discord_harness as dh
 

@@ -8,9 +8,9 @@ import time
 
 from langchain_core.messages import HumanMessage
 
+from bot.engine import TokenBucket
 from cogs.chat import BUSY, OUT_OF_BUDGET, SLOW_DOWN
-from cogs._gate import TokenBucket
-from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, LISTED, rig
+from tests.cogs.conftest import ALICE, BOB, GENERAL, LISTED, rig
 from tests.conftest import Call, ScriptedChatModel, default_script
 from tests.fakes import discord_harness as dh
 
@@ -98,7 +98,7 @@ async def test_over_the_bucket_messages_are_heard_with_one_notice_and_known_next
         assert [s.content for s in sent].count(SLOW_DOWN) == 1  # one notice per burst
         assert len(r.model.chat_calls) == 2
         assert await humans(r) == [f"message {i}" for i in range(5)]  # nothing said is lost
-        r.bot.get_cog("Chat").bucket = TokenBucket(2, 3600)  # refilled
+        r.engine.bucket = TokenBucket(2, 3600)  # refilled
         await r.h.send_message(r.mentioning(ALICE, "and now?"))
         prompt = r.model.chat_calls[-1].prompt_text
         assert all(f"> message {i}" in prompt for i in range(5))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from bot.engine.memories.records import Actor
-
 from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID
 
 

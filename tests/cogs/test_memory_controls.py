@@ -6,7 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, MOD, OTHER_CHANNEL, OTHER_GUILD, rig
+from tests.cogs.conftest import (
+    ALICE,
+    BOB,
+    GENERAL,
+    GUILD_ID,
+    MOD,
+    OTHER_CHANNEL,
+    OTHER_GUILD,
+    rig,
+)
 from tests.cogs.test_memories import button, click_erasure, seed
 from tests.fakes import discord_harness as dh
 

@@ -7,7 +7,16 @@ import time
 
 from langchain_core.messages import AIMessage, HumanMessage
 
-from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD, GUILD2, GUILD_ID, THREAD, rig
+from tests.cogs.conftest import (
+    ALICE,
+    BOB,
+    GENERAL,
+    GUILD,
+    GUILD2,
+    GUILD_ID,
+    THREAD,
+    rig,
+)
 from tests.cogs.test_memory_controls import files_containing
 from tests.conftest import Call, ScriptedChatModel, default_script
 from tests.fakes import discord_harness as dh
@@ -92,7 +101,7 @@ async def test_an_uncached_delete_removes_message_answer_queue_and_memory_from_d
         await r.h.send_message(said)
         await r.engine.scheduler.flush()  # one extraction per message: each memory cites its own message
         await r.h.send_message(r.mentioning(ALICE, "I like rowing"))
-        await r.h.send_message(r.mentioning(BOB, f"hello there"))
+        await r.h.send_message(r.mentioning(BOB, "hello there"))
         await r.engine.scheduler.flush()
         assert f"I like {canary}" in await contents(r, ALICE)
         await r.engine.close()

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import logging
 
-from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, MOD, MODLOG, OTHER_CHANNEL, OTHER_GUILD
+from tests.cogs.conftest import (
+    ALICE,
+    BOB,
+    GENERAL,
+    GUILD_ID,
+    MOD,
+    MODLOG,
+    OTHER_CHANNEL,
+    OTHER_GUILD,
+)
 from tests.cogs.test_memories import button, click_erasure, seed
 
 

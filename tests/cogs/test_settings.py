@@ -7,7 +7,20 @@ import logging
 import discord
 
 from tests.cogs.conftest import (
-    ALICE, BOB, GENERAL, GUILD, GUILD_ID, LISTED, MOD, MOD_ROLE, MODLOG, OTHER_CHANNEL, OTHER_GUILD, OWNER, THREAD, rig,
+    ALICE,
+    BOB,
+    GENERAL,
+    GUILD,
+    GUILD_ID,
+    LISTED,
+    MOD,
+    MOD_ROLE,
+    MODLOG,
+    OTHER_CHANNEL,
+    OTHER_GUILD,
+    OWNER,
+    THREAD,
+    rig,
 )
 from tests.cogs.test_memories import button, click_erasure
 from tests.fakes import discord_harness as dh

@@ -51,7 +51,7 @@ async def test_the_engine_keeps_no_per_person_state_after_turns_and_erasures(set
         for i in range(5):
             await engine.erase_person(f"u{i}")
         await asyncio.sleep(0)
-        assert len(engine._inflight) == 0
+        assert len(engine.runner.inflight) == 0
         assert len(engine.locks._people) == 0 and len(engine.locks._channels) == 0
 
 

@@ -11,8 +11,8 @@ import re
 from langchain_deepseek import ChatDeepSeek
 from pydantic import SecretStr
 
-from bot.engine.model import build_chat_model
 from bot.engine.engine import create_engine
+from bot.engine.model import build_chat_model
 from bot.engine.state import Speaker
 from bot.storage import open_storage
 from tests.conftest import make_settings

@@ -19,7 +19,14 @@ from langchain_core.messages import AIMessage
 from bot.engine.engine import create_engine
 from bot.engine.state import Speaker
 from bot.storage import open_storage
-from tests.conftest import Call, ScriptedChatModel, cited_facts, default_script, make_settings, tool_call
+from tests.conftest import (
+    Call,
+    ScriptedChatModel,
+    cited_facts,
+    default_script,
+    make_settings,
+    tool_call,
+)
 
 
 def script(call: Call):

@@ -4,7 +4,6 @@ crash) or is deliberately ignored; nothing is lost and the channel keeps working
 
 from __future__ import annotations
 
-
 from tests.cogs.conftest import ALICE, GENERAL, rig
 from tests.conftest import Call, ScriptedChatModel, default_script, record_figure
 from tests.fakes import discord_harness as dh

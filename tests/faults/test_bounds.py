@@ -9,7 +9,13 @@ from bot.engine.learning.extraction import TurnText, WriteRequest
 from tests.cogs.conftest import ALICE, GENERAL, rig
 from tests.cogs.test_memories import seed
 from tests.cogs.test_memory_controls import import_file
-from tests.conftest import ScriptedChatModel, default_script, make_settings, record_figure, running_engine
+from tests.conftest import (
+    ScriptedChatModel,
+    default_script,
+    make_settings,
+    record_figure,
+    running_engine,
+)
 
 
 async def test_remember_and_import_past_the_cap_are_refused_and_change_nothing(tmp_path):
@@ -58,7 +64,7 @@ async def test_extraction_at_the_cap_drops_the_least_recently_used_learned_memor
         await engine.memories.apply("7", inserts=[("Written by the person", dict(place, source="user"))])
         request = WriteRequest(user_id="7", speaker_name="Ann", origin=place,
                                new=[TurnText("7", "Ann", "I like sailing. I like rowing.", "nice", origin=place)])
-        await engine._write(request)
+        await engine.learn(request)
         contents = sorted(m.content for m in await engine.memories.list("7"))
         assert len(contents) == 3
         assert "Written by the person" in contents and "Oldest learned fact" not in contents

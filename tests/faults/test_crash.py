@@ -16,7 +16,13 @@ from pathlib import Path
 from langchain_core.messages import HumanMessage
 
 from bot.engine.state import Speaker
-from tests.conftest import ScriptedChatModel, default_script, make_settings, record_figure, running_engine
+from tests.conftest import (
+    ScriptedChatModel,
+    default_script,
+    make_settings,
+    record_figure,
+    running_engine,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 TRIALS = int(os.environ.get("CRASH_TRIALS", "30"))

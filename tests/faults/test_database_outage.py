@@ -9,7 +9,14 @@ import logging
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from bot.engine.state import Speaker
-from tests.conftest import Backend, ScriptedChatModel, default_script, make_settings, record_figure, running_engine
+from tests.conftest import (
+    Backend,
+    ScriptedChatModel,
+    default_script,
+    make_settings,
+    record_figure,
+    running_engine,
+)
 from tests.fakes.tcp_proxy import TcpProxy
 
 

@@ -8,7 +8,16 @@ from pathlib import Path
 
 from langchain_core.messages import HumanMessage
 
-from tests.cogs.conftest import ALICE, BOB, GENERAL, LISTED, MOD, OTHER_CHANNEL, OTHER_GUILD, rig
+from tests.cogs.conftest import (
+    ALICE,
+    BOB,
+    GENERAL,
+    LISTED,
+    MOD,
+    OTHER_CHANNEL,
+    OTHER_GUILD,
+    rig,
+)
 from tests.cogs.test_memories import button, click_erasure, seed
 from tests.conftest import Call, ScriptedChatModel, default_script, record_figure
 

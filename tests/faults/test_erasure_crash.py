@@ -15,8 +15,13 @@ import time
 from pathlib import Path
 
 from bot.engine.state import Speaker
-from tests.conftest import ScriptedChatModel, make_settings, record_figure, running_engine
-from tests.faults.test_erasure import CANARIES, files_containing, quoting_script, ASK
+from tests.conftest import (
+    ScriptedChatModel,
+    make_settings,
+    record_figure,
+    running_engine,
+)
+from tests.faults.test_erasure import ASK, CANARIES, files_containing, quoting_script
 
 ROOT = Path(__file__).resolve().parents[2]
 TRIALS = int(os.environ.get("ERASURE_CRASH_TRIALS", "12"))

@@ -3,7 +3,7 @@ whatever his text imitates (a speaker line, a header, a tag) or whatever his dis
 
 from __future__ import annotations
 
-from tests.cogs.conftest import ALICE, BOB, GENERAL, rig
+from tests.cogs.conftest import ALICE, BOB, rig
 from tests.conftest import record_figure
 from tests.fakes import discord_harness as dh
 

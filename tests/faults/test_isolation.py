@@ -3,7 +3,15 @@ out of servers unless the person opts in, and moderators purge only where they h
 
 from __future__ import annotations
 
-from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, MOD, OTHER_CHANNEL, OTHER_GUILD
+from tests.cogs.conftest import (
+    ALICE,
+    BOB,
+    GENERAL,
+    GUILD_ID,
+    MOD,
+    OTHER_CHANNEL,
+    OTHER_GUILD,
+)
 from tests.cogs.test_memories import seed
 from tests.conftest import record_figure
 from tests.fakes import discord_harness as dh

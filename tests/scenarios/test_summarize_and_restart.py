@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from langchain_core.messages import HumanMessage
 
-from bot.engine.conversation.graph import quoted
+from bot.engine.conversation.rendering import quoted
 from bot.engine.state import Speaker
-from tests.conftest import ScriptedChatModel, default_script, make_settings, running_engine
+from tests.conftest import (
+    ScriptedChatModel,
+    default_script,
+    make_settings,
+    running_engine,
+)
 
 ADA = Speaker(user_id="42", name="Ada", guild_id="900", channel_id="7", message_id="70")
 

@@ -12,7 +12,13 @@ from langchain_core.messages import HumanMessage
 
 from bot.engine.state import Speaker
 from bot.engine.stores.locks import ERASURE
-from tests.conftest import Call, ScriptedChatModel, default_script, make_settings, running_engine
+from tests.conftest import (
+    Call,
+    ScriptedChatModel,
+    default_script,
+    make_settings,
+    running_engine,
+)
 
 ADA = Speaker(user_id="42", name="Ada", guild_id="900", channel_id="7", message_id="70")
 

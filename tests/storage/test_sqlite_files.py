@@ -7,7 +7,7 @@ from pathlib import Path
 
 from langchain_core.messages import HumanMessage
 
-from bot.engine.engine import PRUNE_EVERY
+from bot.engine.conversation.turn import PRUNE_EVERY
 from bot.engine.state import Speaker
 from tests.conftest import ScriptedChatModel, default_script, make_settings, running_engine
 

@@ -14,9 +14,10 @@ from langchain_core.messages import HumanMessage
 
 from bot.engine.erasure.conversations import ConversationEraser
 from bot.engine.erasure.eraser import Eraser, MessageErasure
-from bot.engine.memories.records import MemoryRepository, StoredMemory
 from bot.engine.erasure.memories import erase_keys
 from bot.engine.learning.scheduler import ExtractionScheduler
+from bot.engine.memories.records import StoredMemory
+from bot.engine.memories.repository import MemoryRepository
 from bot.engine.stores import Storage
 
 log = logging.getLogger(__name__)

@@ -21,19 +21,19 @@ from dataclasses import dataclass
 
 from langgraph.store.base import Item, PutOp
 
+from bot.engine.erasure.quotes import REDACTED, QuoteRule
 from bot.engine.memories.records import (
+    NAMESPACE_ROOT,
     Actor,
-    MemoryRepository,
     StoredMemory,
     _now,
     history_namespace,
     namespace,
     time_ordered_keys,
     watermark_namespace,
-    NAMESPACE_ROOT,
 )
+from bot.engine.memories.repository import MemoryRepository
 from bot.engine.memories.sources import SourceChanges
-from bot.engine.erasure.quotes import REDACTED, QuoteRule
 
 log = logging.getLogger(__name__)
 

@@ -21,11 +21,20 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 from trustcall import create_extractor
 
+from bot.engine.errors import ExtractionInterrupted
 from bot.engine import prompts
-from bot.engine.memories.records import Memory, MemoryChanges, MemoryRepository
-from bot.engine.recall import estimate_tokens, related
-from bot.engine.learning.transcript import TurnText, attribute, clean_name, context_block, new_block, source_of
+from bot.engine.learning.transcript import (
+    TurnText,
+    attribute,
+    clean_name,
+    context_block,
+    new_block,
+    source_of,
+)
+from bot.engine.memories.records import Memory, MemoryChanges
+from bot.engine.memories.repository import MemoryRepository
 from bot.engine.policy.visibility import Visibility, allowed_here
+from bot.engine.recall import estimate_tokens, related
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +61,6 @@ class WriteRequest:
     visibility: Visibility | None = None  # the person's policy where this was said: what may be shown/patched
     max_memories: int = 0  # the per-person cap (0: none); at the cap the least recently used make room
 
-
-class ExtractionInterrupted(RuntimeError):
-    """A model call inside Trustcall failed and Trustcall carried on without results.
-
-    Trustcall catches exceptions from the model when it patches existing documents and re-prompts with
-    "Fix the validation error while also avoiding: ..."; an outage would then look like "nothing to
-    learn" and the turns would be marked done. Raising instead keeps them pending for a retry.
-    """
 
 
 class CallWatcher(AsyncCallbackHandler):

@@ -14,13 +14,13 @@ import time
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Awaitable, Callable
 
-from bot.engine.concurrency import BoundedDict
+from bot.engine.errors import is_transient
+from bot.engine.concurrency import BoundedDict, Locks
 from bot.engine.learning.extraction import TurnText, WriteRequest
-from bot.engine.locking import Locks
+from bot.engine.learning.transcript import MAX_MESSAGE_CHARS, REPLY_CHARS
+from bot.engine.recall import estimate_tokens
 from bot.engine.stores import Inbox, InboxTurn
 from bot.engine.stores.locks import ERASURE, EXTRACTION, ClaimLost, SingleProcessLocks
-from bot.engine.recall import estimate_tokens
-from bot.engine.learning.transcript import MAX_MESSAGE_CHARS, REPLY_CHARS
 
 log = logging.getLogger(__name__)
 
@@ -29,18 +29,7 @@ OnChange = Callable[[WriteRequest, dict], Awaitable[None]]
 MAX_FAILURES = 3  # for errors that are not outages (a bug, a poison input): then the batch is skipped
 STORAGE_RETRY_SECONDS = 2.0  # first retry after the database went away; doubles up to 60 s
 CLAIMED_RETRY_SECONDS = 1.0  # another process is working on this person: look again after this
-TRANSIENT_STATUS = {408, 409, 429}
 
-
-def is_transient(exc: BaseException) -> bool:
-    """An outage worth waiting out: timeouts, connection errors, 429 and 5xx from the model API."""
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
-        return True
-    if type(exc).__name__ in {"APITimeoutError", "APIConnectionError", "RateLimitError", "InternalServerError",
-                              "ExtractionInterrupted"}:
-        return True
-    status = getattr(exc, "status_code", None)
-    return isinstance(status, int) and (status >= 500 or status in TRANSIENT_STATUS)
 
 
 NEW_BUDGET_TOKENS = 1100  # new messages (with their shortened replies) in one call; the rest waits for the next

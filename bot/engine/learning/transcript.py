@@ -89,7 +89,7 @@ def new_block(turns: Sequence[TurnText]) -> str:
         out.append(f"#{n} · {stamp(t.at)} · user {t.author_id} \"{clean_name(t.author)}\" wrote:")
         out.append(quoted(text))
         if t.ai:
-            out.append(f"  the assistant answered (shortened):")
+            out.append("  the assistant answered (shortened):")
             out.append(quoted(shorten(t.ai, REPLY_CHARS)))
     return "\n".join(out) or "(none)"
 

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from bot.engine.errors import ImportRefused
 from bot.engine.memories.records import HistoryEntry, StoredMemory
 
 FORMAT = "remembering-bot.memories"
@@ -20,9 +21,6 @@ MAX_IMPORT_BYTES = 2_000_000
 MAX_MEMORIES = 5000
 MAX_CONTENT = 2000
 
-
-class ImportRefused(ValueError):
-    """Why a file cannot be imported, in words for the person."""
 
 
 def export_memories(user_id: str, memories: Sequence[StoredMemory], history: Sequence[HistoryEntry] = ()) -> dict:

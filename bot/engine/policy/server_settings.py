@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from bot.engine.errors import SettingRefused
 from bot.engine.stores.guild_settings import GuildSettingsStore, ServerSettings
 from bot.settings import Settings
 
@@ -35,9 +36,6 @@ MAX_CHANNELS = 100  # per list: a server listing more is almost certainly a mist
 WRITE_ATTEMPTS = 50  # compare-and-set retries under contention, with a growing random pause between them
 Edit = Callable[[ServerSettings], ServerSettings]
 
-
-class SettingRefused(ValueError):
-    """A change that breaks a rule; the message is one sentence for the admin."""
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from langchain_core.messages import AIMessage, HumanMessage
 
-from bot.engine.conversation.graph import author_line, for_model, quoted
+from bot.engine.conversation.rendering import author_line, for_model, quoted
 from bot.engine.state import Incoming, Quote, Speaker
 from tests.conftest import ScriptedChatModel, default_script, running_engine
 

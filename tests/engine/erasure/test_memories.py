@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 
-from bot.engine.memories.export import export_memories
-from bot.engine.memories.records import Actor, MemoryRepository
 from bot.engine.erasure.memories import erase_memories, redact_quotes_in_memories
 from bot.engine.erasure.quotes import QuoteRule
+from bot.engine.memories.export import export_memories
+from bot.engine.memories.records import Actor
+from bot.engine.memories.repository import MemoryRepository
 from bot.storage import open_storage
 
 A = {"guild_id": "1", "channel_id": "10", "message_id": "100"}

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from langchain_core.messages import AIMessage
 
-from bot.engine.memories.records import MemoryRepository
+from bot.engine.memories.repository import MemoryRepository
 from bot.engine.state import Speaker
-from tests.conftest import Call, ScriptedChatModel, default_script, doc_id, running_engine, tool_call
+from tests.conftest import (
+    Call,
+    ScriptedChatModel,
+    default_script,
+    doc_id,
+    running_engine,
+    tool_call,
+)
 
 ADA = Speaker(user_id="42", name="Ada", guild_id="900", channel_id="7", message_id="70")
 

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from bot.engine.state import Speaker
-from tests.conftest import ScriptedChatModel, default_script, new_section, record_figure, running_engine
+from tests.conftest import (
+    ScriptedChatModel,
+    default_script,
+    new_section,
+    record_figure,
+    running_engine,
+)
 
 
 def speaker(user: int, channel: int, guild: str = "900") -> Speaker:

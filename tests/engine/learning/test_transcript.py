@@ -8,10 +8,17 @@ from datetime import datetime, timezone
 import pytest
 from langchain_core.messages import AIMessage
 
+from bot.engine.learning.transcript import TurnText, attribute, new_block, quoted
 from bot.engine.recall import estimate_tokens
 from bot.engine.state import Speaker
-from bot.engine.learning.transcript import TurnText, attribute, new_block, quoted
-from tests.conftest import Call, ScriptedChatModel, default_script, doc_id, running_engine, tool_call
+from tests.conftest import (
+    Call,
+    ScriptedChatModel,
+    default_script,
+    doc_id,
+    running_engine,
+    tool_call,
+)
 
 ALICE = Speaker(user_id="42", name="Alice", guild_id="900", channel_id="7", message_id="70")
 
@@ -94,7 +101,7 @@ async def test_replies_are_shortened_and_the_prompt_stays_under_3000_tokens(sett
 
 
 async def _memories(settings, user):
-    from bot.engine.memories.records import MemoryRepository
+    from bot.engine.memories.repository import MemoryRepository
     from bot.storage import open_storage
 
     async with open_storage(settings) as storage:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
+from bot.engine.erasure.memories import erase_memories
 from bot.engine.memories.export import export_memories, parse_import
-from bot.engine.memories.records import MemoryRepository, merge_sources
+from bot.engine.memories.records import merge_sources
+from bot.engine.memories.repository import MemoryRepository
 from bot.storage import open_storage
 
 A = {"guild_id": "1", "channel_id": "10", "message_id": "100"}
@@ -36,7 +38,7 @@ async def test_sources_survive_an_export_and_import(settings):
         repo = MemoryRepository(storage.store)
         key = (await repo.apply("7", inserts=[("Plays chess.", A, [A, B])])).inserted[0]
         doc = export_memories("7", await repo.list("7"))
-        await repo.erase("7")
+        await erase_memories(repo, "7")
         memories, history = parse_import(json.dumps(doc).encode(), "7")
         await repo.restore("7", memories, history)
         restored = await repo.get("7", key)

@@ -3,7 +3,7 @@ deleted message finds the memories it taught even when nothing else holds the me
 
 from __future__ import annotations
 
-from bot.engine.memories.records import MemoryRepository
+from bot.engine.memories.repository import MemoryRepository
 from bot.engine.memories.sources import SOURCES_ROOT, sources_namespace
 from bot.storage import open_storage
 from tests.conftest import ScriptedChatModel, default_script, running_engine

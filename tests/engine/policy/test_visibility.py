@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from bot.engine.learning.extraction import WriteRequest, TurnText
+from bot.engine.learning.extraction import TurnText, WriteRequest
 from bot.engine.memories.records import StoredMemory
-from bot.engine.state import Speaker
 from bot.engine.policy.visibility import Visibility, allowed_here, resolve_visibility
+from bot.engine.state import Speaker
 from bot.engine.stores import Prefs
 from bot.settings import MemorySection
 from tests.conftest import ScriptedChatModel, default_script, running_engine
@@ -68,7 +68,7 @@ async def test_reply_prompts_and_extraction_apply_the_same_rule(settings):
         # Extraction for a turn in server A is shown only what may be used in A.
         request = WriteRequest(user_id="7", speaker_name="Ann", new=[TurnText("7", "Ann", "I like go", "ok", origin=A)],
                                origin=A)
-        await engine._write(request)
+        await engine.learn(request)
         existing = str(model.extraction_calls[-1].kwargs) + model.extraction_calls[-1].prompt_text
         assert "Plays chess in A" in existing  # the extractor is shown what is allowed there
         assert "Told in a DM" not in existing and "Said in server B" not in existing

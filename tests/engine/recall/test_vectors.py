@@ -8,8 +8,8 @@ import logging
 
 from pydantic import SecretStr
 
-from bot.engine.memories.records import MemoryRepository
 from bot.engine.engine import create_engine
+from bot.engine.memories.repository import MemoryRepository
 from bot.engine.state import Speaker
 from bot.storage import open_storage
 from tests.conftest import ScriptedChatModel, default_script, make_settings

@@ -1,0 +1,238 @@
+"""Running one turn of a channel: the chat graph for the turn's messages, under the channel's lock.
+
+:meth:`TurnRunner.answer` returns as soon as ``respond`` has produced the answer; summarizing and
+recording the turn for memory extraction continue in the background while the channel stays locked, so
+messages in one channel are handled one at a time, in arrival order, and different channels run
+concurrently. :meth:`TurnRunner.hear` records messages without answering them (over a limit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.graph.state import CompiledStateGraph
+
+from bot.engine.concurrency import InflightTurns, Locks
+from bot.engine.conversation.rendering import pending_start
+from bot.engine.errors import Outages
+from bot.engine.learning.scheduler import ExtractionScheduler
+from bot.engine.policy.turn_policy import Policies, TurnPolicy
+from bot.engine.state import Incoming, Speaker
+from bot.engine.stores import Inbox, Maintenance
+
+log = logging.getLogger(__name__)
+
+DeltaCallback = Callable[[str], None]
+PRUNE_EVERY = 8  # a thread keeps at most this many superseded checkpoints between prunes
+MAX_PRUNE_COUNTERS = 100_000
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The answer to one message."""
+
+    text: str
+    message_id: str = ""  # the answer's ID in the thread (see ChatEngine.attach_sent)
+
+
+@dataclass
+class _Turn:
+    """One turn in flight: what it answers and where the answer goes."""
+
+    thread_id: str
+    speaker: Speaker
+    incoming: list[Incoming]
+    answered: asyncio.Future
+    on_delta: DeltaCallback | None
+    learning: bool
+    timeout: float | None
+
+
+class TurnRunner:
+    """Runs turns through the compiled chat graph and queues them for learning."""
+
+    def __init__(self, *, graph: CompiledStateGraph, inbox: Inbox, maintenance: Maintenance, locks: Locks,
+                 scheduler: ExtractionScheduler, policies: Policies, outages: Outages, observer: object,
+                 drop_answer: Callable[[str, str], Awaitable[None]]) -> None:
+        """``drop_answer(thread, answer_id)`` takes an unseen answer back out (the conversation eraser's)."""
+        self.graph = graph
+        self.inbox = inbox
+        self.maintenance = maintenance
+        self.locks = locks
+        self.scheduler = scheduler
+        self.policies = policies
+        self.outages = outages
+        self.observer = observer
+        self._drop_answer = drop_answer
+        self.inflight = InflightTurns()  # an erasure marks a person's turns in flight: none is learned from
+        self.tails: set[asyncio.Task] = set()
+        self._turns_since_prune: dict[str, int] = {}
+
+    def spawn(self, coro) -> asyncio.Task:
+        """Run ``coro`` in the background; :meth:`close` waits for it."""
+        task = asyncio.create_task(coro)
+        self.tails.add(task)
+        task.add_done_callback(self.tails.discard)
+        return task
+
+    async def close(self) -> None:
+        """Wait for every turn still finishing in the background."""
+        if self.tails:
+            await asyncio.gather(*self.tails, return_exceptions=True)
+
+    async def answer(self, thread_id: str, incoming: list[Incoming], policy: TurnPolicy, *,
+                     on_delta: DeltaCallback | None, timeout: float | None) -> Reply:
+        """Answer the turn (see ``ChatEngine.reply_to``); raises what the model raised."""
+        answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        turn = _Turn(thread_id, policy.speaker, incoming, answered, on_delta, policy.learning, timeout)
+        task = self.spawn(self._run(turn))  # the task enters the channel lock: FIFO in the order messages came
+        try:
+            return await answered
+        except asyncio.CancelledError:
+            # The caller gave up (its deadline passed, or it restarts the turn with follow-ups): stop the
+            # model call too, so the thread never keeps an answer nobody saw. The messages stay in the
+            # thread; the thread stays usable.
+            task.cancel()
+            if answered.done() and not answered.cancelled() and answered.exception() is None:
+                # The answer was written just as the caller gave up: take it back out of the thread.
+                self.spawn(self._drop_answer(thread_id, answered.result().message_id))
+            raise
+
+    async def hear(self, thread_id: str, incoming: list[Incoming], *, learning: bool) -> None:
+        """Record messages in the conversation without answering them (a rate limit or a full queue)."""
+        tickets = self._open_tickets(incoming)
+        async with self.locks.channel(thread_id):
+            messages = await self._human_messages(thread_id, incoming)
+            config = {"configurable": {"thread_id": thread_id}}
+            await self.graph.aupdate_state(config, {"messages": messages}, as_node="summarize")  # routes to END
+            if learning:
+                await self._queue_for_learning(thread_id, incoming, None, tickets)
+            await self._maybe_prune(thread_id)  # a flood of heard messages must not pile up checkpoints
+
+    async def thread_state(self, thread_id: str) -> dict:
+        """The thread's current state values (messages, summary)."""
+        snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread_id}})
+        return dict(snapshot.values)
+
+    async def _human_messages(self, thread_id: str, incoming: list[Incoming]) -> list[HumanMessage]:
+        """The turn's messages for the thread; IDs reused for messages already waiting unanswered there."""
+        waiting: dict[str, str] = {}
+        if len(incoming) > 1 or not incoming[0].answer:
+            stored = (await self.thread_state(thread_id)).get("messages", [])
+            for m in stored[pending_start(stored):]:
+                if m.additional_kwargs.get("message_id"):
+                    waiting[str(m.additional_kwargs["message_id"])] = m.id
+        out = []
+        for item in incoming:
+            sp = item.speaker
+            out.append(HumanMessage(
+                content=item.text,
+                id=waiting.get(sp.message_id) if sp.message_id else None,
+                additional_kwargs={"author_id": sp.user_id, "author_name": sp.name, "message_id": sp.message_id,
+                                   "guild_id": sp.guild_id},
+            ))
+        return out
+
+    async def _run(self, turn: _Turn) -> None:
+        tickets = self._open_tickets(turn.incoming)  # an erasure from now on means: don't learn from that person
+        async with self.locks.channel(turn.thread_id):
+            try:
+                await self._stream(turn, tickets)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller, or logged
+                self._after_failure(turn, exc)
+                if not isinstance(exc, Exception):
+                    raise
+            if not turn.answered.done():  # pragma: no cover - the graph always runs respond
+                turn.answered.set_exception(RuntimeError("the graph produced no reply"))
+            await self._maybe_prune(turn.thread_id)
+
+    async def _stream(self, turn: _Turn, tickets: dict) -> None:
+        """Run the graph, streaming the answer to ``on_delta``; the answer is handed out once it exists."""
+        config = {"configurable": {"thread_id": turn.thread_id}, "callbacks": [self.observer]}
+        streamed = ""
+        async with asyncio.timeout(None) as clock:
+            if turn.timeout is not None:
+                clock.reschedule(asyncio.get_running_loop().time() + turn.timeout)
+            messages = await self._human_messages(turn.thread_id, turn.incoming)
+            async for mode, chunk in self.graph.astream({"messages": messages}, config, context=turn.speaker,
+                                                        stream_mode=["updates", "messages"]):
+                if mode == "messages":
+                    piece, meta = chunk
+                    if turn.on_delta and meta.get("langgraph_node") == "respond" and piece.text:
+                        streamed += piece.text
+                        turn.on_delta(streamed)
+                    continue
+                if "respond" in chunk:
+                    clock.reschedule(None)  # answered: the summary after it is on nobody's clock
+                    ai: AIMessage = chunk["respond"]["messages"][-1]
+                    if turn.learning:  # the server's admins may have turned learning off there
+                        await self._queue_for_learning(turn.thread_id, turn.incoming, ai.text, tickets)
+                    if not turn.answered.done():  # the caller may have given up waiting
+                        turn.answered.set_result(Reply(text=ai.text, message_id=ai.id or ""))
+
+    def _after_failure(self, turn: _Turn, exc: BaseException) -> None:
+        if not turn.answered.done():
+            turn.answered.set_exception(exc)
+        elif isinstance(exc, asyncio.CancelledError):
+            log.debug("turn in thread %s cancelled: the caller stopped waiting", turn.thread_id)
+        elif self.outages.storage(exc):  # the outage is logged once, by storage
+            log.debug("finishing turn in thread %s waits for the database: %r", turn.thread_id, exc)
+        else:
+            log.exception("finishing turn in thread %s failed after the reply", turn.thread_id)
+
+    async def _maybe_prune(self, thread_id: str) -> None:
+        """Prune a thread's old checkpoints every ``PRUNE_EVERY`` turns: bounded, without a write per turn."""
+        turns = self._turns_since_prune.pop(thread_id, 0) + 1
+        if turns < PRUNE_EVERY:
+            if len(self._turns_since_prune) < MAX_PRUNE_COUNTERS:
+                self._turns_since_prune[thread_id] = turns
+            return
+        try:
+            await self.maintenance.prune_thread(thread_id)
+        except Exception as exc:  # noqa: BLE001 - pruning is housekeeping; a later turn tries again
+            if self.outages.storage(exc):  # the outage is logged once, by storage
+                log.debug("pruning thread %s waits for the database: %r", thread_id, exc)
+            else:
+                log.exception("pruning thread %s failed", thread_id)
+
+    def _open_tickets(self, incoming: list[Incoming]) -> dict:
+        """One in-flight ticket per author of the turn, closed when the current task ends."""
+        tickets = {sp: self.inflight.open(sp) for sp in dict.fromkeys(m.speaker.user_id for m in incoming)}
+
+        def close(_task: asyncio.Task) -> None:
+            for ticket in tickets.values():
+                self.inflight.close(ticket)
+
+        asyncio.current_task().add_done_callback(close)
+        return tickets
+
+    async def _queue_for_learning(self, thread_id: str, incoming: list[Incoming], ai: str | None,
+                                  tickets: dict) -> None:
+        """Record a turn's messages for background extraction (before the reply is handed out).
+
+        One inbox row per message, under its own author: the bot's answer goes with the last message it
+        answers (the others carry none). People who paused learning, or were erased since the turn
+        started, are left out.
+        """
+        last_answered = max((i for i, m in enumerate(incoming) if m.answer), default=len(incoming) - 1)
+        counts: dict[str, tuple[int, str]] = {}
+        for i, item in enumerate(incoming):
+            sp = item.speaker
+            if tickets[sp.user_id].erased or not await self.policies.learns_from(sp.user_id):
+                continue
+            try:
+                count = await self.inbox.record(
+                    thread_id=thread_id, user_id=sp.user_id, author=sp.name, human=item.text,
+                    ai=(ai or "") if i == last_answered and ai is not None else "", origin=sp.origin(),
+                )
+                counts[sp.user_id] = (count, sp.guild_id)
+            except Exception as exc:  # noqa: BLE001 - the reply still goes out; the log says what was not recorded
+                if self.outages.storage(exc):
+                    raise  # the database is down: the person gets the apology, not an answer never learned from
+                log.exception("could not record a turn for memory extraction in thread %s", thread_id)
+        for user_id, (count, scope) in counts.items():
+            self.scheduler.notify(thread_id, user_id, count, scope=scope)

@@ -1,0 +1,68 @@
+"""The engine's own exceptions, and the one answer to "is this an outage?".
+
+An outage (the model API timing out or rate-limiting, the database unreachable) is waited out and
+retried; anything else is a bug or a bad input, logged with its traceback. Which storage errors are
+outages is storage's to say: each backend lists them in ``Storage.transient_errors`` (the seam keeps the
+layers apart: the engine never imports a database driver), and :class:`Outages` combines that list with
+the model API's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from bot.engine.stores import StorageUnavailable
+from bot.engine.stores.locks import ClaimLost
+
+__all__ = [
+    "ClaimLost", "ExtractionInterrupted", "ImportRefused", "Outages", "SettingRefused", "StorageUnavailable",
+    "is_transient",
+]
+
+TRANSIENT_STATUS = {408, 409, 429}
+MODEL_OUTAGES = {"APITimeoutError", "APIConnectionError", "RateLimitError", "InternalServerError"}
+
+
+class SettingRefused(ValueError):
+    """A server setting change that breaks a rule; the message is one sentence for the admin."""
+
+
+class ImportRefused(ValueError):
+    """Why a file cannot be imported, in words for the person."""
+
+
+class ExtractionInterrupted(RuntimeError):
+    """A model call inside Trustcall failed and Trustcall carried on without results.
+
+    Trustcall catches exceptions from the model when it patches existing documents and re-prompts with
+    "Fix the validation error while also avoiding: ..."; an outage would then look like "nothing to
+    learn" and the turns would be marked done. Raising instead keeps them pending for a retry.
+    """
+
+
+def is_transient(exc: BaseException, storage_errors: tuple[type[BaseException], ...] = ()) -> bool:
+    """An outage worth waiting out: timeouts, connection errors, 429 and 5xx from the model API, an
+    interrupted extraction, and the storage errors its backend calls outages."""
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError, ExtractionInterrupted)):
+        return True
+    if storage_errors and isinstance(exc, storage_errors):
+        return True
+    if type(exc).__name__ in MODEL_OUTAGES:  # the OpenAI client's classes, without importing it
+        return True
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and (status >= 500 or status in TRANSIENT_STATUS)
+
+
+class Outages:
+    """:func:`is_transient` bound to one storage backend's outage errors."""
+
+    def __init__(self, storage_errors: tuple[type[BaseException], ...] = ()) -> None:
+        self.storage_errors = storage_errors
+
+    def storage(self, exc: BaseException) -> bool:
+        """The database is unreachable right now (an outage, an exhausted pool), not a bug."""
+        return bool(self.storage_errors) and isinstance(exc, self.storage_errors)
+
+    def __call__(self, exc: BaseException) -> bool:
+        """Any outage: the model API's or storage's."""
+        return is_transient(exc, self.storage_errors)

@@ -1,0 +1,94 @@
+"""Token usage and daily budgets: what each call cost, and whether a bucket has anything left today.
+
+A budget bucket is a server, a member in a server, or a person's DMs. A server's budgets are its admins'
+choice within the operator's caps (``GuildPolicy``); DM budgets are the operator's (``limits``). Usage
+counts older than ``limits.usage_retention_days`` are dropped at start-up and once a UTC day.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from langchain_core.messages import BaseMessage
+
+from bot.engine.learning.extraction import WriteRequest
+from bot.engine.policy.server_settings import GuildPolicy
+from bot.engine.state import Speaker
+from bot.engine.stores import UsageStore
+from bot.settings import LimitsSection
+
+log = logging.getLogger(__name__)
+
+MAX_BUCKETS_NOTICED = 100_000
+
+
+def usage_of(message: BaseMessage) -> tuple[int, int]:
+    """(prompt tokens, completion tokens) from a model answer's usage figures, 0 where missing."""
+    meta = getattr(message, "usage_metadata", None) or {}
+    return int(meta.get("input_tokens", 0)), int(meta.get("output_tokens", 0))
+
+
+def _today() -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime())
+
+
+class UsageMeter:
+    """Records usage per bucket and answers budget questions."""
+
+    def __init__(self, store: UsageStore, limits: LimitsSection) -> None:
+        self.store = store
+        self.limits = limits
+        self._pruned_on = ""
+        self._noticed: dict[str, str] = {}  # budget bucket -> UTC day its notice was sent
+
+    async def record(self, speaker: Speaker, message: BaseMessage) -> None:
+        """Count a reply's tokens against the speaker's buckets (and prune on a new UTC day)."""
+        p, c = usage_of(message)
+        await self.store.record(speaker.guild_id, speaker.user_id, p, c)
+        if self._pruned_on != _today():
+            await self.prune()
+
+    async def record_extraction(self, request: WriteRequest, message: BaseMessage) -> None:
+        """Count an extraction call against the place it learned from."""
+        p, c = usage_of(message)
+        if p or c:
+            await self.store.record(str(request.origin.get("guild_id", "dm")), request.user_id, p, c)
+
+    async def prune(self) -> int:
+        """Drop usage counts older than ``limits.usage_retention_days`` (at start-up and once a day)."""
+        self._pruned_on = _today()
+        cutoff = time.strftime("%Y-%m-%d", time.gmtime(time.time() - 86400 * self.limits.usage_retention_days))
+        try:
+            return await self.store.prune(cutoff)
+        except Exception:  # noqa: BLE001 - housekeeping; tomorrow tries again
+            log.exception("pruning old usage counts failed")
+            return 0
+
+    async def tokens_today(self, guild_id: str, user_id: str | None = None) -> int:
+        """Tokens used today (UTC) in a server (or by one person there, or in DMs)."""
+        return await self.store.tokens_today(guild_id, user_id)
+
+    async def exhausted(self, speaker: Speaker, policy: GuildPolicy) -> str | None:
+        """The budget bucket (a server, a member there, or a person's DMs) with no tokens left today, if any."""
+        if speaker.in_dm:
+            cap = self.limits.dm_daily_tokens
+            if cap and await self.store.tokens_today("dm", speaker.user_id) >= cap:
+                return f"dm:{speaker.user_id}"
+            return None
+        if policy.daily_tokens and await self.store.tokens_today(speaker.guild_id) >= policy.daily_tokens:
+            return f"guild:{speaker.guild_id}"
+        member = policy.member_daily_tokens
+        if member and await self.store.tokens_today(speaker.guild_id, speaker.user_id) >= member:
+            return f"member:{speaker.guild_id}:{speaker.user_id}"
+        return None
+
+    def first_notice_today(self, bucket: str) -> bool:
+        """Whether the out-of-budget notice for ``bucket`` is due (once per bucket per UTC day)."""
+        day = _today()
+        if self._noticed.get(bucket) == day:
+            return False
+        if len(self._noticed) > MAX_BUCKETS_NOTICED:
+            self._noticed.clear()
+        self._noticed[bucket] = day
+        return True
