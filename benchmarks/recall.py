@@ -36,10 +36,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
-from bot.engine.memories.records import StoredMemory
-from bot.engine.recall import Mode, SemanticIndex, choose_memories
-from bot.engine.recall.embedders import LocalMiniLM, local_model_installed
-from bot.engine.recall.vectors import MemoryVectorCache
+from bot.engine import (LocalMiniLM, MemoryVectorCache, Mode, SemanticIndex, StoredMemory, choose_memories,
+                        local_model_installed)
 from bot.settings import MemorySection
 
 BUDGETS = (300, 600, 1000, 1500, 2000)
