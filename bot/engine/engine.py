@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
@@ -24,21 +23,23 @@ from bot.engine.erasure.conversations import ConversationEraser
 from bot.engine.erasure.eraser import Eraser, ErasureResult
 from bot.engine.erasure.events import DiscordChanges
 from bot.engine.errors import Outages
+from bot.engine.health import HealthVerbs
 from bot.engine.learning.extraction import MemoryWriter, WriteRequest
 from bot.engine.learning.graph import build_memory_graph
 from bot.engine.learning.scheduler import ExtractionScheduler, OnChange
-from bot.engine.memories.export import export_memories
-from bot.engine.memories.records import Actor, HistoryEntry, MemoryChanges, StoredMemory
+from bot.engine.memories.records import Actor
 from bot.engine.memories.repository import MemoryRepository
+from bot.engine.memories.verbs import MemoryVerbs
 from bot.engine.policy.limits import NoticeOnce, TokenBucket
-from bot.engine.policy.server_settings import Edit, GuildPolicy, GuildSettingsService, OperatorDefaults
+from bot.engine.policy.server_settings import GuildPolicy, GuildSettingsService, OperatorDefaults
 from bot.engine.policy.turn_policy import Policies
 from bot.engine.policy.usage import UsageMeter
+from bot.engine.policy.verbs import SettingsVerbs
 from bot.engine.recall import SemanticIndex
 from bot.engine.recall.embedders import LocalMiniLM
 from bot.engine.state import Incoming, Quote, Speaker
-from bot.engine.stores import Prefs, ServerSettings, Storage
-from bot.metrics import Backlog, Metrics
+from bot.engine.stores import Storage
+from bot.metrics import Metrics
 from bot.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -60,8 +61,12 @@ class TurnResult:
     notice: str | None = None
 
 
-class ChatEngine:
-    """Conversation + memory engine over injected storage and models."""
+class ChatEngine(MemoryVerbs, SettingsVerbs, HealthVerbs):
+    """Conversation + memory engine over injected storage and models.
+
+    The verbs for memories (``memories/verbs.py``), server settings (``policy/verbs.py``) and health
+    (``health.py``) are mixed in from their homes, so this file keeps the wiring, turns and erasure.
+    """
 
     def __init__(self, *, settings: Settings, storage: Storage, chat_model: Any, memory_model: Any = None,
                  on_memory_change: OnChange | None = None, embeddings: Any = None,
@@ -295,55 +300,6 @@ class ChatEngine:
         """The bot is in a server again (joined, or it was seen at start-up): nothing of it is swept."""
         await self.changes.server_back(guild_id)
 
-    # ---- a person's memories and preferences
-    async def list_memories(self, user_id: str | int) -> list[StoredMemory]:
-        """Every memory of a person, oldest first."""
-        return await self.memories.list(user_id)
-
-    async def count_memories(self, user_id: str | int) -> int:
-        """How many memories a person has."""
-        return await self.memories.count(user_id)
-
-    async def find_memory(self, user_id: str | int, key_or_prefix: str) -> StoredMemory | None:
-        """A person's memory by key or by the short ID shown to them."""
-        return await self.memories.resolve(user_id, key_or_prefix)
-
-    async def memory_history(self, user_id: str | int, key: str | None = None) -> list[HistoryEntry]:
-        """A person's change log (of one memory, or all)."""
-        return await self.memories.history(user_id, key)
-
-    def memory_command_wait(self, user_id: str) -> float:
-        """Seconds until the person may teach or import again (0: now, and this one is counted)."""
-        return self.memory_commands.retry_after(user_id)
-
-    async def remember(self, user_id: str | int, text: str, origin: dict, *, by: Actor) -> str:
-        """Add a memory the person wrote themselves; returns its key."""
-        return await self.memories.add(user_id, text, origin, actor=by)
-
-    async def edit_memory(self, user_id: str | int, key: str, text: str, origin: dict, *, by: Actor) -> bool:
-        """Replace a memory's text with the person's own."""
-        return await self.memories.edit(user_id, key, text, origin, actor=by)
-
-    async def delete_memories(self, user_id: str | int, keys: list[str], *, by: Actor) -> MemoryChanges:
-        """Delete memories the person chose."""
-        return await self.memories.apply(user_id, deletes=keys, actor=by)
-
-    async def export(self, user_id: str) -> dict:
-        """Everything held as memories about a person, with its change log, as a JSON document."""
-        return export_memories(user_id, await self.memories.list(user_id), await self.memories.history(user_id))
-
-    async def restore_memories(self, user_id: str | int, memories: list[dict], history: list[dict]) -> int:
-        """Restore memories read from an export of this person (``parse_import``); returns how many."""
-        return await self.memories.restore(user_id, memories, history)
-
-    async def preferences(self, user_id: str) -> Prefs:
-        """A person's memory preferences."""
-        return await self.prefs.get(user_id)
-
-    async def set_preferences(self, user_id: str, **values: bool | str) -> None:
-        """Change a person's memory preferences."""
-        await self.prefs.set(user_id, **values)
-
     async def erase_person(self, user_id: str | int, *, guild_id: str | None = None,
                            by: Actor | None = None) -> ErasureResult:
         """Erase everything held about a person (or what was learned in one server); see ``erasure``.
@@ -358,56 +314,6 @@ class ChatEngine:
                 result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
         self.metrics.erasure("person" if guild_id is None else "server")
         return result
-
-    # ---- server settings and usage
-    async def guild_policy(self, guild_id: str | int | None) -> GuildPolicy:
-        """A server's effective settings (``"dm"``/None: DMs), cached; see ``policy.server_settings``."""
-        return await self.policies.server(guild_id)
-
-    async def stored_settings(self, guild_id: str | int) -> ServerSettings | None:
-        """What a server's admins chose (None: nothing yet)."""
-        return await self.guild_settings.stored(str(guild_id))
-
-    def operator_defaults(self) -> OperatorDefaults:
-        """The operator's defaults and caps for every server."""
-        return self.guild_settings.defaults
-
-    async def preview_settings(self, guild_id: str | int, edit: Edit) -> None:
-        """Check a change without storing it (raises ``SettingRefused``)."""
-        await self.guild_settings.preview(guild_id, edit)
-
-    async def change_settings(self, guild_id: str | int, edit: Edit, *, by: str) -> tuple[GuildPolicy, GuildPolicy]:
-        """Apply and store a server settings change; returns the policy (before, after)."""
-        result = await self.guild_settings.change(guild_id, edit, by=by)
-        self.metrics.settings_changes.inc()
-        return result
-
-    async def budget_exhausted(self, speaker: Speaker, policy: GuildPolicy | None = None) -> str | None:
-        """The budget bucket (a server, a member there, or a person's DMs) with no tokens left today, if any."""
-        return await self.meter.exhausted(speaker, policy or await self.guild_policy(speaker.guild_id))
-
-    async def tokens_today(self, guild_id: str, user_id: str | None = None) -> int:
-        """Tokens used today (UTC) in a server (or by one person there, or in DMs)."""
-        return await self.meter.tokens_today(guild_id, user_id)
-
-    # ---- health and metrics
-    async def learning_backlog(self) -> Backlog:
-        """Turns waiting to be learned from (in every process sharing this storage), and the oldest's age."""
-        pending = await self.inbox.pending()
-        if not pending:
-            return Backlog(turns=0, oldest_age_seconds=0.0)
-        oldest = min(p.last_created for p in pending)
-        return Backlog(turns=sum(p.count for p in pending), oldest_age_seconds=time.time() - oldest)
-
-    async def storage_answers(self) -> bool:
-        """Whether the databases answer a read right now (the health check's storage half)."""
-        await self.store.aget(("health",), "ping")
-        await self.usage.tokens_today("health")
-        return True
-
-    async def sample_backlog(self) -> None:
-        """Refresh the backlog gauges from storage (run before each metrics scrape)."""
-        self.metrics.set_backlog(await self.learning_backlog())
 
 
 def _logged(task: asyncio.Task) -> asyncio.Task:

@@ -1,0 +1,69 @@
+"""The front door's verbs for a person's memories and preferences (``/memories``, the console, the CLI).
+
+A mixin of :class:`bot.engine.ChatEngine`: the cogs see one object with one short method per verb, and the
+verbs live beside what they use. The engine's ``__init__`` sets the attributes annotated here.
+"""
+
+from __future__ import annotations
+
+from bot.engine.concurrency import RateLimiter
+from bot.engine.memories.export import export_memories
+from bot.engine.memories.records import Actor, HistoryEntry, MemoryChanges, StoredMemory
+from bot.engine.memories.repository import MemoryRepository
+from bot.engine.stores import Prefs, PrefsStore
+
+
+class MemoryVerbs:
+    """List, teach, correct, delete, export and restore a person's memories; read and set preferences."""
+
+    memories: MemoryRepository
+    memory_commands: RateLimiter[str]
+    prefs: PrefsStore
+
+    async def list_memories(self, user_id: str | int) -> list[StoredMemory]:
+        """Every memory of a person, oldest first."""
+        return await self.memories.list(user_id)
+
+    async def count_memories(self, user_id: str | int) -> int:
+        """How many memories a person has."""
+        return await self.memories.count(user_id)
+
+    async def find_memory(self, user_id: str | int, key_or_prefix: str) -> StoredMemory | None:
+        """A person's memory by key or by the short ID shown to them."""
+        return await self.memories.resolve(user_id, key_or_prefix)
+
+    async def memory_history(self, user_id: str | int, key: str | None = None) -> list[HistoryEntry]:
+        """A person's change log (of one memory, or all)."""
+        return await self.memories.history(user_id, key)
+
+    def memory_command_wait(self, user_id: str) -> float:
+        """Seconds until the person may teach or import again (0: now, and this one is counted)."""
+        return self.memory_commands.retry_after(user_id)
+
+    async def remember(self, user_id: str | int, text: str, origin: dict, *, by: Actor) -> str:
+        """Add a memory the person wrote themselves; returns its key."""
+        return await self.memories.add(user_id, text, origin, actor=by)
+
+    async def edit_memory(self, user_id: str | int, key: str, text: str, origin: dict, *, by: Actor) -> bool:
+        """Replace a memory's text with the person's own."""
+        return await self.memories.edit(user_id, key, text, origin, actor=by)
+
+    async def delete_memories(self, user_id: str | int, keys: list[str], *, by: Actor) -> MemoryChanges:
+        """Delete memories the person chose."""
+        return await self.memories.apply(user_id, deletes=keys, actor=by)
+
+    async def export(self, user_id: str) -> dict:
+        """Everything held as memories about a person, with its change log, as a JSON document."""
+        return export_memories(user_id, await self.memories.list(user_id), await self.memories.history(user_id))
+
+    async def restore_memories(self, user_id: str | int, memories: list[dict], history: list[dict]) -> int:
+        """Restore memories read from an export of this person (``parse_import``); returns how many."""
+        return await self.memories.restore(user_id, memories, history)
+
+    async def preferences(self, user_id: str) -> Prefs:
+        """A person's memory preferences."""
+        return await self.prefs.get(user_id)
+
+    async def set_preferences(self, user_id: str, **values: bool | str) -> None:
+        """Change a person's memory preferences."""
+        await self.prefs.set(user_id, **values)
