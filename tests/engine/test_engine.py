@@ -1,0 +1,124 @@
+"""The front door (``bot/engine/engine.py`` and the verbs mixed into it), verb by verb, on both backends.
+
+The cogs are tested through Discord payloads elsewhere; these tests pin what each verb promises the cogs,
+so a cog can stay a thin adapter: parse, defer, call one verb, format.
+"""
+
+from __future__ import annotations
+
+from bot.engine import Actor, Incoming, Speaker, TurnResult, set_field
+from tests.conftest import ScriptedChatModel, default_script, make_settings, running_engine
+
+ALICE = Speaker(user_id="1001", name="Alice", guild_id="g1", channel_id="c1", place="#general")
+ORIGIN = {"guild_id": "g1", "channel_id": "c1", "message_id": "", "source": "user"}
+ME = Actor("user", "1001")
+
+
+def _texts(state: dict) -> list[str]:
+    return [str(m.content) for m in state.get("messages", [])]
+
+
+async def test_a_turn_is_answered_and_gathers_its_context_inside_the_typing_indicator(settings):
+    model = ScriptedChatModel(default_script)
+    entered: list[str] = []
+
+    class Typing:
+        async def __aenter__(self):
+            entered.append("typing")
+
+        async def __aexit__(self, *exc):
+            entered.append("done")
+
+    async def context():
+        entered.append("context")
+        return ()
+
+    async with running_engine(settings, model) as engine:
+        result = await engine.turn("c1", [Incoming(ALICE, "hello there")], context=context,
+                                   while_answering=Typing)
+        assert isinstance(result, TurnResult) and result.notice is None
+        assert result.reply is not None and result.reply.text.startswith("reply to")
+        assert entered == ["typing", "context", "done"]
+        assert "hello there" in " ".join(_texts(await engine.thread_state("c1")))
+
+
+async def test_a_turn_past_the_daily_budget_is_heard_with_one_notice_and_no_model_call(tmp_path, backend):
+    settings = make_settings(tmp_path / "data", backend, limits={"guild_daily_tokens": 1})
+    model = ScriptedChatModel(default_script)
+    asked: list[int] = []
+
+    async def context():
+        asked.append(1)
+        return ()
+
+    async with running_engine(settings, model) as engine:
+        first = await engine.turn("c1", [Incoming(ALICE, "spend the budget")], context=context)
+        assert first.reply is not None  # the budget was not spent before this answer
+        calls = len(model.chat_calls)
+        second = await engine.turn("c1", [Incoming(ALICE, "over the budget now")], context=context)
+        third = await engine.turn("c1", [Incoming(ALICE, "still over")], context=context)
+        assert (second.reply, second.notice) == (None, "out_of_budget")
+        assert (third.reply, third.notice) == (None, None)  # told once a day, not every message
+        assert len(model.chat_calls) == calls and asked == [1]  # no model call, no Discord context gathered
+        texts = " ".join(_texts(await engine.thread_state("c1")))
+        assert "over the budget now" in texts and "still over" in texts  # heard, not lost
+        assert await engine.budget_exhausted(ALICE) is not None
+
+
+async def test_memory_verbs_teach_find_correct_log_export_and_delete(settings):
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        key = await engine.remember("1001", "Alice keeps bees on her roof.", ORIGIN, by=ME)
+        found = await engine.find_memory("1001", (await engine.list_memories("1001"))[0].short_id)
+        assert found is not None and found.key == key
+        assert await engine.edit_memory("1001", key, "Alice keeps two hives of bees.", ORIGIN, by=ME)
+        assert [m.content for m in await engine.list_memories("1001")] == ["Alice keeps two hives of bees."]
+        assert len(await engine.memory_history("1001", key)) >= 2  # the teaching and the correction
+        exported = await engine.export("1001")
+        assert "Alice keeps two hives of bees." in str(exported)
+        await engine.delete_memories("1001", [key], by=ME)
+        assert await engine.count_memories("1001") == 0
+        assert await engine.list_memories("1002") == []  # nobody else's memories were touched or made
+
+
+async def test_preferences_and_the_memory_command_limit(tmp_path, backend):
+    settings = make_settings(tmp_path / "data", backend, limits={"memory_commands_per_hour": 2})
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.set_preferences("1001", paused=True)
+        assert (await engine.preferences("1001")).paused is True
+        assert (await engine.preferences("1002")).paused is False
+        waits = [engine.memory_command_wait("1001") for _ in range(3)]
+        assert waits[:2] == [0.0, 0.0] and waits[2] > 0
+        assert engine.memory_command_wait("1002") == 0.0
+
+
+async def test_settings_verbs_change_a_server_and_leave_the_others(settings):
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        before, after = await engine.change_settings("g1", set_field("learning", False), by="42")
+        assert before.learning is True and after.learning is False
+        assert (await engine.guild_policy("g1")).learning is False
+        assert (await engine.guild_policy("g2")).learning is True
+        stored = await engine.stored_settings("g1")
+        assert stored is not None and stored.updated_by == "42"
+        assert await engine.stored_settings("g2") is None
+        assert engine.metrics.settings_changes._value.get() == 1
+
+
+async def test_health_verbs_see_storage_and_the_learning_backlog(settings):
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        assert await engine.storage_answers() is True
+        assert (await engine.learning_backlog()).turns == 0
+        await engine.reply("c1", ALICE, "I grow tomatoes")
+        backlog = await engine.learning_backlog()
+        assert backlog.turns >= 1 and backlog.oldest_age_seconds >= 0
+        await engine.flush_learning()
+        assert (await engine.learning_backlog()).turns == 0
+
+
+async def test_erase_person_removes_their_memories_and_counts_the_erasure(settings):
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.remember("1001", "Alice keeps bees.", ORIGIN, by=ME)
+        await engine.remember("1002", "Bob sails.", ORIGIN, by=Actor("user", "1002"))
+        await engine.erase_person("1001", by=ME)
+        assert await engine.count_memories("1001") == 0
+        assert await engine.count_memories("1002") == 1
+        assert engine.idle()
