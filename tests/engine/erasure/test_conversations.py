@@ -1,0 +1,101 @@
+"""Stored conversations changed after the fact (``erasure/conversations.py``), on both backends.
+
+Each rewrite goes through the chat graph's own state updates, so the thread stays usable afterwards; these
+tests read the state back and check exactly which messages went and which stayed.
+"""
+
+from __future__ import annotations
+
+from langchain_core.messages import AIMessage, HumanMessage
+
+from bot.engine import Speaker
+from bot.engine.erasure.conversations import with_answers
+from bot.engine.erasure.quotes import QuoteRule
+from tests.conftest import ScriptedChatModel, default_script, running_engine
+
+
+def speaker(user: str, name: str, guild: str, channel: str, message: str) -> Speaker:
+    return Speaker(user_id=user, name=name, guild_id=guild, channel_id=channel, message_id=message)
+
+
+async def _said(engine, thread: str) -> list[tuple[str, str]]:
+    state = await engine.thread_state(thread)
+    return [(type(m).__name__[0], m.text) for m in state.get("messages", [])]
+
+
+async def test_erasing_an_author_in_one_server_keeps_their_other_servers_and_other_people(settings):
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("c1", speaker("a", "Alice", "g1", "c1", "m1"), "alice in one")
+        await engine.reply("c1", speaker("b", "Bob", "g1", "c1", "m2"), "bob in one")
+        await engine.reply("c2", speaker("a", "Alice", "g2", "c2", "m3"), "alice in two")
+        removed, _ = await engine.conversations.erase_author("a", guild_id="g1")
+        assert removed == 2  # her message and the answer to it
+        assert _shape(await _said(engine, "c1")) == [("H", "bob in one"), ("A", "bob in one")]
+        assert _shape(await _said(engine, "c2")) == [("H", "alice in two"), ("A", "alice in two")]
+        assert await engine.conversations.texts_of("a") == ["alice in two"]
+
+
+async def test_quotes_of_an_erased_person_are_cut_out_of_what_others_said(settings):
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("c1", speaker("a", "Alice", "g1", "c1", "m1"), "my locker code is nine four two one")
+        await engine.reply("c1", speaker("b", "Bob", "g1", "c1", "m2"),
+                           "she said my locker code is nine four two one, funny")
+        rule = QuoteRule.from_texts(await engine.conversations.texts_of("a"))
+        removed, redacted = await engine.conversations.erase_author("a", quotes=rule)
+        assert removed == 2 and redacted >= 1
+        texts = " ".join(t for _, t in await _said(engine, "c1"))
+        assert "nine four two one" not in texts
+        assert "funny" in texts  # Bob's own words stay
+
+
+async def test_deleting_a_message_takes_its_answer_and_nothing_else(settings):
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("c1", speaker("a", "Alice", "g1", "c1", "m1"), "first")
+        await engine.reply("c1", speaker("a", "Alice", "g1", "c1", "m2"), "second")
+        assert await engine.conversations.erase_messages("c1", {"never-stored"}) == (0, [])
+        count, said = await engine.conversations.erase_messages("c1", {"m1"})
+        assert (count, said) == (2, ["first"])
+        assert _shape(await _said(engine, "c1")) == [("H", "second"), ("A", "second")]
+
+
+async def test_a_deleted_bot_reply_leaves_alone_and_the_question_stays(settings):
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        reply = await engine.reply("c1", speaker("a", "Alice", "g1", "c1", "m1"), "question")
+        await engine.attach_sent("c1", reply, ["d1", "d2"])  # sent as two Discord messages
+        count, said = await engine.conversations.erase_messages("c1", {"d2"})
+        assert (count, said) == (1, [])
+        assert await _said(engine, "c1") == [("H", "question")]
+
+
+async def test_an_edit_replaces_the_stored_text_and_an_unknown_message_changes_nothing(settings):
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("c1", speaker("a", "Alice", "g1", "c1", "m1"), "I live in Lyon")
+        assert await engine.conversations.edit_message("c1", "m1", "I live in Lille") is True
+        assert await engine.conversations.edit_message("c1", "m404", "whatever") is False
+        assert (await _said(engine, "c1"))[0] == ("H", "I live in Lille")
+
+
+async def test_a_deleted_thread_is_gone_and_threads_are_found_by_server(settings):
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("c1", speaker("a", "Alice", "g1", "c1", "m1"), "in g1")
+        await engine.reply("c2", speaker("a", "Alice", "g2", "c2", "m2"), "in g2")
+        assert await engine.conversations.threads_of_guild("g1") == ["c1"]
+        assert await engine.conversations.erase_thread("c1") is True
+        assert await engine.conversations.erase_thread("c1") is False  # already gone: nothing to do
+        assert await _said(engine, "c1") == []
+        assert sorted(await engine.conversations.thread_ids()) == ["c2"]
+
+
+def _shape(said: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Human messages by text; the scripted answers by the last line they answer ("reply to ... <text>")."""
+    return [(kind, text if kind == "H" else text.rsplit("> ", 1)[-1]) for kind, text in said]
+
+
+def test_with_answers_follows_recorded_answers_and_the_old_layout():
+    q1, q2 = HumanMessage("q1", id="h1"), HumanMessage("q2", id="h2")
+    joint = AIMessage("both", id="a1", additional_kwargs={"answers": ["h1", "h2"]})
+    legacy_q, legacy_a = HumanMessage("q3", id="h3"), AIMessage("old", id="a2")  # no "answers": the next AI message
+    messages = [q1, q2, joint, legacy_q, legacy_a]
+    assert with_answers(messages, {"h2"}) == ["h2", "a1"]
+    assert with_answers(messages, {"h3"}) == ["h3", "a2"]
+    assert with_answers(messages, set()) == []
