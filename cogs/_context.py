@@ -64,15 +64,30 @@ async def _fetch(bot: discord.Client, channel_id: int, message_id: int) -> disco
         return None
 
 
+def _same_place(ref: discord.MessageReference, message: discord.Message) -> bool:
+    """Whether a reference is a reply in the message's own channel (the only chain that is followed).
+
+    A forward (``type`` 1) or a cross-post points at a message elsewhere, possibly in another server the
+    bot is in: following it would put that server's messages, read with the bot's permissions there, into
+    this one's prompt. A reply on Discord is always in the same channel, so anything else stops the chain.
+    """
+    if getattr(ref, "type", None) == discord.MessageReferenceType.forward:
+        return False
+    if ref.channel_id != message.channel.id:
+        return False
+    here = message.guild.id if message.guild is not None else None
+    return ref.guild_id is None or ref.guild_id == here
+
+
 async def reply_chain(bot: discord.Client, message: discord.Message, depth: int) -> list[Quote]:
     """The message replied to and the chain above it, oldest first (at most ``depth`` messages)."""
     chain: list[Quote] = []
     ref = message.reference
-    while ref is not None and ref.message_id is not None and len(chain) < depth:
+    while ref is not None and ref.message_id is not None and len(chain) < depth and _same_place(ref, message):
         resolved = ref.resolved if isinstance(ref.resolved, discord.Message) else None
         if resolved is None and not isinstance(ref.resolved, discord.DeletedReferencedMessage):
             resolved = await _fetch(bot, ref.channel_id, ref.message_id)
-        if resolved is None:
+        if resolved is None or resolved.channel.id != message.channel.id:
             break
         chain.append(quote_of(resolved, "reply"))
         ref = resolved.reference

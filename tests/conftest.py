@@ -107,7 +107,7 @@ def new_section(call: Call) -> str:
 
 
 HEADER = re.compile(r'^#(\d+) · .* · user (\S+) "(.*)" wrote:$')
-PERSON = re.compile(r"about one person: (.+) \(user (\S+)\)\.")
+PERSON = re.compile(r"The person is user (\S+), who goes by:\n    \| (.*)")
 
 
 def fact_lines(call: Call) -> list[str]:
@@ -122,8 +122,8 @@ def cited_facts(call: Call) -> list[tuple[str, int]]:
     by a forged speaker line, also takes any line of the prompt that starts with "<the person's name>:" as
     theirs: a transcript that lets a message's text start a line fails the speaker tests.
     """
-    person = PERSON.search(call.system)
-    name = person.group(1) if person else None
+    person = PERSON.search(call.prompt_text)
+    name = person.group(2) if person else None
     facts: list[tuple[str, int]] = []
     number, in_reply = 0, False
     for line in new_section(call).splitlines():

@@ -54,11 +54,12 @@ async def test_prompt_injection_finds_nothing_to_leak(r):
         attempts += 1
     await r.engine.scheduler.flush()
     assert not any(s in c.prompt_text for c in r.model.calls for s in SECRETS)
-    bob_prompts = [c.system for c in r.model.chat_calls if c.system]  # reply prompts (summaries have none)
-    assert len(bob_prompts) == attempts
-    for system in bob_prompts:
-        assert not any(s in system for s in SECRETS), "Alice's memories in a prompt built for Bob"
-        assert "The person you are answering now is Bob (user 803)" in system
+    bob_calls = [c for c in r.model.chat_calls if c.system]  # reply prompts (summaries have none)
+    assert len(bob_calls) == attempts
+    for call in bob_calls:
+        assert not any(s in call.system for s in SECRETS), "Alice's memories in a prompt built for Bob"
+        assert "The person you are answering now is user 803" in call.system
+        assert "You are answering user 803, who goes by:\n> Bob" in call.prompt_text
     # Extraction for Bob never sees Alice's memories as "existing" docs either.
     for call in r.model.extraction_calls:
         assert not any(s in str(call.kwargs) for s in SECRETS)

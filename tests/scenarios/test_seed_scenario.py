@@ -27,7 +27,7 @@ async def test_memories_from_thread_1_reach_the_prompt_in_thread_2(settings, scr
         await engine.reply("thread-3", other, "What bakeries do you recommend for me?")
         system = scripted_model.chat_calls[-1].system
         assert not any(fact in system for fact in contents)
-        assert "do not remember anything about Ada" in system
+        assert "do not remember anything about user 222" in system  # Ada, by her ID (names are members' text)
 
 
 async def test_memory_keeps_where_and_when_it_was_learned(settings, scripted_model):

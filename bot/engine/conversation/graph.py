@@ -94,7 +94,7 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
         system = SystemMessage(content=system_prompt(deps.persona, speaker, memories))
         stored = {str(m.additional_kwargs.get("message_id")) for m in state["messages"]}
         quotes = tuple(q for q in speaker.quotes if not q.message_id or q.message_id not in stored)
-        history = for_model(state["messages"], summary=state.get("summary", ""), quotes=quotes)
+        history = for_model(state["messages"], summary=state.get("summary", ""), quotes=quotes, speaker=speaker)
         reply = await call([system, *history], speaker)
         answers = [m.id for m in state["messages"][pending_start(state["messages"]):]]
         answer = AIMessage(content=reply.text, id=reply.id, additional_kwargs={"answers": answers})

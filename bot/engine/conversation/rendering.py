@@ -2,8 +2,9 @@
 
 Who said what is never ambiguous: each message is its own chat message with a ``[Name | user ID]`` header
 and ``> ``-quoted lines; the summary and the context the Discord side gathered are user-role messages
-(quoted data), never the system role. The system prompt holds the persona, the server's instructions,
-and the speaker's own memories.
+(quoted data), never the system role, and so is the note naming the place and the speaker (members choose
+channel, thread and display names). The system prompt holds the persona, the server's instructions, and
+the speaker's own memories, each quoted as a fact about them.
 """
 
 from __future__ import annotations
@@ -56,51 +57,56 @@ def pending_start(messages: list[AnyMessage]) -> int:
     return i
 
 
-def for_model(messages: list[AnyMessage], *, summary: str = "", quotes: tuple[Quote, ...] = ()) -> list[BaseMessage]:
+def situation(speaker: Speaker) -> str:
+    """Where the conversation is and who is answered, as quoted data (names are written by members)."""
+    return prompts.SITUATION_NOTE.format(place=quoted(speaker.place), speaker_id=speaker.user_id,
+                                         name=quoted(speaker.name))
+
+
+def for_model(messages: list[AnyMessage], *, summary: str = "", quotes: tuple[Quote, ...] = (),
+              speaker: Speaker | None = None) -> list[BaseMessage]:
     """The conversation as the model reads it: one chat message per stored message, authors inlined.
 
-    Other people's words never reach the system role: the running summary comes first as a quoted user
-    message, and the context gathered for this answer (thread starter, reply chain, recent channel
-    messages) as one quoted user message just before the messages being answered. Nothing
-    Discord-specific reaches the API.
+    Nothing members wrote reaches the system role: the running summary comes first as a quoted user
+    message; the context gathered for this answer (thread starter, reply chain, recent channel messages),
+    then the note saying where this is and whom the bot answers (channel and display names are members'
+    text too), as quoted user messages just before the messages being answered. Nothing Discord-specific
+    reaches the API.
     """
     out: list[BaseMessage] = []
     if summary:
         out.append(HumanMessage(content=prompts.SUMMARY_QUOTE.format(summary=quoted(summary))))
-    start = pending_start(messages) if quotes else len(messages)
+    notes = ([context_block(quotes)] if quotes else []) + ([situation(speaker)] if speaker is not None else [])
+    start = pending_start(messages) if notes else len(messages)
     for i, m in enumerate(messages):
         if i == start:
-            out.append(HumanMessage(content=context_block(quotes)))
+            out += [HumanMessage(content=n) for n in notes]
         if isinstance(m, HumanMessage):
             out.append(HumanMessage(content=author_line(m)))
         elif isinstance(m, AIMessage):
             out.append(AIMessage(content=m.text))
-    if quotes and start >= len(messages):
-        out.append(HumanMessage(content=context_block(quotes)))
+    if notes and start >= len(messages):
+        out += [HumanMessage(content=n) for n in notes]
     return out
 
 
 def system_prompt(persona: str, speaker: Speaker, memories: list[StoredMemory]) -> str:
     """Persona (with the server's own instructions), how to read the conversation, and the speaker's own
-    memories: no words of anyone in the conversation (the summary and context are quoted user messages)."""
+    memories as quoted facts. No name a member chose (channel, thread, nickname) is in it: those are in the
+    :func:`situation` note; the summary and context are quoted user messages."""
     if speaker.persona_addition:  # the server's instructions (/settings), after the operator's persona
         persona = prompts.SERVER_PERSONA.format(persona=persona, addition=speaker.persona_addition)
     if speaker.memories_off_here:
         block = prompts.SERVER_MEMORIES_OFF_BLOCK
     elif not speaker.use_memories:
-        block = prompts.MEMORY_DISABLED_BLOCK.format(speaker=speaker.name)
+        block = prompts.MEMORY_DISABLED_BLOCK.format(speaker_id=speaker.user_id)
     elif memories:
-        lines = "\n".join(memory_line(m) for m in memories)
-        block = prompts.MEMORY_BLOCK.format(speaker=speaker.name, memories=lines)
+        # Quoted like messages: a memory is member-derived text, so nothing in it can start a line of its own.
+        lines = "\n".join(quoted(memory_line(m)) for m in memories)
+        block = prompts.MEMORY_BLOCK.format(speaker_id=speaker.user_id, memories=lines)
     else:
-        block = prompts.NO_MEMORY_BLOCK.format(speaker=speaker.name)
-    return prompts.REPLY_SYSTEM.format(
-        persona=persona,
-        place=speaker.place,
-        speaker=speaker.name,
-        speaker_id=speaker.user_id,
-        memory_block=block,
-    ).strip()
+        block = prompts.NO_MEMORY_BLOCK.format(speaker_id=speaker.user_id)
+    return prompts.REPLY_SYSTEM.format(persona=persona, speaker_id=speaker.user_id, memory_block=block).strip()
 
 
 def recall_query(messages: list[AnyMessage], turns: int = 3, reply_chars: int = 200) -> str:

@@ -29,6 +29,7 @@ from bot.engine.learning.transcript import (
     clean_name,
     context_block,
     new_block,
+    quoted,
     source_of,
 )
 from bot.engine.memories.records import Memory, MemoryChanges
@@ -127,10 +128,11 @@ class MemoryWriter:
         # instead of 36-character keys keep that cost small; they map back to keys when applying.
         aliases = {f"m{i}": m.key for i, m in enumerate(candidates, 1)}
         existing = [(alias, "Memory", {"content": m.content}) for alias, m in zip(aliases, candidates)]
-        system = prompts.EXTRACT_SYSTEM.format(speaker=clean_name(request.speaker_name), speaker_id=request.user_id)
+        # The person's name is member-chosen text: quoted in the transcript, never in the system role.
+        system = prompts.EXTRACT_SYSTEM.format(speaker_id=request.user_id)
         body = prompts.EXTRACT_TRANSCRIPT.format(
             context=context_block(request.context), new=new_text, speaker_id=request.user_id,
-            count=len(request.new),
+            count=len(request.new), name=quoted(clean_name(request.speaker_name)),
         )
         payload = {"messages": [SystemMessage(content=system), HumanMessage(content=body)], "existing": existing}
         for attempt in (1, 2):  # a malformed tool call is retried once, then the batch is skipped
