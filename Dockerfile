@@ -16,7 +16,7 @@ RUN sed -i -e 's|^data_dir = .*|data_dir = "/data"|' -e 's|^health = false|healt
 
 USER bot
 VOLUME ["/data"]
-# Healthy when the Discord gateway is connected and the database answers (GET /health, see README).
+# Healthy when the Discord gateway is connected and the database answers (GET /health, see docs/operating.md).
 HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 \
     CMD ["python", "-m", "bot", "--config", "/app/config.toml", "health"]
 ENTRYPOINT ["python", "-m", "bot", "--config", "/app/config.toml"]

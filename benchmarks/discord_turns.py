@@ -13,7 +13,8 @@ benchmark model (``benchmarks/bench_model.py``: fixed latency per call, streamed
    its prompt.
 2. Reply latency of a lone message, message in -> reply sent to Discord, with gathering on
    (``discord.gather_seconds`` 1.5) and off (0), in the same run, as a ratio (target: unchanged), and the
-   engine-level figure of ``benchmarks.run`` for the same model latency (the README's reference table).
+   engine-level figure of ``benchmarks.run`` for the same model latency (the reference table in
+   docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ FINGERPRINT_FILE = "commands.sha256"
 
 
 def bot_intents() -> discord.Intents:
-    """Guilds, guild and DM messages, and the privileged Message Content intent (see README)."""
+    """Guilds, guild and DM messages, and the privileged Message Content intent (see README.md, set-up)."""
     intents = discord.Intents.none()
     intents.guilds = True
     intents.guild_messages = True
@@ -233,7 +233,8 @@ async def run_discord(
                 raise StartupError("Discord rejected the token in DISCORD_TOKEN") from None
             except discord.PrivilegedIntentsRequired:
                 raise StartupError(
-                    "enable the Message Content intent for this bot in the Developer Portal (see README)"
+                    "enable the Message Content intent for this bot in the Developer Portal"
+                    " (see README.md, 'Setting up the Discord application')"
                 ) from None
             except discord.HTTPException as exc:
                 raise StartupError(f"Discord answered HTTP {exc.status} at start-up: {exc.text or exc}") from None

@@ -53,7 +53,8 @@ class ConversationSection(_Section):
 
 
 class MemorySection(_Section):
-    prompt_budget_tokens: int = Field(ge=50, le=20_000, default=1000)  # chosen on benchmarks/recall.py (README)
+    # chosen on benchmarks/recall.py (see docs/benchmarks.md)
+    prompt_budget_tokens: int = Field(ge=50, le=20_000, default=1000)
     extraction_quiet_seconds: float = Field(ge=0, le=3600, default=20.0)
     extraction_after_messages: int = Field(ge=1, le=100, default=10)
     extraction_max_existing: int = Field(ge=1, le=500, default=40)

@@ -11,9 +11,9 @@ Words are compared case-insensitively, with punctuation, quotes and Markdown aro
 (``"Zebra-quartz-7731,"`` is the word ``zebra-quartz-7731``), so a quote survives no reformatting. A matched
 run is replaced by ``[erased]``; the rest of the text stays, so other people lose only the quoted part.
 
-Limits (stated in the README): a paraphrase, a translation or a summary in other words is not a copy and
-is not found; nor are runs of up to three short words (under twenty characters together), which would
-match everyday phrases. Summaries that were *built from* the person's messages are dropped whole
+Limits (stated in docs/privacy-and-erasure.md): a paraphrase, a translation or a summary in other words is
+not a copy and is not found; nor are runs of up to three short words (under twenty characters together),
+which would match everyday phrases. Summaries that were *built from* the person's messages are dropped whole
 elsewhere (see ``bot.engine.erasure.conversations``); this rule is for text that only quotes them.
 
 The rule keeps no words: erased text is reduced to keyed 64-bit hashes of its word runs, so it can be

@@ -7,10 +7,10 @@ This is the one place that decides; the chat graph and ``benchmarks/recall.py`` 
 - semantic: cosine similarity of embeddings (meaning without shared words), when an index is available;
 - recency: the memory's rank by date, so of two equally relevant facts the newer one wins.
 
-The weights were chosen on the recall benchmark (see README: fused beats lexical and semantic alone at
-every budget); without semantic scores the lexical and recency weights are used alone. The query is the
-current message plus the recent turns. The chosen memories are shown oldest first, each with its date, so
-a newer fact visibly follows (and supersedes) an older one.
+The weights were chosen on the recall benchmark (see docs/benchmarks.md: fused beats lexical and semantic
+alone at every budget); without semantic scores the lexical and recency weights are used alone. The query is
+the current message plus the recent turns. The chosen memories are shown oldest first, each with its date,
+so a newer fact visibly follows (and supersedes) an older one.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Pruning uses the saver's own ``aprune(strategy="keep_latest")``. Compaction afte
 ``VACUUM`` of every table that held the person's data: it removes the dead tuples the deletes left, so no
 live row and no dead tuple holds their words afterwards. What VACUUM cannot reach (WAL segments already
 written and archived, base backups, replicas' WAL, freed space inside pages until it is reused) is the
-operator's to manage; see the README.
+operator's to manage; see docs/operating.md (Running with PostgreSQL).
 """
 
 from __future__ import annotations

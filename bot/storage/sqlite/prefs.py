@@ -12,7 +12,8 @@ CACHE_LIMIT = 50_000
 class SqlitePrefs:
     """Read on every reply, changed rarely: cached in memory, and every change goes through :meth:`set`.
 
-    The cache is safe only because the SQLite backend is one process (see the README).
+    The cache is safe only because the SQLite backend is one process (see docs/operating.md, "One writer
+    per SQLite data directory").
     """
 
     def __init__(self, db: LedgerDb) -> None:

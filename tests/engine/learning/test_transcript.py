@@ -93,7 +93,7 @@ async def test_replies_are_shortened_and_the_prompt_stays_under_3000_tokens(sett
     assert calls
     for call in calls:
         assert estimate_tokens(call.prompt_text) < 3000
-        # Trustcall's tool schemas (patch, insert, delete) add a fixed ~1,200 tokens on top; see README.
+        # Trustcall's tool schemas (patch, insert, delete) add a fixed ~1,200 tokens on top (docs/how-it-works.md).
         assert estimate_tokens(json.dumps(call.kwargs.get("tools"))) < 1600
         assert "very long answer" in call.prompt_text and long_reply[:2000] not in call.prompt_text
     learned = {m.content.split(",")[0] for m in await _memories(settings, "42")}
