@@ -9,7 +9,8 @@ member told the bot in DMs or in other servers; the member can wipe everything t
 memories in this server. The command is a top-level command because Discord ignores default
 permissions on subcommands; it needs Manage Messages both as a default permission (hidden from others
 in the client) and as a real check on every invocation (the client-side setting can be overridden),
-and that check wants it server-wide (from roles), not from one channel's overwrite.
+and that check wants it server-wide (from roles), not from one channel's overwrite. It is checked again
+when Purge is pressed (as ``/settings`` does): a moderator demoted while the prompt was on screen purges nothing.
 """
 
 from __future__ import annotations
@@ -76,6 +77,12 @@ class Moderation(commands.Cog):
             cancelled="Cancelled: nothing was removed.",
         )
         if not ok:
+            return
+        try:
+            has_server_wide_manage_messages(button)  # the permission may be gone since the prompt was shown
+        except app_commands.MissingPermissions:
+            await button.response.edit_message(
+                content="You no longer have the Manage Messages permission: nothing was removed.", view=None)
             return
         await button.response.defer()  # erasing every conversation can take longer than 3 seconds
         result = await self.bot.engine.erase_person(

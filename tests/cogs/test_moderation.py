@@ -10,11 +10,13 @@ from tests.cogs.conftest import (
     GENERAL,
     GUILD_ID,
     MOD,
+    MOD_ROLE,
     MODLOG,
     OTHER_CHANNEL,
     OTHER_GUILD,
 )
 from tests.cogs.test_memories import button, click_erasure, seed
+from tests.fakes import discord_harness as dh
 
 
 async def test_member_without_manage_messages_is_refused(r):
@@ -71,3 +73,16 @@ async def test_manage_messages_in_one_channel_only_is_not_enough(r):
     assert int(res.interaction["member"]["permissions"]) & (1 << 13)  # Discord would send it for this channel
     assert "Manage Messages" in res[0].content
     assert len(await r.engine.memories.list(str(BOB["id"]))) == 1
+
+
+async def test_a_moderator_demoted_while_the_prompt_is_shown_purges_nothing(r):
+    await seed(r, BOB, ["Bob likes tea"])
+    res = await r.h.invoke_slash("purge-memories", user=MOD, channel_id=GENERAL, options={"member": BOB})
+    prompt = res[-1]
+    assert "Remove the 1 memories" in prompt.content
+    # The Mods role loses Manage Messages while the prompt is on screen: Discord sends GUILD_ROLE_UPDATE.
+    r.h.feed("GUILD_ROLE_UPDATE", {"guild_id": str(GUILD_ID), "role": dh.role(MOD_ROLE, "Mods", 0, position=1)})
+    await r.h.settle()
+    done = await click_erasure(r, button(prompt, "Purge"), prompt.message, user=MOD)
+    assert any("no longer have the Manage Messages permission" in (c.content or "") for c in done)
+    assert [m.content for m in await r.engine.memories.list(str(BOB["id"]))] == ["Bob likes tea"]
