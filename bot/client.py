@@ -118,6 +118,17 @@ class MemoryBot(commands.Bot):
     async def on_ready(self) -> None:
         self._links[None] = True
         log.info("logged in as %s (%s) in %d servers", self.user, getattr(self.user, "id", "?"), len(self.guilds))
+        try:  # servers that removed the bot while it was offline send no GUILD_DELETE: READY is the only sign
+            await self.engine.servers_at_ready([str(g.id) for g in self.guilds], mine=self.owns_guild)
+        except Exception:  # noqa: BLE001 - checked again at the next READY; nothing is deleted by a failure
+            log.exception("comparing the servers at READY with the stored ones failed")
+
+    def owns_guild(self, guild_id: str) -> bool:
+        """Whether this process's shards carry ``guild_id`` (Discord's rule: (id >> 22) % shard_count)."""
+        count = self.shard_count or 1
+        ids = getattr(self, "shard_ids", None)
+        mine = set(ids) if ids else {self.shard_id or 0}
+        return (int(guild_id) >> 22) % count in mine
 
     # The gateway's state, as discord.py reports it: READY/RESUMED and a (re)connect mean up, a dropped
     # socket means down until the next one. Sharded bots also get the per-shard events.

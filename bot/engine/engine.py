@@ -12,7 +12,7 @@ import asyncio
 import logging
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterable
 
 from langgraph.graph.state import CompiledStateGraph
 
@@ -20,6 +20,7 @@ from bot.engine.concurrency import Locks, RateLimiter
 from bot.engine.conversation.graph import ChatDeps, build_chat_graph
 from bot.engine.conversation.turn import DeltaCallback, Reply, TurnRunner
 from bot.engine.erasure.conversations import ConversationEraser
+from bot.engine.erasure.departures import absent_at_ready, servers_with_data
 from bot.engine.erasure.eraser import Eraser, ErasureResult
 from bot.engine.erasure.events import DiscordChanges
 from bot.engine.errors import Outages
@@ -299,6 +300,13 @@ class ChatEngine(MemoryVerbs, SettingsVerbs, HealthVerbs):
     async def server_back(self, guild_id: str) -> None:
         """The bot is in a server again (joined, or it was seen at start-up): nothing of it is swept."""
         await self.changes.server_back(guild_id)
+
+    async def servers_at_ready(self, present: Iterable[str], *, mine: Callable[[str], bool] = lambda _: True) -> list[str]:
+        """READY listed ``present``: servers this process's shards own (``mine``) that hold data here but are
+        missing were removed while the bot was offline; they are swept after the retention (see
+        ``erasure/departures.py``). Returns them."""
+        known = await servers_with_data(self.conversations, self.memories)
+        return await absent_at_ready(present, known, mine=mine, removed=self.server_removed, back=self.server_back)
 
     async def erase_person(self, user_id: str | int, *, guild_id: str | None = None,
                            by: Actor | None = None) -> ErasureResult:

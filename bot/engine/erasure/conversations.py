@@ -225,17 +225,12 @@ class ConversationEraser:
 
     async def threads_of_guild(self, guild_id: str) -> list[str]:
         """The threads whose conversation belongs to one server."""
-        out = []
-        for thread_id in await self.thread_ids():
-            values = await self._values(thread_id)
-            guild = values.get("guild_id")
-            if guild is None:
-                guilds = {str(m.additional_kwargs.get("guild_id")) for m in values.get("messages", [])
-                          if isinstance(m, HumanMessage)}
-                guild = guilds.pop() if len(guilds) == 1 else None
-            if str(guild) == str(guild_id):
-                out.append(thread_id)
-        return out
+        return [t for t in await self.thread_ids() if await self.guild_of(t) == str(guild_id)]
+
+    async def guild_of(self, thread_id: str) -> str | None:
+        """The server a thread's conversation belongs to ("dm" for DMs; None: not known)."""
+        _, _, guild = await self._state(thread_id)
+        return None if guild is None else str(guild)
 
 
 def with_answers(messages: list, human_ids: set[str]) -> list[str]:

@@ -1,0 +1,53 @@
+"""Servers that removed the bot while it was offline, noticed at start-up.
+
+Discord sends GUILD_DELETE only to a connected bot: a server that removes it during a restart or an outage
+is simply missing from the next READY. So at READY the servers this process now sees are compared with
+the servers it holds data of (stored conversations and what was learned there); one it holds data of but
+no longer sees is recorded as removed, and swept after ``retention.removed_server_days`` like a removal
+seen live. A server that shows up again (GUILD_CREATE) is taken off the list, as always.
+
+With several processes each sees only its own shards' servers, so only servers owned by this process's
+shards are judged (``mine``); the others belong to another process's READY.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Awaitable, Callable, Iterable
+
+from bot.engine.erasure.conversations import ConversationEraser
+from bot.engine.erasure.memories import people
+from bot.engine.memories.repository import MemoryRepository
+
+log = logging.getLogger(__name__)
+
+
+async def servers_with_data(conversations: ConversationEraser | None, memories: MemoryRepository) -> set[str]:
+    """Every server ID that stored conversations or memories' sources name (DMs left out)."""
+    found: set[str] = set()
+    if conversations is not None:
+        for thread_id in await conversations.thread_ids():
+            guild = await conversations.guild_of(thread_id)
+            if guild is not None:
+                found.add(guild)
+    for user in await people(memories):
+        for memory in await memories.list(user):
+            found |= memory.places()
+    return {g for g in found if g and g not in ("dm", "None")}
+
+
+async def absent_at_ready(
+    present: Iterable[str], known: set[str], *, mine: Callable[[str], bool],
+    removed: Callable[[str], Awaitable[None]], back: Callable[[str], Awaitable[None]],
+) -> list[str]:
+    """Record as removed every known server of this process's shards missing from READY; return them."""
+    here = {str(g) for g in present}
+    for guild_id in here:
+        await back(guild_id)
+    gone = sorted(g for g in known - here if mine(g))
+    for guild_id in gone:
+        await removed(guild_id)
+    if gone:
+        log.info("%d servers with stored data were not in READY: removed while offline; swept after the retention",
+                 len(gone))
+    return gone

@@ -1,0 +1,41 @@
+"""Servers that removed the bot while it was offline (``erasure/departures.py``): noticed at READY, swept later."""
+
+from __future__ import annotations
+
+import time
+
+from bot.engine.erasure.departures import absent_at_ready
+from tests.cogs.conftest import ALICE, rig
+from tests.cogs.test_memories import seed
+
+
+async def test_only_this_processs_servers_missing_from_ready_are_marked():
+    marked: list[str] = []
+    back: list[str] = []
+
+    async def removed(g: str) -> None:
+        marked.append(g)
+
+    async def returned(g: str) -> None:
+        back.append(g)
+
+    gone = await absent_at_ready(["1", "2"], {"1", "3", "4"}, mine=lambda g: g != "4", removed=removed,
+                                 back=returned)
+    assert gone == marked == ["3"]  # "4" belongs to another process's shards: its READY judges it
+    assert sorted(back) == ["1", "2"]
+
+
+async def test_a_server_gone_during_a_restart_is_swept_after_the_retention_and_nothing_else(tmp_path):
+    async with rig(tmp_path) as r:
+        await seed(r, ALICE, ["Alice said this in a server that removed the bot"], guild="999")
+        await seed(r, ALICE, ["Alice likes tea"])
+    async with rig(tmp_path) as r:  # the restart: server 999 is not in READY
+        await r.h.settle()
+        assert await r.engine.storage.removed_guilds.due(time.time() + 1) == ["999"]
+        assert await r.engine.changes.sweep_removed_servers(now=time.time() + 3600) == []  # not yet
+        swept = await r.engine.changes.sweep_removed_servers(now=time.time() + 8 * 86400)
+        assert swept == ["999"]
+        assert [m.content for m in await r.engine.list_memories(ALICE["id"])] == ["Alice likes tea"]
+    async with rig(tmp_path) as r:  # and the next READY finds nothing more to mark
+        await r.h.settle()
+        assert await r.engine.storage.removed_guilds.due(time.time() + 1) == []
