@@ -9,7 +9,9 @@ operator's to manage; see docs/operating.md (Running with PostgreSQL).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import re
 
 import psycopg
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
@@ -20,8 +22,15 @@ from bot.storage.shielding import shielded
 log = logging.getLogger(__name__)
 
 # Everything that can hold a person's words: LangGraph's checkpoint tables and store, and the bot's own.
-ERASURE_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "store", "bot_inbox", "bot_embeddings")
+# The erasure journal is one of them: its rows carry quote hashes and people's IDs until the job finishes.
+ERASURE_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "store", "bot_inbox", "bot_embeddings",
+                  "bot_erasures")
 PRUNE_ATTEMPTS = 3
+# VACUUM cannot remove a dead row version an older snapshot may still see (a long transaction, a
+# replication slot): it is retried after these pauses, then reported, and autovacuum removes it later.
+COMPACT_RETRY_SECONDS = (0.2, 1.0)
+_FINISHED = re.compile(r'finished vacuuming "(?:[^"]*\.)?([^".]+)"')
+_HELD_BACK = re.compile(r"tuples: \d+ removed, \d+ remain, (\d+) are dead but not yet removable")
 
 
 class PostgresMaintenance:
@@ -56,7 +65,41 @@ class PostgresMaintenance:
             return cur.rowcount
 
     @shielded
-    async def compact(self) -> None:
-        """VACUUM the tables an erasure touched (outside any transaction, as VACUUM requires)."""
-        async with self._db.connection() as conn:
-            await conn.execute("VACUUM " + ", ".join(ERASURE_TABLES))  # constant table names
+    async def compact(self) -> dict[str, int]:
+        """VACUUM the tables an erasure touched (outside any transaction, as VACUUM requires), and read its
+        report: dead row versions it could not remove yet are retried, then logged (counts only).
+
+        Returns those held back, by table (empty: every dead row version of the erased data is gone). The
+        erasure is not failed for them: the rows are deleted, and what an old snapshot still holds is
+        removed by autovacuum once that snapshot ends; retrying the whole erasure would only repeat this.
+        """
+        held: dict[str, int] = {}
+        for pause in (*COMPACT_RETRY_SECONDS, None):
+            held = await self._vacuum_report()
+            if not held or pause is None:
+                break
+            await asyncio.sleep(pause)
+        if held:
+            log.warning("after an erasure VACUUM could not yet remove %s dead row versions (an older transaction "
+                        "or replication slot still sees them); autovacuum removes them when it ends",
+                        ", ".join(f"{n} in {t}" for t, n in sorted(held.items())))
+        return held
+
+    async def _vacuum_report(self) -> dict[str, int]:
+        reports: list[str] = []
+
+        def collect(diag: psycopg.errors.Diagnostic) -> None:
+            reports.append(diag.message_primary or "")
+
+        async with self._db.connection() as conn:  # a pooled connection: the handler leaves with the call
+            conn.add_notice_handler(collect)
+            try:
+                await conn.execute("VACUUM (VERBOSE) " + ", ".join(ERASURE_TABLES))  # constant table names
+            finally:
+                conn.remove_notice_handler(collect)
+        held: dict[str, int] = {}
+        for report in reports:
+            table, dead = _FINISHED.search(report), _HELD_BACK.search(report)
+            if table and dead and int(dead.group(1)):
+                held[table.group(1)] = held.get(table.group(1), 0) + int(dead.group(1))
+        return held
