@@ -25,6 +25,8 @@ PRUNE_ATTEMPTS = 3
 
 
 class PostgresMaintenance:
+    """Pruning (the saver's own ``aprune``), erasing a person's rows, and ``VACUUM`` after an erasure."""
+
     def __init__(self, saver: AsyncPostgresSaver, db: PgDb) -> None:
         self._saver = saver
         self._db = db
