@@ -84,7 +84,8 @@ def build_reference_graph(model) -> StateGraph:
     async def summarize_conversation(state: State):
         summary = state.get("summary", "")
         if summary:
-            prompt = f"This is summary of the conversation to date: {summary}\n\nExtend the summary by taking into account the new messages above:"
+            prompt = (f"This is summary of the conversation to date: {summary}\n\n"
+                      "Extend the summary by taking into account the new messages above:")
         else:
             prompt = "Create a summary of the conversation above:"
         response = await model.ainvoke(state["messages"] + [HumanMessage(content=prompt)])

@@ -51,7 +51,8 @@ def message(i: int) -> str:
 
 
 def folder_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.iterdir() if p.name.endswith(("sqlite", "sqlite-wal", "sqlite-shm", ".db", ".db-wal", ".db-shm")))
+    return sum(p.stat().st_size for p in path.iterdir()
+               if p.name.endswith(("sqlite", "sqlite-wal", "sqlite-shm", ".db", ".db-wal", ".db-shm")))
 
 
 # ---------------------------------------------------------------- the two designs, same interface

@@ -11,11 +11,13 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Awaitable, Callable, TypeVar
 
-from bot.engine import StorageUnavailable
+from bot.engine import Storage, StorageUnavailable
 from bot.settings import ConfigError, Settings, load_settings
 
 log = logging.getLogger("bot")
+T = TypeVar("T")
 
 
 def _out(text: str) -> None:
@@ -50,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _with_storage(settings: Settings, fn, *, writer: bool = True):
+async def _with_storage(settings: Settings, fn: Callable[[Storage], Awaitable[T]], *, writer: bool = True) -> T:
     from bot.storage import open_storage
 
     async with open_storage(settings, writer=writer) as storage:
@@ -68,7 +70,7 @@ async def _wipe_through_running_bot(settings: Settings, user: str, yes: bool) ->
     """
     from bot.engine import MemoryRepository, request_erasure
 
-    async def go(storage) -> int:
+    async def go(storage: Storage) -> int:
         count = len(await MemoryRepository(storage.store).list(user))
         if not yes and not _confirmed(f"Delete all {count} memories of user {user}? Type 'yes': "):
             _out("Nothing deleted.")
@@ -97,7 +99,7 @@ async def _console(settings: Settings, user: str, thread: str) -> int:
     from bot.console import run_console
     from bot.engine import create_engine
 
-    async def go(storage) -> int:
+    async def go(storage: Storage) -> int:
         engine = create_engine(settings, storage)
         await engine.start()
         try:
@@ -112,7 +114,7 @@ async def _console(settings: Settings, user: str, thread: str) -> int:
 async def _memories(settings: Settings, action: str, user: str, yes: bool) -> int:
     from bot.engine import MemoryRepository, create_engine, export_memories
 
-    async def go(storage) -> int:
+    async def go(storage: Storage) -> int:
         repo = MemoryRepository(storage.store)
         memories = await repo.list(user)
         if action == "list":
@@ -143,7 +145,7 @@ async def _memories(settings: Settings, action: str, user: str, yes: bool) -> in
 async def _stats(settings: Settings) -> int:
     from bot.stats import collect_stats, render_stats
 
-    async def go(storage) -> int:
+    async def go(storage: Storage) -> int:
         for line in render_stats(await collect_stats(storage)):
             _out(line)
         return 0
@@ -173,6 +175,7 @@ async def _migrate_storage(settings: Settings) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit code: 0 done, 1 not done (one line says why), 2 bad config or arguments, 130 interrupted."""
     args = build_parser().parse_args(argv)
     command = args.command or "run"
     try:

@@ -18,12 +18,16 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+if TYPE_CHECKING:
+    from langchain_core.messages import BaseMessage
+    from langchain_core.outputs import LLMResult
 
 log = logging.getLogger(__name__)
 
@@ -256,13 +260,15 @@ class ModelCallObserver(BaseCallbackHandler):
             self._kinds[run_id] = kind
         self.metrics.model_call(kind)
 
-    def on_chat_model_start(self, serialized, messages, *, run_id: UUID, metadata=None, **kwargs: Any) -> None:
+    def on_chat_model_start(self, serialized: dict[str, Any], messages: list[list[BaseMessage]], *, run_id: UUID,
+                            metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
         self._start(run_id, metadata)
 
-    def on_llm_start(self, serialized, prompts, *, run_id: UUID, metadata=None, **kwargs: Any) -> None:
+    def on_llm_start(self, serialized: dict[str, Any], prompts: list[str], *, run_id: UUID,
+                     metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
         self._start(run_id, metadata)
 
-    def on_llm_end(self, response, *, run_id: UUID, **kwargs: Any) -> None:
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         kind = self._kinds.pop(run_id, self.kind or "other")
         prompt = completion = 0
         for generations in response.generations:

@@ -27,12 +27,16 @@ PositiveInt = Annotated[int, Field(ge=1)]
 
 
 class BotSection(_Section):
+    """``[bot]``: the persona, where the data lives and how much is logged."""
+
     persona: str = Field(min_length=1, max_length=4000, default="You are a friendly, concise assistant.")
     data_dir: Path = Path("data")  # relative paths are resolved against the config file's folder
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
 class ModelSection(_Section):
+    """``[model]``: which chat model answers, how it samples, and how long and how often it is tried."""
+
     provider: Literal["deepseek", "openai_compatible"] = "deepseek"
     name: str = Field(min_length=1, default="deepseek-chat")
     temperature: float = Field(ge=0.0, le=2.0, default=0.7)
@@ -46,6 +50,8 @@ class ModelSection(_Section):
 
 
 class ConversationSection(_Section):
+    """``[conversation]``: when a channel's history is folded into a summary, and how long a message may be."""
+
     summarize_after_messages: int = Field(ge=4, le=1000, default=30)
     summarize_after_tokens: int = Field(ge=200, le=100_000, default=3000)
     keep_messages: int = Field(ge=2, le=100, default=6)
@@ -53,8 +59,9 @@ class ConversationSection(_Section):
 
 
 class MemorySection(_Section):
-    # chosen on benchmarks/recall.py (see docs/benchmarks.md)
-    prompt_budget_tokens: int = Field(ge=50, le=20_000, default=1000)
+    """``[memory]``: how much of what the bot remembers goes into a prompt, when it learns, and where a memory may be used."""
+
+    prompt_budget_tokens: int = Field(ge=50, le=20_000, default=1000)  # chosen on benchmarks/recall.py (docs/benchmarks.md)
     extraction_quiet_seconds: float = Field(ge=0, le=3600, default=20.0)
     extraction_after_messages: int = Field(ge=1, le=100, default=10)
     extraction_max_existing: int = Field(ge=1, le=500, default=40)
@@ -71,6 +78,8 @@ class MemorySection(_Section):
 
 
 class DiscordSection(_Section):
+    """``[discord]``: where the bot answers, and how much of a channel, a reply chain or an attachment it reads."""
+
     respond_channels: list[int] = Field(default_factory=list)
     dev_guild_id: int | None = None
     mod_log_channel_id: int | None = None
@@ -83,6 +92,8 @@ class DiscordSection(_Section):
 
 
 class LimitsSection(_Section):
+    """``[limits]``: daily token budgets, the per-person token bucket and the queues' bounds."""
+
     guild_daily_tokens: int = Field(ge=0, le=1_000_000_000, default=2_000_000)
     dm_daily_tokens: int = Field(ge=0, le=1_000_000_000, default=200_000)
     member_daily_tokens: int = Field(ge=0, le=1_000_000_000, default=200_000)
@@ -97,10 +108,14 @@ class LimitsSection(_Section):
 
 
 class RetentionSection(_Section):
+    """``[retention]``: how long a server's data outlives the bot's removal from it."""
+
     removed_server_days: float = Field(ge=0, le=3650, default=7)
 
 
 class AccessSection(_Section):
+    """``[access]``: who is answered, and where (allow and block lists of users, roles and channels)."""
+
     dms_enabled: bool = True
     allow_users: list[int] = Field(default_factory=list)
     block_users: list[int] = Field(default_factory=list)
@@ -111,6 +126,8 @@ class AccessSection(_Section):
 
 
 class StorageSection(_Section):
+    """``[storage]``: the backend (SQLite files or PostgreSQL) and, for PostgreSQL, its pool, leases and commits."""
+
     backend: Literal["sqlite", "postgres"] = "sqlite"
     # PostgreSQL only (the DSN comes from DATABASE_URL in the environment, never from the file):
     pool_min_size: int = Field(ge=1, le=100, default=2)
@@ -149,6 +166,8 @@ class Secrets(BaseModel):
 
 
 class Settings(_Section):
+    """The whole configuration: every section of ``config.toml`` and the secrets, validated once at start-up."""
+
     bot: BotSection = BotSection()
     model: ModelSection = ModelSection()
     conversation: ConversationSection = ConversationSection()

@@ -17,6 +17,8 @@ class ShardError(ValueError):
 
 @dataclass(frozen=True)
 class ShardPlan:
+    """The shards this process runs (``ids``) out of all the bot has (``count``)."""
+
     ids: tuple[int, ...]
     count: int
 

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bot.metrics import Backlog
+
+if TYPE_CHECKING:
+    from bot.engine import Storage
 
 ACTIVE_WINDOW_SECONDS = 86_400.0
 TOP_ROWS = 20
@@ -20,6 +24,8 @@ TOP_ROWS = 20
 
 @dataclass(frozen=True)
 class UsageLine:
+    """One row of the usage table, summed over the days kept: a person in a server (or in DMs)."""
+
     guild_id: str
     user_id: str
     calls: int
@@ -51,7 +57,7 @@ class StatsReport:
         return sum(u.tokens for u in self.usage)
 
 
-async def collect_stats(storage, *, now: float | None = None) -> StatsReport:
+async def collect_stats(storage: Storage, *, now: float | None = None) -> StatsReport:
     """Read the figures from opened storage."""
     now = time.time() if now is None else now
     rows = [UsageLine(r.guild_id, r.user_id, r.calls, r.prompt_tokens, r.completion_tokens)
@@ -85,7 +91,8 @@ def render_stats(report: StatsReport, *, top: int = TOP_ROWS) -> list[str]:
         f"servers with usage   {report.servers}",
         f"people with usage    {report.people}",
         f"servers with /settings  {report.servers_with_settings}",
-        f"learning backlog     {b.turns} turns" + (f", longest waiting conversation quiet for {_age(b.oldest_age_seconds)}" if b.turns else ""),
+        f"learning backlog     {b.turns} turns"
+        + (f", longest waiting conversation quiet for {_age(b.oldest_age_seconds)}" if b.turns else ""),
         *(f"{name:<20} {value}" for name, value in report.extra.items()),
         "(reply latency, model failures, gateway latency and erasures exist only in a running bot: /metrics)",
         "",

@@ -112,7 +112,8 @@ async def channel_context(bot: discord.Client, before: discord.Message, *, count
     return [quote_of(m, "channel") for m in reversed(picked)]
 
 
-def _take(newest_first: list[discord.Message], me, count: int, tokens: int) -> tuple[list[discord.Message], bool]:
+def _take(newest_first: list[discord.Message], me: discord.ClientUser | None, count: int,
+          tokens: int) -> tuple[list[discord.Message], bool]:
     """Messages until the bot's own, ``count`` or the token cap; and whether that end was reached."""
     picked: list[discord.Message] = []
     used = 0

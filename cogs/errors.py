@@ -63,4 +63,5 @@ class Errors(commands.Cog):
 
 
 async def setup(bot: MemoryBot) -> None:
+    """discord.py's extension hook (``load_extension("cogs.errors")``): add the error handler for every command."""
     await bot.add_cog(Errors(bot))

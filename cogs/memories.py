@@ -236,7 +236,8 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
     @app_commands.describe(enabled="On: I don't use what I remember when I answer you")
     async def private(self, interaction: discord.Interaction, enabled: bool) -> None:
         """Keep your memories out of my replies entirely (or let me use them again)."""
-        text = "Private mode on: I won't use what I remember in replies." if enabled else "Private mode off: I'll use what I remember again."
+        text = ("Private mode on: I won't use what I remember in replies." if enabled
+                else "Private mode off: I'll use what I remember again.")
         await self.set_pref(interaction, text, private=enabled)
 
     @app_commands.command(name="reactions")
@@ -266,4 +267,5 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
 
 
 async def setup(bot: MemoryBot) -> None:
+    """discord.py's extension hook (``load_extension("cogs.memories")``): add the /memories command group."""
     await bot.add_cog(Memories(bot))

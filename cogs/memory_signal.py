@@ -51,4 +51,5 @@ class MemorySignal(commands.Cog):
 
 
 async def setup(bot: MemoryBot) -> None:
+    """discord.py's extension hook (``load_extension("cogs.memory_signal")``): add the "memory updated" reaction."""
     await bot.add_cog(MemorySignal(bot))

@@ -111,4 +111,5 @@ class Moderation(commands.Cog):
 
 
 async def setup(bot: MemoryBot) -> None:
+    """discord.py's extension hook (``load_extension("cogs.moderation")``): add the moderator tools."""
     await bot.add_cog(Moderation(bot))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Callable, Iterable
 
 import discord
 from discord import app_commands
@@ -65,7 +65,7 @@ def _tokens(value: int) -> str:
     return f"{value:,} tokens a day" if value else "no limit"
 
 
-def _channels(ids) -> str:
+def _channels(ids: Iterable[str]) -> str:
     return ", ".join(f"<#{c}>" for c in sorted(ids, key=lambda c: (len(str(c)), str(c)))) or "none"
 
 
@@ -186,7 +186,8 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         return embed
 
     @app_commands.command(name="answer-all")
-    @app_commands.describe(channel="A channel or thread of this server", on="Answer every message there (on), or only mentions and replies (off)")
+    @app_commands.describe(channel="A channel or thread of this server",
+                           on="Answer every message there (on), or only mentions and replies (off)")
     async def answer_all(self, interaction: discord.Interaction, channel: AnyChannel, on: bool) -> None:
         """Choose channels and threads where I answer every message."""
         if (why := self._refuse_channel(interaction, channel, post=on)) is not None:
@@ -208,7 +209,8 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
             return
         edit = channel_listed("mentions_off", str(channel.id), not on, frozenset())
         question = (f"Answer mentions and replies in <#{channel.id}> again?" if on
-                    else f"Ignore mentions and replies to me in <#{channel.id}>? (Channels where I answer every message still get answers.)")
+                    else f"Ignore mentions and replies to me in <#{channel.id}>? "
+                         "(Channels where I answer every message still get answers.)")
         await self._propose(interaction, question, edit, lambda p: f"answer mentions in <#{channel.id}>: {_onoff(on)}")
 
     @app_commands.command(name="instructions")
@@ -280,4 +282,5 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
 
 
 async def setup(bot: MemoryBot) -> None:
+    """discord.py's extension hook (``load_extension("cogs.settings")``): add the /settings command group."""
     await bot.add_cog(SettingsCommands(bot))

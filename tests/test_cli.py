@@ -57,7 +57,8 @@ def test_console_then_memories_list_export_wipe(tmp_path):
         "from bot.engine.memories.repository import MemoryRepository\n"
         f"s = load_settings({str(cfg)!r}, {{}}, need_model=False)\n"
         "async def go():\n    async with open_storage(s) as st:\n"
-        "        await MemoryRepository(st.store).apply('lance', inserts=[('Likes bikes', {'guild_id': 'dm'}), ('Eats bread', {'guild_id': 'dm'})])\n"
+        "        await MemoryRepository(st.store).apply('lance', inserts=[('Likes bikes', {'guild_id': 'dm'}),"
+        " ('Eats bread', {'guild_id': 'dm'})])\n"
         "asyncio.run(go())\n"
     )
     subprocess.run([sys.executable, "-c", seed], cwd=ROOT, check=True, timeout=60)

@@ -22,8 +22,8 @@ from bot.engine.stores import Prefs, ServerSettings, Storage
 
 __all__ = [
     "MAX_CONTENT", "OPERATOR", "Actor", "ChatEngine", "Edit", "GuildPolicy", "HistoryEntry", "ImportRefused",
-    "Incoming", "LocalMiniLM", "MemoryRepository", "MemoryVectorCache", "Mode", "Prefs", "Quote", "Reply", "SemanticIndex", "ServerSettings",
-    "SettingRefused", "Speaker", "Storage", "StorageUnavailable", "StoredMemory", "TokenBucket", "TurnResult",
+    "Incoming", "LocalMiniLM", "MemoryRepository", "MemoryVectorCache", "Mode", "Prefs", "Quote", "Reply", "SemanticIndex",
+    "ServerSettings", "SettingRefused", "Speaker", "Storage", "StorageUnavailable", "StoredMemory", "TokenBucket", "TurnResult",
     "WriteRequest", "bm25_scores", "channel_listed", "choose_memories", "create_engine", "estimate_tokens",
     "export_memories", "is_transient", "local_model_installed", "memory_line", "parse_import", "request_erasure", "reset", "set_field",
 ]

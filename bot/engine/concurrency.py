@@ -62,7 +62,7 @@ class BoundedDict(OrderedDict, Generic[K, V]):
         super().__init__()
         self.max_keys = max_keys
 
-    def __setitem__(self, key, value) -> None:
+    def __setitem__(self, key: K, value: V) -> None:
         super().__setitem__(key, value)
         self.move_to_end(key)
         while len(self) > self.max_keys:

@@ -17,7 +17,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore, PutOp
 
 from bot.engine.stores import StorageUnavailable
-from bot.settings import Settings
+from bot.settings import Settings, StorageSection
 
 log = logging.getLogger(__name__)
 PAGE = 500
@@ -25,6 +25,8 @@ PAGE = 500
 
 @dataclass(frozen=True)
 class Migrated:
+    """What a migration copied, counted for the one line ``migrate-storage`` prints."""
+
     threads: int
     items: int
     pending_turns: int
@@ -94,6 +96,7 @@ async def migrate_sqlite_to_postgres(settings: Settings) -> Migrated:
     return Migrated(threads, items, pending, sum(len(v) for k, v in rows.items() if k != "epoch"))
 
 
-def replace_backend(settings: Settings, backend: str):
+def replace_backend(settings: Settings, backend: str) -> StorageSection:
+    """The ``[storage]`` section with another backend, to open the other side of a migration with the same settings."""
     return settings.storage.model_copy(update={"backend": backend})
 

@@ -60,6 +60,7 @@ class ChatDeps:
 
 
 def needs_summary(messages: list[AnyMessage], deps: ChatDeps) -> bool:
+    """Whether the thread is past its budget (messages or tokens) and still holds more than it keeps verbatim."""
     if len(messages) <= deps.keep_messages:
         return False
     if len(messages) > deps.summarize_after_messages:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable, Coroutine
 
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph.state import CompiledStateGraph
@@ -72,7 +72,7 @@ class TurnRunner:
         self.tails: set[asyncio.Task] = set()
         self._turns_since_prune: dict[str, int] = {}
 
-    def spawn(self, coro) -> asyncio.Task:
+    def spawn(self, coro: Coroutine[Any, Any, object]) -> asyncio.Task:
         """Run ``coro`` in the background; :meth:`close` waits for it."""
         task = asyncio.create_task(coro)
         self.tails.add(task)

@@ -23,7 +23,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from bot.engine.errors import SettingRefused
 from bot.engine.stores.guild_settings import GuildSettingsStore, ServerSettings
@@ -35,6 +35,7 @@ SERVER, OPERATOR = "server", "operator"
 MAX_CHANNELS = 100  # per list: a server listing more is almost certainly a mistake
 WRITE_ATTEMPTS = 50  # compare-and-set retries under contention, with a growing random pause between them
 Edit = Callable[[ServerSettings], ServerSettings]
+T = TypeVar("T")
 
 
 
@@ -96,7 +97,7 @@ def resolve(stored: ServerSettings | None, defaults: OperatorDefaults, guild_id:
     s = stored or ServerSettings(guild_id=guild_id)
     sources: dict[str, str] = {}
 
-    def pick(name: str, value, default):
+    def pick(name: str, value: T | None, default: T) -> T:
         sources[name] = OPERATOR if value is None else SERVER
         return default if value is None else value
 
@@ -264,7 +265,8 @@ class GuildSettingsService:
 
 
 # ---- edits: small pure functions the cog composes (each returns a new record)
-def set_field(name: str, value) -> Edit:
+def set_field(name: str, value: Any) -> Edit:
+    """Set one server setting to ``value`` (None: back to the operator's default); a typo in ``name`` is a bug."""
     if name not in {f for f in ServerSettings.__dataclass_fields__ if f not in ("guild_id", "version")}:
         raise ValueError(f"not a server setting: {name}")
     return lambda s: replace(s, **{name: value})

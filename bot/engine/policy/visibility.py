@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import Iterable, Literal
 
 from bot.engine.memories.records import StoredMemory
+from bot.engine.stores import Prefs
+from bot.settings import MemorySection
 
 Scope = Literal["global", "server"]
 DM = "dm"
@@ -53,7 +55,7 @@ class Visibility:
         return True
 
 
-def resolve_visibility(prefs, memory_settings, place: str, *, for_reply: bool = True) -> Visibility:
+def resolve_visibility(prefs: Prefs, memory_settings: MemorySection, place: str, *, for_reply: bool = True) -> Visibility:
     """A person's policy at ``place``: their own settings where they chose, the server's defaults elsewhere.
 
     Args:

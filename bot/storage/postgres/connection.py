@@ -46,6 +46,7 @@ def first_line(exc: BaseException, secrets: tuple[str, ...] = ()) -> str:
 
 
 def password(dsn: str) -> str:
+    """The DSN's password (empty when it has none or does not parse), so log lines and errors can blank it out."""
     try:
         return str(conninfo_to_dict(dsn).get("password") or "")
     except psycopg.Error:

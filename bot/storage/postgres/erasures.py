@@ -22,6 +22,8 @@ def _job(row: dict) -> ErasureJob:
 
 
 class PostgresErasures:
+    """The erasure journal in the shared database: written before an erasure starts, deleted once it is done."""
+
     def __init__(self, db: PgDb) -> None:
         self._db = db
 

@@ -22,6 +22,7 @@ import logging
 import psycopg
 
 from bot.engine.stores.guild_settings import Notify, ServerSettings
+from bot.storage.postgres.db import PgDb
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ RECONNECT_SECONDS = (0.5, 1.0, 2.0, 5.0, 10.0)
 class PostgresGuildSettings:
     """The store, over the backend's pooled connections (``db``), plus one listening connection."""
 
-    def __init__(self, db, dsn: str) -> None:
+    def __init__(self, db: PgDb, dsn: str) -> None:
         self._db = db
         self._dsn = dsn
         self._notify: list[Notify] = []

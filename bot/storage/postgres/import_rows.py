@@ -37,6 +37,7 @@ async def holds_data(db: PgDb) -> bool:
 
 
 async def import_rows(db: PgDb, rows: dict[str, list[dict]]) -> None:
+    """Insert the exported rows with their IDs, move the ID sequences past them, and take over the inbox epoch."""
     async with db.tx() as conn:
         for name, query in INSERTS.items():
             batch = rows.get(name, [])

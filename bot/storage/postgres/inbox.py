@@ -21,6 +21,8 @@ def _turn(row: dict) -> InboxTurn:
 
 
 class PostgresInbox:
+    """Turns waiting to be learned from, in the shared database; ``epoch`` names its ID sequence for the watermarks."""
+
     def __init__(self, db: PgDb, epoch: str, *, context_window: int = 8) -> None:
         self._db = db
         self._epoch = epoch

@@ -34,6 +34,8 @@ _HELD_BACK = re.compile(r"tuples: \d+ removed, \d+ remain, (\d+) are dead but no
 
 
 class PostgresMaintenance:
+    """Pruning (the saver's own ``aprune``), erasing a person's rows, and ``VACUUM`` after an erasure."""
+
     def __init__(self, saver: AsyncPostgresSaver, db: PgDb) -> None:
         self._saver = saver
         self._db = db

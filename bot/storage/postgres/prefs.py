@@ -23,6 +23,8 @@ def _prefs(row: dict | None) -> Prefs:
 
 
 class PostgresPrefs:
+    """People's memory settings, one row a person; every read goes to the table (see the module docstring)."""
+
     def __init__(self, db: PgDb) -> None:
         self._db = db
 

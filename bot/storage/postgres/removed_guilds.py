@@ -7,6 +7,8 @@ from bot.storage.shielding import shielded
 
 
 class PostgresRemovedGuilds:
+    """When the bot was removed from each server, so that server's data is deleted once ``retention.removed_server_days`` have passed."""
+
     def __init__(self, db: PgDb) -> None:
         self._db = db
 

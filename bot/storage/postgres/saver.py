@@ -15,6 +15,8 @@ from bot.storage.postgres.text import without_nul
 
 
 class NulFreePostgresSaver(AsyncPostgresSaver):
+    """``AsyncPostgresSaver`` with NUL characters taken out of a checkpoint's inline values and metadata."""
+
     async def aput(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:

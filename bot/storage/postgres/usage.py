@@ -10,10 +10,13 @@ from bot.storage.shielding import shielded
 
 
 def today() -> str:
+    """Today's UTC date (``YYYY-MM-DD``): the day a usage count belongs to (budgets reset at UTC midnight)."""
     return time.strftime("%Y-%m-%d", time.gmtime())
 
 
 class PostgresUsage:
+    """Calls and tokens per server, person and UTC day, in the shared database: the daily budgets and ``stats`` read them."""
+
     def __init__(self, db: PgDb) -> None:
         self._db = db
 

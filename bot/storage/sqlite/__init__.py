@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import asynccontextmanager, nullcontext
+from pathlib import Path
 from typing import AsyncIterator
 
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -50,7 +51,7 @@ async def open_sqlite(settings: Settings, *, writer: bool = True) -> AsyncIterat
 
 
 @asynccontextmanager
-async def _open_files(settings: Settings, data_dir) -> AsyncIterator[OpenStorage]:
+async def _open_files(settings: Settings, data_dir: Path) -> AsyncIterator[OpenStorage]:
     # The saver commits explicitly (as its own from_conn_string does), so it gets a deferred connection;
     # the store and the ledger issue their own BEGIN/COMMIT and need autocommit.
     conv_conn = await connect(data_dir / CONVERSATIONS_FILE, autocommit=False)

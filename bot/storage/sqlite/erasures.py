@@ -10,6 +10,8 @@ from bot.storage.sqlite.connection import LedgerDb
 
 
 class SqliteErasures:
+    """The erasure journal in the ledger file: written before an erasure starts, deleted once it is done."""
+
     def __init__(self, db: LedgerDb) -> None:
         self._db = db
 

@@ -12,6 +12,8 @@ from bot.storage.sqlite.connection import LedgerDb
 
 
 class SqliteGuildSettings:
+    """Server settings in the ledger file; ``put`` is a compare-and-set on ``version`` (a stale write is refused)."""
+
     def __init__(self, db: LedgerDb) -> None:
         self._db = db
 

@@ -17,6 +17,8 @@ def _turn(row: tuple) -> InboxTurn:
 
 
 class SqliteInbox:
+    """Turns waiting to be learned from, in the ledger file; ``epoch`` names its ID sequence for the watermarks."""
+
     def __init__(self, db: LedgerDb, epoch: str, *, context_window: int = 8) -> None:
         self._db = db
         self._epoch = epoch

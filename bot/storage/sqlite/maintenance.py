@@ -61,6 +61,8 @@ async def _checkpoint(conn: aiosqlite.Connection, name: str, *, commit: bool) ->
 
 
 class SqliteMaintenance:
+    """Pruning checkpoints, erasing a person's ledger rows, and compaction: every file's write-ahead log emptied."""
+
     def __init__(self, saver: AsyncSqliteSaver, store: AsyncSqliteStore, ledger: LedgerDb) -> None:
         self._saver = saver
         self._store = store

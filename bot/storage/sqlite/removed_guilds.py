@@ -7,6 +7,8 @@ from bot.storage.sqlite.connection import LedgerDb
 
 
 class SqliteRemovedGuilds:
+    """When the bot was removed from each server, so that server's data is deleted once ``retention.removed_server_days`` have passed."""
+
     def __init__(self, db: LedgerDb) -> None:
         self._db = db
 

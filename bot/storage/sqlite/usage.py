@@ -10,10 +10,13 @@ from bot.storage.sqlite.connection import LedgerDb
 
 
 def today() -> str:
+    """Today's UTC date (``YYYY-MM-DD``): the day a usage count belongs to (budgets reset at UTC midnight)."""
     return time.strftime("%Y-%m-%d", time.gmtime())
 
 
 class SqliteUsage:
+    """Calls and tokens per server, person and UTC day, in the ledger file: the daily budgets and ``stats`` read them."""
+
     def __init__(self, db: LedgerDb) -> None:
         self._db = db
 
