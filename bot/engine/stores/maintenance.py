@@ -23,7 +23,7 @@ class Maintenance(Protocol):
         """After an erasure: make deleted content unrecoverable from the live database.
 
         SQLite truncates the write-ahead logs (deleted pages were zeroed by ``secure_delete``); PostgreSQL
-        vacuums the affected tables so no dead tuple keeps the text, and reads VACUUM's report. Returns the
+        vacuums the affected tables so no dead tuple keeps the text, and reads the verbose report. Returns the
         dead row versions that could not be removed yet, by table (an older snapshot still sees them; they
         are retried, then logged, and autovacuum removes them later); raises when compaction itself failed
         (an erasure then stays in its journal and is retried).
