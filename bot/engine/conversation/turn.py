@@ -106,11 +106,11 @@ class TurnRunner:
         """Record messages in the conversation without answering them (a rate limit or a full queue)."""
         tickets = self._open_tickets(incoming)
         async with self.locks.channel(thread_id):
-            messages = await self._human_messages(thread_id, incoming)
+            messages, again = await self._human_messages(thread_id, incoming)
             config = {"configurable": {"thread_id": thread_id}}
             await self.graph.aupdate_state(config, {"messages": messages}, as_node="summarize")  # routes to END
             if learning:
-                await self._queue_for_learning(thread_id, incoming, None, tickets)
+                await self._queue_for_learning(thread_id, incoming, None, tickets, again=again)
             await self._maybe_prune(thread_id)  # a flood of heard messages must not pile up checkpoints
 
     async def thread_state(self, thread_id: str) -> dict:
@@ -118,8 +118,9 @@ class TurnRunner:
         snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread_id}})
         return dict(snapshot.values)
 
-    async def _human_messages(self, thread_id: str, incoming: list[Incoming]) -> list[HumanMessage]:
-        """The turn's messages for the thread; IDs reused for messages already waiting unanswered there."""
+    async def _human_messages(self, thread_id: str, incoming: list[Incoming]) -> tuple[list[HumanMessage], set[str]]:
+        """The turn's messages for the thread, and the Discord IDs of those already waiting unanswered there
+        (a turn restarted to take in follow-ups): their stored message is replaced, not added twice."""
         waiting: dict[str, str] = {}
         if len(incoming) > 1 or not incoming[0].answer:
             stored = (await self.thread_state(thread_id)).get("messages", [])
@@ -135,7 +136,7 @@ class TurnRunner:
                 additional_kwargs={"author_id": sp.user_id, "author_name": sp.name, "message_id": sp.message_id,
                                    "guild_id": sp.guild_id},
             ))
-        return out
+        return out, {i.speaker.message_id for i in incoming if i.speaker.message_id in waiting}
 
     async def _run(self, turn: _Turn) -> None:
         tickets = self._open_tickets(turn.incoming)  # an erasure from now on means: don't learn from that person
@@ -157,7 +158,7 @@ class TurnRunner:
         async with asyncio.timeout(None) as clock:
             if turn.timeout is not None:
                 clock.reschedule(asyncio.get_running_loop().time() + turn.timeout)
-            messages = await self._human_messages(turn.thread_id, turn.incoming)
+            messages, again = await self._human_messages(turn.thread_id, turn.incoming)
             async for mode, chunk in self.graph.astream({"messages": messages}, config, context=turn.speaker,
                                                         stream_mode=["updates", "messages"]):
                 if mode == "messages":
@@ -170,7 +171,7 @@ class TurnRunner:
                     clock.reschedule(None)  # answered: the summary after it is on nobody's clock
                     ai: AIMessage = chunk["respond"]["messages"][-1]
                     if turn.learning:  # the server's admins may have turned learning off there
-                        await self._queue_for_learning(turn.thread_id, turn.incoming, ai.text, tickets)
+                        await self._queue_for_learning(turn.thread_id, turn.incoming, ai.text, tickets, again=again)
                     if not turn.answered.done():  # the caller may have given up waiting
                         turn.answered.set_result(Reply(text=ai.text, message_id=ai.id or ""))
 
@@ -211,17 +212,22 @@ class TurnRunner:
         return tickets
 
     async def _queue_for_learning(self, thread_id: str, incoming: list[Incoming], ai: str | None,
-                                  tickets: dict) -> None:
+                                  tickets: dict, *, again: set[str] = frozenset()) -> None:
         """Record a turn's messages for background extraction (before the reply is handed out).
 
         One inbox row per message, under its own author: the bot's answer goes with the last message it
         answers (the others carry none). People who paused learning, or were erased since the turn
-        started, are left out.
+        started, are left out. A message ``again`` (already in the thread: its earlier answer was written
+        just as a follow-up restarted the turn) that is already queued is not queued twice: each message
+        is learned from exactly once.
         """
         last_answered = max((i for i, m in enumerate(incoming) if m.answer), default=len(incoming) - 1)
+        queued = await self._already_queued(thread_id, incoming, again)
         counts: dict[str, tuple[int, str]] = {}
         for i, item in enumerate(incoming):
             sp = item.speaker
+            if (sp.user_id, sp.message_id) in queued:
+                continue
             if tickets[sp.user_id].erased or not await self.policies.learns_from(sp.user_id):
                 continue
             try:
@@ -236,3 +242,14 @@ class TurnRunner:
                 log.exception("could not record a turn for memory extraction in thread %s", thread_id)
         for user_id, (count, scope) in counts.items():
             self.scheduler.notify(thread_id, user_id, count, scope=scope)
+
+    async def _already_queued(self, thread_id: str, incoming: list[Incoming], again: set[str]) -> set[tuple[str, str]]:
+        """(person, message ID) of the messages ``again`` that wait in the learning queue already.
+
+        Read only for a restarted turn (``again`` empty otherwise: no extra read on the usual path).
+        """
+        found: set[tuple[str, str]] = set()
+        for user_id in dict.fromkeys(i.speaker.user_id for i in incoming if i.speaker.message_id in again):
+            _, pending = await self.inbox.batch(thread_id, user_id, 0)
+            found |= {(user_id, str(t.origin.get("message_id"))) for t in pending if t.origin.get("message_id")}
+        return found
