@@ -172,7 +172,10 @@ class Chat(commands.Cog):
         self._hearing += 1
         try:
             heard = await self.incoming([Pending(message, policy)], answer=False)
-            await self.engine.hear(str(message.channel.id), heard)
+            if message.id not in self._deleted:  # deleted while its attachments were read: nothing to keep
+                await self.engine.hear(str(message.channel.id), heard)
+            if message.id in self._deleted:  # deleted while it was being stored: the deletion may have run
+                await self.engine.messages_deleted(str(message.channel.id), {str(message.id)})  # before it
         except Exception:  # noqa: BLE001 - logged; the notice still goes out
             log.exception("could not record message %s in channel %s", message.id, message.channel.id)
         finally:

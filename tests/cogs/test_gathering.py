@@ -167,3 +167,33 @@ async def test_a_flood_of_100_messages_loses_nothing_and_keeps_the_bound(tmp_pat
         assert not r.h.errors
         notices = [s for s in r.h.sent_messages(LISTED) if s.content in (SLOW_DOWN, BUSY)]
         assert len(notices) <= len(people)  # at most one per person and burst
+
+
+async def test_a_message_deleted_while_its_author_is_held_back_is_not_stored(tmp_path):
+    """Over the limit, a message is heard (stored, not answered); deleted while its attachment is still being
+    read, it must not be stored once the read finishes, after the deletion was handled."""
+    async with rig(tmp_path, limits={"burst": 1, "refill_seconds": 3600}) as r:
+        await r.h.send_message(r.mentioning(ALICE, "first, answered"))
+        release = asyncio.Event()
+        real_get = r.h._get_from_cdn
+
+        waiting_reads: list[str] = []
+
+        async def slow_cdn(url: str) -> bytes:
+            waiting_reads.append(url)
+            await release.wait()
+            return await real_get(url)
+
+        r.bot.http.get_from_cdn = slow_cdn  # the harness serves Attachment.read() through this
+        note = dh.attachment(dh.snowflake(), "notes.txt", size=12, content_type="text/plain")
+        r.h.cdn[note["url"]] = b"held-back secret notes"
+        held = r.mentioning(ALICE, "held back", attachments=[note])
+        r.h.feed("MESSAGE_CREATE", held)
+        await until(lambda: waiting_reads)  # the chat cog is reading the attachment now
+        r.h.feed("MESSAGE_DELETE", {"id": held["id"], "channel_id": str(GENERAL), "guild_id": held["guild_id"]})
+        await asyncio.sleep(0.2)  # the deletion was handled: there was nothing stored yet
+        release.set()
+        await r.h.settle(timeout=30, quiet=1.0)
+        assert "held back" not in " ".join(await humans(r))
+        _, pending = await r.engine.inbox.batch(str(GENERAL), str(ALICE["id"]), 0)
+        assert not any("held back" in t.human for t in pending)
