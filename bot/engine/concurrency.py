@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict, deque
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable, Generic, Hashable, TypeVar
+from typing import AsyncIterator, Callable, Generic, Hashable, Iterator, TypeVar
 
 from bot.engine.stores.locks import CrossProcessLocks
 
@@ -111,11 +111,26 @@ class InflightTurns:
 
     def __init__(self) -> None:
         self._by_user: dict[str, set[_Ticket]] = {}
+        self._erasing: dict[str, int] = {}  # people being erased right now (how many erasures of each)
 
     def open(self, user_id: str) -> _Ticket:
-        ticket = _Ticket(user_id)
+        """A ticket for a turn starting now: marked already when the person is being erased."""
+        ticket = _Ticket(user_id, erased=user_id in self._erasing)
         self._by_user.setdefault(user_id, set()).add(ticket)
         return ticket
+
+    @contextmanager
+    def erasing(self, user_id: str) -> Iterator[None]:
+        """While a person is erased: their turns in flight, and every turn of theirs that starts meanwhile,
+        are marked (answered without memories, then neither kept nor learned from)."""
+        self._erasing[user_id] = self._erasing.get(user_id, 0) + 1
+        self.mark_erased(user_id)
+        try:
+            yield
+        finally:
+            left = self._erasing.pop(user_id) - 1
+            if left:
+                self._erasing[user_id] = left
 
     def close(self, ticket: _Ticket) -> None:
         tickets = self._by_user.get(ticket.user_id)

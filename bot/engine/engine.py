@@ -103,7 +103,8 @@ class ChatEngine(MemoryVerbs, SettingsVerbs, HealthVerbs):
         self.runner = TurnRunner(graph=self.graph, inbox=self.inbox, maintenance=storage.maintenance,
                                  locks=self.locks, scheduler=self.scheduler, policies=self.policies,
                                  outages=self.outages, observer=self.metrics.observer(),
-                                 drop_answer=self.conversations.drop_answer)
+                                 drop_answer=self.conversations.drop_answer,
+                                 drop_messages=self.conversations.erase_messages)
         self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold,
                              on_erase=self.runner.inflight.mark_erased, exclusive=self.locks.erasures)
         self.changes = DiscordChanges(storage=storage, conversations=self.conversations, eraser=self.eraser,
@@ -313,13 +314,15 @@ class ChatEngine(MemoryVerbs, SettingsVerbs, HealthVerbs):
         """Erase everything held about a person (or what was learned in one server); see ``erasure``.
 
         A turn of theirs already in flight finishes first (erasing a thread takes its lock) and is not
-        queued for learning (it started before the erasure).
+        queued for learning; one that starts while the erasure runs is answered without their memories,
+        and neither its messages nor its answer are kept or learned from (``conversation/turn.py``).
         """
-        if self.semantic is None:
-            result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
-        else:
-            async with self.semantic.paused(str(user_id)):  # no memory vectors written while it runs
+        with self.runner.inflight.erasing(str(user_id)):  # their turns meanwhile: no memories, nothing kept
+            if self.semantic is None:
                 result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
+            else:
+                async with self.semantic.paused(str(user_id)):  # no memory vectors written while it runs
+                    result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
         self.metrics.erasure("person" if guild_id is None else "server")
         return result
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable, Coroutine
 
 from langchain_core.messages import AIMessage, HumanMessage
@@ -57,8 +57,10 @@ class TurnRunner:
 
     def __init__(self, *, graph: CompiledStateGraph, inbox: Inbox, maintenance: Maintenance, locks: Locks,
                  scheduler: ExtractionScheduler, policies: Policies, outages: Outages, observer: object,
-                 drop_answer: Callable[[str, str], Awaitable[None]]) -> None:
-        """``drop_answer(thread, answer_id)`` takes an unseen answer back out (the conversation eraser's)."""
+                 drop_answer: Callable[[str, str], Awaitable[None]],
+                 drop_messages: Callable[[str, set[str]], Awaitable[object]] | None = None) -> None:
+        """``drop_answer(thread, answer_id)`` takes an unseen answer back out, ``drop_messages(thread, ids)``
+        Discord messages with their answers (both the conversation eraser's)."""
         self.graph = graph
         self.inbox = inbox
         self.maintenance = maintenance
@@ -68,6 +70,7 @@ class TurnRunner:
         self.outages = outages
         self.observer = observer
         self._drop_answer = drop_answer
+        self._drop_messages = drop_messages
         self.inflight = InflightTurns()  # an erasure marks a person's turns in flight: none is learned from
         self.tails: set[asyncio.Task] = set()
         self._turns_since_prune: dict[str, int] = {}
@@ -105,6 +108,9 @@ class TurnRunner:
     async def hear(self, thread_id: str, incoming: list[Incoming], *, learning: bool) -> None:
         """Record messages in the conversation without answering them (a rate limit or a full queue)."""
         tickets = self._open_tickets(incoming)
+        incoming = [i for i in incoming if not tickets[i.speaker.user_id].erased]  # being erased: not kept
+        if not incoming:
+            return
         async with self.locks.channel(thread_id):
             messages, again = await self._human_messages(thread_id, incoming)
             config = {"configurable": {"thread_id": thread_id}}
@@ -112,6 +118,7 @@ class TurnRunner:
             if learning:
                 await self._queue_for_learning(thread_id, incoming, None, tickets, again=again)
             await self._maybe_prune(thread_id)  # a flood of heard messages must not pile up checkpoints
+        await self._forget_erased(thread_id, incoming, tickets)  # an erasure that began meanwhile
 
     async def thread_state(self, thread_id: str) -> dict:
         """The thread's current state values (messages, summary)."""
@@ -140,6 +147,24 @@ class TurnRunner:
 
     async def _run(self, turn: _Turn) -> None:
         tickets = self._open_tickets(turn.incoming)  # an erasure from now on means: don't learn from that person
+        if tickets[turn.speaker.user_id].erased:  # being erased right now: their memories are going
+            turn.speaker = replace(turn.speaker, visibility=replace(turn.speaker.policy, use_memories=False))
+        try:
+            await self._run_locked(turn, tickets)
+        finally:
+            await self._forget_erased(turn.thread_id, turn.incoming, tickets)
+
+    async def _forget_erased(self, thread_id: str, incoming: list[Incoming], tickets: dict) -> None:
+        """Take the messages of people erased while the turn ran (or started) back out of the thread.
+
+        The erasure may have passed this thread before the turn stored them; nothing of theirs from this
+        turn is kept after "Done" (the answers to them go too). After the channel lock: it is taken again.
+        """
+        gone = {i.speaker.message_id for i in incoming if tickets[i.speaker.user_id].erased and i.speaker.message_id}
+        if gone and self._drop_messages is not None:
+            await asyncio.shield(self._drop_messages(thread_id, gone))
+
+    async def _run_locked(self, turn: _Turn, tickets: dict) -> None:
         async with self.locks.channel(turn.thread_id):
             try:
                 await self._stream(turn, tickets)
