@@ -153,4 +153,12 @@ class StarterCache:
         return quote
 
     def forget(self, thread_id: int) -> None:
+        """The thread was deleted."""
         self._known.pop(thread_id, None)
+
+    def forget_message(self, message_id: int) -> None:
+        """A message was edited or deleted: a thread it started reads it afresh (a deleted one is gone)."""
+        self._known.pop(message_id, None)  # a thread started from a message has that message's ID
+        for thread_id, quote in list(self._known.items()):
+            if quote is not None and quote.message_id == str(message_id):
+                del self._known[thread_id]

@@ -217,7 +217,8 @@ class Chat(commands.Cog):
         self.channel_gone(payload.thread_id)
 
     def edited(self, channel_id: int, message_id: int, content: str) -> None:
-        """A waiting message was edited: its turn answers the new text."""
+        """A waiting message was edited: its turn answers the new text (and a thread it started shows it)."""
+        self.starters.forget_message(message_id)
         turns = self.channels.get(channel_id)
         for item in turns.items() if turns is not None else []:
             if item.message.id == message_id:
@@ -227,6 +228,7 @@ class Chat(commands.Cog):
         """Deleted messages leave the turns that were waiting to answer them (or are never let in)."""
         for message_id in message_ids:
             self._deleted[message_id] = None
+            self.starters.forget_message(message_id)  # a deleted starter is never shown from memory
         while len(self._deleted) > DELETED_REMEMBERED:
             del self._deleted[next(iter(self._deleted))]
         turns = self.channels.get(channel_id)

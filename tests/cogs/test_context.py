@@ -191,3 +191,24 @@ async def test_a_forward_or_a_reference_into_another_channel_pulls_nothing_into_
         assert len(r.model.chat_calls) == 2
         for call in r.model.chat_calls[-2:]:
             assert "other-server-secret" not in call.prompt_text
+
+
+async def test_a_deleted_or_edited_thread_starter_is_never_shown_from_the_cache(tmp_path):
+    async with rig(tmp_path) as r:
+        starter = r.msg(BOB, "bob's first plan: meet on monday")
+        r.h.feed("MESSAGE_CREATE", starter)
+        thread = dh.thread(int(starter["id"]), GUILD_ID, GENERAL, "plan", owner_id=int(BOB["id"]))
+        r.h.feed("THREAD_CREATE", dict(thread, newly_created=True))
+        forget_cache(r)
+        await r.h.send_message(r.mentioning(ALICE, "good plan?", channel_id=int(starter["id"])))
+        assert "meet on monday" in r.model.chat_calls[-1].prompt_text  # fetched, then cached
+        r.h.feed("MESSAGE_UPDATE", {**starter, "content": "bob's plan: meet on friday",
+                                    "edited_timestamp": "2026-12-02T12:00:00+00:00"})
+        await r.h.settle()
+        await r.h.send_message(r.mentioning(ALICE, "and now?", channel_id=int(starter["id"])))
+        prompt = r.model.chat_calls[-1].prompt_text
+        assert "meet on friday" in prompt and "meet on monday" not in prompt
+        r.h.feed("MESSAGE_DELETE", {"id": starter["id"], "channel_id": str(GENERAL), "guild_id": str(GUILD_ID)})
+        await r.h.settle()
+        await r.h.send_message(r.mentioning(ALICE, "still?", channel_id=int(starter["id"])))
+        assert "meet on friday" not in r.model.chat_calls[-1].prompt_text
