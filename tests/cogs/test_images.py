@@ -226,3 +226,19 @@ def test_embed_images_come_only_from_discords_media_hosts():
     assert not _images.media_host("http://media.discordapp.net/a.png")
     assert not _images.media_host("https://discordapp.net.evil.example/a.png")
     assert not _images.media_host("https://169.254.169.254/latest/meta-data")
+
+
+async def test_an_edit_keeps_the_placeholder_and_downloads_nothing(tmp_path):
+    cat = png(seed=50)
+    async with rig(tmp_path, model={"vision": "on"}) as r:
+        att = image_attachment(r, "cat.png", cat, "image/png")
+        original = r.mentioning(ALICE, "my cat", attachments=[att])
+        await r.h.send_message(original)
+        downloads = len([c for c in r.h.calls if c.via == "cdn"])
+        edited = dict(original, content=original["content"].replace("my cat", "my cat Tom"),
+                      edited_timestamp=dh.discord.utils.utcnow().isoformat())
+        r.h.feed("MESSAGE_UPDATE", edited)
+        await r.h.settle(timeout=10, quiet=0.3)
+        state = await r.engine.thread_state(str(GENERAL))
+        assert state["messages"][0].content == f"my cat Tom\n[image: cat.png, {_images.human_size(len(cat))}]"
+        assert len([c for c in r.h.calls if c.via == "cdn"]) == downloads == 1
