@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.settings import ConfigError, load_settings
+from bot.settings import VISION_MODELS, ConfigError, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {"DISCORD_TOKEN": "tok-abcdef", "DEEPSEEK_API_KEY": "sk-test-123456"}
@@ -20,6 +20,8 @@ def test_shipped_config_is_valid_and_resolves_data_dir():
     assert settings.bot.data_dir == ROOT / "data"
     assert settings.secrets.discord_token.get_secret_value() == "tok-abcdef"
     assert "tok-abcdef" not in repr(settings)
+    assert tuple(settings.model.vision_models) == VISION_MODELS  # the file documents the built-in list
+    assert not settings.model.takes_images  # deepseek-chat takes no images: vision "auto" is off
 
 
 @pytest.mark.parametrize(
