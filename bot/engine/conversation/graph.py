@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Awaitable, Callable
 
 from langchain_core.language_models import BaseChatModel
@@ -36,7 +36,7 @@ from bot.engine.recall import (
     choose_memories,
     estimate_tokens,
 )
-from bot.engine.state import ChatState, Speaker
+from bot.engine.state import ChatState, Image, Speaker
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,13 @@ class ChatDeps:
     on_usage: UsageCallback | None = None
     semantic: SemanticIndex | None = None
 
+
+
+REFUSED = {400, 413, 415, 422}  # what a provider answers to images it will not take
+
+
+def _refused(image: Image) -> Image:
+    return image if not image.shown else Image(image.name, note="the model could not take this image")
 
 
 def needs_summary(messages: list[AnyMessage], deps: ChatDeps) -> bool:
@@ -105,7 +112,20 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
                 images.setdefault(q.message_id, q.images)
         history = for_model(state["messages"], summary=state.get("summary", ""), quotes=quotes, speaker=speaker,
                             images=images)
-        reply = await call([system, *history], speaker, image_tokens(state["messages"], images, quotes))
+        try:
+            reply = await call([system, *history], speaker, image_tokens(state["messages"], images, quotes))
+        except Exception as exc:
+            if not (images or any(q.images for q in quotes)) or getattr(exc, "status_code", None) not in REFUSED:
+                raise
+            # The provider refused the request with images (a model that takes none, a file it cannot
+            # read): answer from the text, the model told the images could not be shown.
+            log.warning("the model refused a request with images (%s); answering without them",
+                        type(exc).__name__)
+            quotes = tuple(q if not q.images else replace(q, images=tuple(_refused(i) for i in q.images))
+                           for q in quotes)
+            history = for_model(state["messages"], summary=state.get("summary", ""), quotes=quotes,
+                                speaker=speaker, images={k: tuple(_refused(i) for i in v) for k, v in images.items()})
+            reply = await call([system, *history], speaker)
         answers = [m.id for m in state["messages"][pending_start(state["messages"]):]]
         answer = AIMessage(content=reply.text, id=reply.id, additional_kwargs={"answers": answers})
         return {"messages": [answer], "guild_id": speaker.guild_id}

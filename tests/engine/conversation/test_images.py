@@ -3,11 +3,12 @@ the quote of a person in private mode, and never in the thread's state."""
 
 from __future__ import annotations
 
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from bot.engine.conversation.rendering import for_model, image_tokens
 from bot.engine.state import Image, Incoming, Quote, Speaker
-from tests.conftest import ScriptedChatModel, default_script, running_engine
+from tests.conftest import Call, ScriptedChatModel, default_script, running_engine
 from tests.fakes.images import png
 
 CAT = Image("cat.png", "image/png", png(seed=1), width=1024, height=1024)
@@ -81,3 +82,34 @@ async def test_a_quote_of_someone_in_private_mode_takes_its_images_with_it(setti
             for p in m.content if p.get("type") == "image_url"]
     assert urls == [open_.images[0].data_url()]
     assert "my photo" not in call.prompt_text
+
+
+class Refused(Exception):
+    status_code = 400  # what openai.BadRequestError carries
+
+
+def refuses_images(call: Call):
+    if any(isinstance(m.content, list) and any(p.get("type") == "image_url" for p in m.content) for m in call.messages):
+        raise Refused("Invalid image data")
+    return default_script(call)
+
+
+async def test_a_provider_refusing_the_images_gets_the_text_alone(settings, caplog):
+    model = ScriptedChatModel(refuses_images)
+    async with running_engine(settings, model) as engine:
+        reply = await engine.reply_to("5", [Incoming(SPEAKER, "what is it? [image: cat.png, 3 KB]", images=(CAT,))])
+    assert reply.text.startswith("reply to")
+    first, second = model.chat_calls
+    assert "(image cat.png is not shown to you: the model could not take this image)" in second.prompt_text
+    assert any("refused a request with images" in r.getMessage() for r in caplog.records)
+
+
+async def test_other_failures_with_images_are_not_retried(settings):
+    def broken(call: Call):
+        raise RuntimeError("upstream exploded")
+
+    model = ScriptedChatModel(broken)
+    async with running_engine(settings, model) as engine:
+        with pytest.raises(RuntimeError, match="upstream exploded"):
+            await engine.reply_to("5", [Incoming(SPEAKER, "what is it?", images=(CAT,))])
+    assert len(model.chat_calls) == 1
