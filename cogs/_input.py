@@ -115,6 +115,9 @@ class InputBuilder:
         if not self.vision:
             return ()
         found = list(await self.images(message))
+        too_large = [a for a in message.attachments if is_image(a.content_type, a.filename)][: self.max_images]
+        found += [Image(a.filename, note=f"it is too large (over {human_size(self.max_image_bytes)})")
+                  for a in too_large if a.size > self.max_image_bytes]  # its quote names it, without a size
         for embed in message.embeds:
             if len(found) >= self.max_images:
                 break
