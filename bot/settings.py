@@ -6,6 +6,7 @@ single line naming the offending key, so ``python -m bot`` can exit with code 2 
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.util
 import os
 import tomllib
@@ -34,6 +35,14 @@ class BotSection(_Section):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
+# Model names known to accept images (``model.vision = "auto"``); DeepSeek's chat and reasoner models do not.
+VISION_MODELS = (
+    "gpt-4o*", "chatgpt-4o*", "gpt-4.1*", "gpt-4-turbo*", "gpt-5*", "o3", "o3-2*", "o4-mini*", "claude*",
+    "gemini*", "gemma3*", "llava*", "bakllava*", "llama3.2-vision*", "llama-4*", "pixtral*", "qwen*-vl*",
+    "qwen2.5vl*", "minicpm-v*", "moondream*", "*-vision*",
+)
+
+
 class ModelSection(_Section):
     """``[model]``: which chat model answers, how it samples, and how long and how often it is tried."""
 
@@ -47,6 +56,24 @@ class ModelSection(_Section):
     api_key_env: str = ""
     max_concurrent_calls: int = Field(ge=1, le=1000, default=8)
     streaming: bool = True
+    # Images (issue 21): whether image attachments reach the model as image parts; see ``takes_images``.
+    vision: Literal["auto", "on", "off"] = "auto"
+    vision_models: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=lambda: list(VISION_MODELS))
+    max_image_bytes: int = Field(ge=0, le=20_000_000, default=5_000_000)
+    max_images_per_message: int = Field(ge=0, le=10, default=4)
+
+    @property
+    def takes_images(self) -> bool:
+        """Whether the model is sent images: ``on``, or ``auto`` with a name matching ``vision_models``.
+
+        Patterns match case-insensitively (``fnmatch``) against the whole name and against the part after
+        its last ``/`` (routers spell models ``vendor/name``). DeepSeek's chat models take no images, so with
+        the default model ``auto`` is off.
+        """
+        if self.vision != "auto":
+            return self.vision == "on"
+        names = {self.name.lower(), self.name.lower().rsplit("/", 1)[-1]}
+        return any(fnmatch.fnmatchcase(n, p.lower()) for n in names for p in self.vision_models)
 
 
 class ConversationSection(_Section):

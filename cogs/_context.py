@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import replace
+from typing import Awaitable, Callable
 
 import discord
 
@@ -79,8 +81,13 @@ def _same_place(ref: discord.MessageReference, message: discord.Message) -> bool
     return ref.guild_id is None or ref.guild_id == here
 
 
-async def reply_chain(bot: discord.Client, message: discord.Message, depth: int) -> list[Quote]:
-    """The message replied to and the chain above it, oldest first (at most ``depth`` messages)."""
+async def reply_chain(bot: discord.Client, message: discord.Message, depth: int, *,
+                      images: Callable[[discord.Message], Awaitable[tuple]] | None = None) -> list[Quote]:
+    """The message replied to and the chain above it, oldest first (at most ``depth`` messages).
+
+    ``images(message)`` gives the images of the message replied to (not of the ones above it): they are
+    shown with its quote, for this answer only.
+    """
     chain: list[Quote] = []
     ref = message.reference
     while ref is not None and ref.message_id is not None and len(chain) < depth and _same_place(ref, message):
@@ -89,7 +96,10 @@ async def reply_chain(bot: discord.Client, message: discord.Message, depth: int)
             resolved = await _fetch(bot, ref.channel_id, ref.message_id)
         if resolved is None or resolved.channel.id != message.channel.id:
             break
-        chain.append(quote_of(resolved, "reply"))
+        quote = quote_of(resolved, "reply")
+        if images is not None and not chain:
+            quote = replace(quote, images=await images(resolved))
+        chain.append(quote)
         ref = resolved.reference
     return list(reversed(chain))
 

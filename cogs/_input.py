@@ -1,6 +1,14 @@
 """What a Discord message becomes for the engine: the bot's own mention removed, text attachments read,
 long input cut. Not an extension: the chat cog (new messages) and the events cog (edits) both build a
-message's text here, so an edit is compared with exactly what was stored."""
+message's text here, so an edit is compared with exactly what was stored.
+
+Images (``model.vision``): with a model that takes them, an image attachment's stored text is a short
+placeholder (``[image: cat.png, 1.2 MB]``, saying so when it is too large or past the per-message count),
+decided from the attachment's metadata alone, so an edit builds the same text without downloading
+anything. The bytes are downloaded separately (:meth:`InputBuilder.images`) for the answer only and go to
+the engine as :class:`~bot.engine.Image`, never as text. Without vision an image is named like any
+other attachment (name, type, size), and the log says why, once per process.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +17,11 @@ import re
 
 import discord
 
+from bot.engine import Image
+from cogs._images import human_size, is_animated, is_image, media_host, sniff
+
 log = logging.getLogger(__name__)
+_NO_VISION_TOLD: set[str] = set()  # model names whose "no images" line was logged (once per process)
 
 TEXT_TYPES = ("text/", "application/json", "application/xml", "application/x-yaml", "application/toml")
 TEXT_SUFFIXES = (".txt", ".md", ".py", ".json", ".csv", ".log", ".yaml", ".yml", ".toml", ".ini", ".js", ".ts",
@@ -19,17 +31,30 @@ TEXT_SUFFIXES = (".txt", ".md", ".py", ".json", ".csv", ".log", ".yaml", ".yml",
 class InputBuilder:
     """Builds the text the engine stores and answers for one message."""
 
-    def __init__(self, *, max_chars: int, max_attachment_bytes: int) -> None:
+    def __init__(self, *, max_chars: int, max_attachment_bytes: int, vision: bool = False,
+                 max_image_bytes: int = 5_000_000, max_images: int = 4, model_name: str = "") -> None:
         self.max_chars = max_chars
         self.max_attachment_bytes = max_attachment_bytes
+        self.vision = vision
+        self.max_image_bytes = max_image_bytes
+        self.max_images = max_images
+        self.model_name = model_name
 
     async def build(self, me: discord.abc.User | None, message: discord.Message, content: str | None = None) -> str:
-        """The message text for the model: own mention removed, text attachments read, long input cut."""
+        """The message text for the model: own mention removed, text attachments read, image placeholders,
+        long input cut. Downloads text attachments only (never images)."""
         text = message.content if content is None else content
         if me is not None:
             text = re.sub(rf"<@!?{me.id}>", "", text)
         text = text.strip()
+        images = 0
         for attachment in message.attachments:
+            if is_image(attachment.content_type, attachment.filename):
+                if self.vision:
+                    images += 1
+                    text += "\n" + self.image_placeholder(attachment, images)
+                    continue
+                self._tell_no_vision()
             text += await self.attachment_text(attachment)
         if len(text) > self.max_chars:
             cut = len(text) - self.max_chars
@@ -52,8 +77,92 @@ class InputBuilder:
         return f"\n\n[attached {attachment.filename} ({kind}, {attachment.size} bytes): {reason}, not shown]"
 
 
+    # ---- images (vision models only)
+    def image_placeholder(self, attachment: discord.Attachment, number: int) -> str:
+        """What is stored for an image attachment (the ``number``-th image of its message)."""
+        size = human_size(attachment.size)
+        if attachment.size > self.max_image_bytes:
+            why = f": too large to show (over {human_size(self.max_image_bytes)})"
+        elif number > self.max_images:
+            why = f": not shown (only {self.max_images} images of a message are)"
+        else:
+            why = ""
+        return f"[image: {attachment.filename}, {size}{why}]"
+
+    def shown_attachments(self, message: discord.Message) -> list[discord.Attachment]:
+        """The image attachments whose placeholder says they are shown: within the size cap and the count."""
+        if not self.vision:
+            return []
+        images = [a for a in message.attachments if is_image(a.content_type, a.filename)][: self.max_images]
+        return [a for a in images if a.size <= self.max_image_bytes]
+
+    async def images(self, message: discord.Message) -> tuple[Image, ...]:
+        """The message's images for this answer: downloaded, checked, never stored (see the module doc)."""
+        out = []
+        for attachment in self.shown_attachments(message):
+            try:
+                data = await attachment.read()
+            except Exception as exc:  # noqa: BLE001 - a failed download is mentioned, not fatal
+                log.warning("could not download image attachment %s: %r", attachment.id, exc)
+                out.append(Image(attachment.filename, note="it could not be downloaded"))
+                continue
+            out.append(self.checked(attachment.filename, data, attachment.width, attachment.height))
+        return tuple(out)
+
+    async def quoted_images(self, bot: discord.Client, message: discord.Message) -> tuple[Image, ...]:
+        """Images of a message being replied to: its image attachments, then the images of its embeds
+        (downloaded through Discord's media proxy only), within the same caps."""
+        if not self.vision:
+            return ()
+        found = list(await self.images(message))
+        too_large = [a for a in message.attachments if is_image(a.content_type, a.filename)][: self.max_images]
+        found += [Image(a.filename, note=f"it is too large (over {human_size(self.max_image_bytes)})")
+                  for a in too_large if a.size > self.max_image_bytes]  # its quote names it, without a size
+        for embed in message.embeds:
+            if len(found) >= self.max_images:
+                break
+            if embed.type in ("gifv", "video"):  # moving pictures; their still is not what was posted
+                continue
+            picture = embed.image if embed.image.url else embed.thumbnail
+            url = next((u for u in (picture.proxy_url, picture.url) if u and media_host(u)), None)
+            if url is None:
+                continue
+            name = url.split("?", 1)[0].rsplit("/", 1)[-1] or "embed image"
+            try:
+                data = await bot.http.get_from_cdn(url)
+            except Exception as exc:  # noqa: BLE001 - a failed download is mentioned, not fatal
+                log.warning("could not download an embed image of message %s: %r", message.id, exc)
+                continue
+            if len(data) > self.max_image_bytes:
+                found.append(Image(name, note=f"it is too large (over {human_size(self.max_image_bytes)})"))
+                continue
+            found.append(self.checked(name, data, picture.width, picture.height))
+        return tuple(found[: self.max_images])
+
+    def checked(self, name: str, data: bytes, width: int | None, height: int | None) -> Image:
+        """An image to show, or one left out with the reason (not really an image, animated, too large)."""
+        media_type = sniff(data)
+        if media_type is None:
+            return Image(name, note="it is not a PNG, JPEG, WebP or GIF image")
+        if len(data) > self.max_image_bytes:  # the upload's declared size was wrong
+            return Image(name, note=f"it is too large (over {human_size(self.max_image_bytes)})")
+        if is_animated(data, media_type):
+            return Image(name, note="animated images are not shown")
+        return Image(name, media_type, data, width=width, height=height)
+
+    def _tell_no_vision(self) -> None:
+        if self.model_name not in _NO_VISION_TOLD:
+            _NO_VISION_TOLD.add(self.model_name)
+            log.info("images are not sent to the model %r (model.vision is off, or \"auto\" and the name matches "
+                     "no model.vision_models pattern): image attachments are described by name, type and size",
+                     self.model_name)
+
+
 def input_builder(bot: discord.Client) -> InputBuilder:
     """The builder configured from the bot's settings."""
     settings = bot.settings  # type: ignore[attr-defined]
+    model = settings.model
     return InputBuilder(max_chars=settings.conversation.max_input_chars,
-                        max_attachment_bytes=settings.discord.max_attachment_bytes)
+                        max_attachment_bytes=settings.discord.max_attachment_bytes, vision=model.takes_images,
+                        max_image_bytes=model.max_image_bytes, max_images=model.max_images_per_message,
+                        model_name=model.name)

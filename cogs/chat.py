@@ -119,7 +119,9 @@ class Chat(commands.Cog):
                 if self.bot.user not in item.message.mentions:
                     continue  # nothing to answer (a sticker, an embed, whitespace); a bare mention gets a hello
                 text = "(the message was empty: they only mentioned you)"
-            out.append(Incoming(self.speaker(item.message), text, answer=answer))
+            # Images go beside the stored text, for this answer only (a message only heard needs none).
+            images = await self.inputs.images(item.message) if answer else ()
+            out.append(Incoming(self.speaker(item.message), text, answer=answer, images=images))
         return out
 
     async def quotes(self, items: list[Pending]) -> tuple[Quote, ...]:
@@ -132,7 +134,8 @@ class Chat(commands.Cog):
                 quotes.append(starter)
         for item in items:
             if item.message.reference is not None and self.config.reply_chain_depth:
-                quotes += await reply_chain(self.bot, item.message, self.config.reply_chain_depth)
+                quotes += await reply_chain(self.bot, item.message, self.config.reply_chain_depth,
+                                            images=lambda m: self.inputs.quoted_images(self.bot, m))
         quotes += await channel_context(self.bot, first, count=self.config.channel_context_messages,
                                         tokens=self.config.channel_context_tokens)
         own = {str(i.message.id) for i in items}

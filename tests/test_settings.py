@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.settings import ConfigError, load_settings
+from bot.settings import VISION_MODELS, ConfigError, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {"DISCORD_TOKEN": "tok-abcdef", "DEEPSEEK_API_KEY": "sk-test-123456"}
@@ -20,6 +20,8 @@ def test_shipped_config_is_valid_and_resolves_data_dir():
     assert settings.bot.data_dir == ROOT / "data"
     assert settings.secrets.discord_token.get_secret_value() == "tok-abcdef"
     assert "tok-abcdef" not in repr(settings)
+    assert tuple(settings.model.vision_models) == VISION_MODELS  # the file documents the built-in list
+    assert not settings.model.takes_images  # deepseek-chat takes no images: vision "auto" is off
 
 
 @pytest.mark.parametrize(
@@ -38,6 +40,12 @@ def test_shipped_config_is_valid_and_resolves_data_dir():
         ("[memory]\nsemantic = 'magic'\n", ENV, "'memory.semantic'"),
         ("[memory]\nsemantic = 'endpoint'\n", ENV, "'memory.embeddings_model'"),
         ("[memory]\nsemantic_threads = 0\n", ENV, "'memory.semantic_threads'"),
+        ("[model]\nvison = 'on'\n", ENV, "unknown config key 'model.vison'"),
+        ("[model]\nvision = 'maybe'\n", ENV, "'model.vision'"),
+        ("[model]\nvision_models = 'gpt-4o*'\n", ENV, "'model.vision_models'"),
+        ("[model]\nvision_models = ['']\n", ENV, "'model.vision_models.0'"),
+        ("[model]\nmax_image_bytes = -1\n", ENV, "'model.max_image_bytes'"),
+        ("[model]\nmax_images_per_message = 11\n", ENV, "'model.max_images_per_message'"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path, text, env, needle):
@@ -103,3 +111,21 @@ def test_the_old_cooldown_key_is_accepted_but_not_used(tmp_path):
     path.write_text("[limits]\ncooldown_seconds = 2.0\nburst = 4\n")
     settings = load_settings(path, env={"DEEPSEEK_API_KEY": "k"})
     assert settings.limits.cooldown_seconds == 2.0 and settings.limits.burst == 4
+
+
+@pytest.mark.parametrize(("model", "expected"), [
+    ({}, False),  # the default, deepseek-chat: DeepSeek's chat models take no images
+    ({"name": "deepseek-reasoner"}, False),
+    ({"name": "gpt-4o-mini"}, True),
+    ({"name": "openai/GPT-4.1"}, True),  # routers' vendor/name, any case
+    ({"name": "Qwen2.5-VL-7B-Instruct"}, True),
+    ({"name": "llava:13b"}, True),
+    ({"name": "gpt-4o", "vision": "off"}, False),
+    ({"name": "deepseek-chat", "vision": "on"}, True),
+    ({"name": "my-local-model", "vision_models": ["my-local-*"]}, True),
+    ({"name": "gpt-4o", "vision_models": []}, False),
+])
+def test_vision_auto_follows_the_model_name(tmp_path, model, expected):
+    path = tmp_path / "c.toml"
+    path.write_text("[model]\n" + "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in model.items()))
+    assert load_settings(path, ENV).model.takes_images is expected

@@ -17,11 +17,11 @@ from bot.engine.policy.server_settings import OPERATOR, Edit, GuildPolicy, chann
 from bot.engine.recall import Mode, SemanticIndex, bm25_scores, choose_memories, estimate_tokens, memory_line
 from bot.engine.recall.embedders import LocalMiniLM, local_model_installed
 from bot.engine.recall.vectors import MemoryVectorCache
-from bot.engine.state import Incoming, Quote, Speaker
+from bot.engine.state import Image, Incoming, Quote, Speaker
 from bot.engine.stores import Prefs, ServerSettings, Storage
 
 __all__ = [
-    "MAX_CONTENT", "OPERATOR", "Actor", "ChatEngine", "Edit", "GuildPolicy", "HistoryEntry", "ImportRefused",
+    "MAX_CONTENT", "OPERATOR", "Actor", "ChatEngine", "Edit", "GuildPolicy", "HistoryEntry", "Image", "ImportRefused",
     "Incoming", "LocalMiniLM", "MemoryRepository", "MemoryVectorCache", "Mode", "Prefs", "Quote", "Reply", "SemanticIndex",
     "ServerSettings", "SettingRefused", "Speaker", "Storage", "StorageUnavailable", "StoredMemory", "TokenBucket", "TurnResult",
     "WriteRequest", "bm25_scores", "channel_listed", "choose_memories", "create_engine", "estimate_tokens",

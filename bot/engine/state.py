@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import base64
+import math
+from dataclasses import dataclass, field
 
 from langgraph.graph import MessagesState
 
@@ -24,6 +26,49 @@ class ChatState(MessagesState):
     guild_id: str  # the server the thread belongs to ("dm" for DMs): scopes a moderator purge
 
 
+IMAGE_TOKENS_UNKNOWN_SIZE = 1000  # a flat estimate for an image whose dimensions are not known
+
+
+@dataclass(frozen=True)
+class Image:
+    """An image shown to the model for one answer only: its bytes are never stored anywhere.
+
+    It travels beside the stored text (a placeholder such as ``[image: cat.png, 1.2 MB]``) on the turn's
+    :class:`Incoming` and on the runtime context (:class:`Speaker`), never in the thread's messages, so no
+    checkpoint, learning row or memory can hold it. Empty ``data`` means it was left out; ``note`` says why
+    (animated, not an image), and the model is told so in words.
+    """
+
+    name: str
+    media_type: str = "image/png"  # from the file's header bytes, not from what the upload claimed
+    data: bytes = field(default=b"", repr=False)
+    width: int | None = None
+    height: int | None = None
+    note: str = ""  # why it is not shown (data empty)
+
+    @property
+    def shown(self) -> bool:
+        return bool(self.data)
+
+    def data_url(self) -> str:
+        """The image inlined as a ``data:`` URL (Discord's CDN links expire; a provider fetches nothing)."""
+        return f"data:{self.media_type};base64,{base64.b64encode(self.data).decode('ascii')}"
+
+    def estimated_tokens(self) -> int:
+        """What a provider charges for it, when it reports no usage: OpenAI's tile rule (high detail: fit
+        in 2048x2048, shortest side at most 768, then 85 + 170 per 512-pixel tile), else a flat 1,000."""
+        if not self.shown:
+            return 0
+        if not self.width or not self.height:
+            return IMAGE_TOKENS_UNKNOWN_SIZE
+        w, h = float(self.width), float(self.height)
+        scale = min(1.0, 2048 / max(w, h))
+        w, h = w * scale, h * scale
+        scale = min(1.0, 768 / min(w, h))
+        w, h = w * scale, h * scale
+        return 85 + 170 * math.ceil(w / 512) * math.ceil(h / 512)
+
+
 @dataclass(frozen=True)
 class Quote:
     """Someone else's message shown to the model for one answer only: never stored, never learned.
@@ -39,6 +84,7 @@ class Quote:
     kind: str = "channel"
     is_bot: bool = False
     message_id: str = ""  # a quote of a message the thread already holds is not shown twice
+    images: tuple[Image, ...] = ()  # images of the message replied to (this answer only; see Image)
 
 
 @dataclass(frozen=True)
@@ -59,6 +105,9 @@ class Speaker:
     persona_addition: str = ""  # the server's instructions for the bot (/settings), after the persona
     memories_off_here: bool = False  # the server's admins turned memories off in replies there
     quotes: tuple[Quote, ...] = ()
+    # The turn's images by Discord message ID (see Image): context for this answer only. The speaker is the
+    # graph's runtime context, which LangGraph never writes to a checkpoint.
+    images: tuple[tuple[str, tuple[Image, ...]], ...] = ()
 
     @property
     def in_dm(self) -> bool:
@@ -81,8 +130,13 @@ class Speaker:
 
 @dataclass(frozen=True)
 class Incoming:
-    """One message of a turn: who sent it and its text. ``answer`` False: heard, not answered (a limit)."""
+    """One message of a turn: who sent it and its text. ``answer`` False: heard, not answered (a limit).
+
+    ``text`` is what is stored (image placeholders included); ``images`` are shown to the model with it for
+    this answer only and never stored (see :class:`Image`).
+    """
 
     speaker: Speaker
     text: str
     answer: bool = True
+    images: tuple[Image, ...] = ()

@@ -6,16 +6,20 @@ response parsing, SSE streaming and tool-call decoding are exercised, not mocked
 
 from __future__ import annotations
 
+import base64
 import re
 
+import pytest
 from langchain_deepseek import ChatDeepSeek
+from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
 from bot.engine.engine import create_engine
 from bot.engine.model import build_chat_model
-from bot.engine.state import Speaker
+from bot.engine.state import Image, Incoming, Speaker
 from bot.storage import open_storage
 from tests.conftest import make_settings
+from tests.fakes.images import png, sqlite_holding
 from tests.fakes.openai_server import FakeOpenAIServer, Reply, ToolCall
 
 FACT = re.compile(r"(my name is \w+|I (?:also )?(?:like|enjoy) [\w ]+)", re.IGNORECASE)
@@ -78,3 +82,35 @@ async def test_seed_scenario_over_http_with_chatdeepseek(tmp_path):
     async with open_storage(settings) as storage:
         usage = await storage.usage.totals()
     assert sum(u.prompt_tokens for u in usage) > 0
+
+
+@pytest.mark.parametrize("provider, name, vision", [("openai_compatible", "gpt-4o-mini", "auto"),
+                                                    ("deepseek", "deepseek-chat", "on")])
+async def test_an_image_crosses_real_http_as_an_image_part(tmp_path, provider, name, vision):
+    """ChatOpenAI (a vision model by name) and ChatDeepSeek (vision forced on, e.g. a compatible endpoint that
+    takes images) both send the image as an OpenAI ``image_url`` part in the user message's content list."""
+    picture = png(seed=99)
+    url = f"data:image/png;base64,{base64.b64encode(picture).decode()}"
+    async with FakeOpenAIServer(handler=model_logic) as server:
+        settings = make_settings(tmp_path, model={"provider": provider, "name": name, "vision": vision,
+                                                  "base_url": server.base_url, "streaming": True})
+        assert settings.model.takes_images
+        model = build_chat_model(settings)
+        assert isinstance(model, ChatOpenAI if provider == "openai_compatible" else ChatDeepSeek)
+        lance = Speaker(user_id="111", name="Lance", guild_id="900", channel_id="1", message_id="9")
+        image = Image("cat.png", "image/png", picture, width=32, height=32)
+        async with open_storage(settings) as storage:
+            engine = create_engine(settings, storage)
+            await engine.start()
+            reply = await engine.reply_to("1", [Incoming(lance, "what is this?\n[image: cat.png, 3 KB]",
+                                                         images=(image,))])
+            assert reply.text == "Here is a thoughtful answer, streamed in pieces."
+            stored = (await engine.thread_state("1"))["messages"][0].content
+            await engine.close()
+    assert stored == "what is this?\n[image: cat.png, 3 KB]"
+    (chat,) = [r["json"] for r in server.requests if not r["json"].get("tools")]
+    user = [m for m in chat["messages"] if m["role"] == "user" and isinstance(m["content"], list)]
+    (content,) = [m["content"] for m in user]
+    assert content[0]["type"] == "text" and "what is this?" in content[0]["text"]
+    assert {"type": "image_url", "image_url": {"url": url}} in content
+    assert not sqlite_holding(tmp_path, picture)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Awaitable, Callable
 
 from langchain_core.language_models import BaseChatModel
@@ -26,7 +26,7 @@ from langgraph.runtime import Runtime
 
 from bot.engine import prompts
 from bot.engine.conversation.rendering import (
-    for_model, pending_start, recall_query, system_prompt,
+    for_model, image_tokens, pending_start, recall_query, system_prompt,
 )
 from bot.engine.memories.records import StoredMemory
 from bot.engine.memories.repository import MemoryRepository
@@ -36,11 +36,12 @@ from bot.engine.recall import (
     choose_memories,
     estimate_tokens,
 )
-from bot.engine.state import ChatState, Speaker
+from bot.engine.state import ChatState, Image, Speaker
 
 log = logging.getLogger(__name__)
 
-UsageCallback = Callable[[Speaker, BaseMessage], Awaitable[None]]
+# (speaker, the model's answer, the prompt's estimated tokens: used only when the answer reports no usage)
+UsageCallback = Callable[[Speaker, BaseMessage, int], Awaitable[None]]
 
 
 @dataclass
@@ -59,6 +60,13 @@ class ChatDeps:
 
 
 
+REFUSED = {400, 413, 415, 422}  # what a provider answers to images it will not take
+
+
+def _refused(image: Image) -> Image:
+    return image if not image.shown else Image(image.name, note="the model could not take this image")
+
+
 def needs_summary(messages: list[AnyMessage], deps: ChatDeps) -> bool:
     """Whether the thread is past its budget (messages or tokens) and still holds more than it keeps verbatim."""
     if len(messages) <= deps.keep_messages:
@@ -71,12 +79,13 @@ def needs_summary(messages: list[AnyMessage], deps: ChatDeps) -> bool:
 def build_chat_graph(deps: ChatDeps) -> StateGraph:
     """The conversation graph: ``respond`` then, when the thread is over budget, ``summarize``."""
 
-    async def call(messages: list[BaseMessage], speaker: Speaker) -> AIMessage:
+    async def call(messages: list[BaseMessage], speaker: Speaker, extra_tokens: int = 0) -> AIMessage:
         async with deps.limiter:
             reply = await deps.model.ainvoke(messages)
         if deps.on_usage is not None:
             try:
-                await deps.on_usage(speaker, reply)
+                estimate = sum(estimate_tokens(m.text) for m in messages) + extra_tokens  # images: extra_tokens
+                await deps.on_usage(speaker, reply, estimate)
             except Exception:  # noqa: BLE001 - accounting must never cost a reply
                 log.exception("recording usage failed")
         return reply
@@ -95,8 +104,28 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
         system = SystemMessage(content=system_prompt(deps.persona, speaker, memories))
         stored = {str(m.additional_kwargs.get("message_id")) for m in state["messages"]}
         quotes = tuple(q for q in speaker.quotes if not q.message_id or q.message_id not in stored)
-        history = for_model(state["messages"], summary=state.get("summary", ""), quotes=quotes, speaker=speaker)
-        reply = await call([system, *history], speaker)
+        # Images for this call only (runtime context): the turn's, and those of a replied-to message the
+        # thread already holds (its quote is not repeated, its images go with the stored message).
+        images = dict(speaker.images)
+        for q in speaker.quotes:
+            if q.images and q.message_id in stored:
+                images.setdefault(q.message_id, q.images)
+        history = for_model(state["messages"], summary=state.get("summary", ""), quotes=quotes, speaker=speaker,
+                            images=images)
+        try:
+            reply = await call([system, *history], speaker, image_tokens(state["messages"], images, quotes))
+        except Exception as exc:
+            if not (images or any(q.images for q in quotes)) or getattr(exc, "status_code", None) not in REFUSED:
+                raise
+            # The provider refused the request with images (a model that takes none, a file it cannot
+            # read): answer from the text, the model told the images could not be shown.
+            log.warning("the model refused a request with images (%s); answering without them",
+                        type(exc).__name__)
+            quotes = tuple(q if not q.images else replace(q, images=tuple(_refused(i) for i in q.images))
+                           for q in quotes)
+            history = for_model(state["messages"], summary=state.get("summary", ""), quotes=quotes,
+                                speaker=speaker, images={k: tuple(_refused(i) for i in v) for k, v in images.items()})
+            reply = await call([system, *history], speaker)
         answers = [m.id for m in state["messages"][pending_start(state["messages"]):]]
         answer = AIMessage(content=reply.text, id=reply.id, additional_kwargs={"answers": answers})
         return {"messages": [answer], "guild_id": speaker.guild_id}

@@ -5,16 +5,25 @@ and ``> ``-quoted lines; the summary and the context the Discord side gathered a
 (quoted data), never the system role, and so is the note naming the place and the speaker (members choose
 channel, thread and display names). The system prompt holds the persona, the server's instructions, and
 the speaker's own memories, each quoted as a fact about them.
+
+Images (issue 21) are added here, for the one model call: a message with images becomes a list of content
+parts, its text first, then each image as an OpenAI-format ``image_url`` part with an inlined ``data:`` URL.
+They come from the runtime context, never from the stored messages (which hold only placeholders).
 """
 
 from __future__ import annotations
+
+import re
+from typing import Mapping
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
 
 from bot.engine import prompts
 from bot.engine.memories.records import StoredMemory
 from bot.engine.recall import memory_line
-from bot.engine.state import Quote, Speaker
+from bot.engine.state import Image, Quote, Speaker
+
+_UNSAFE_NAME = re.compile(r"[\[\]|`\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def quoted(text: str) -> str:
@@ -49,6 +58,30 @@ def context_block(quotes: tuple[Quote, ...] | list[Quote]) -> str:
     return "\n\n".join(parts)
 
 
+def image_name(name: str) -> str:
+    """A file name for a note next to an image: one line, no header characters (members choose it)."""
+    return _UNSAFE_NAME.sub("", name).strip()[:100] or "image"
+
+
+def image_parts(images: tuple[Image, ...] | list[Image], source: str = "") -> list[dict]:
+    """OpenAI-format content parts for images: a short note naming each, then the image (or why it is not
+    shown). ``source`` says whose message they come from, for images of a quoted message."""
+    parts: list[dict] = []
+    for image in images:
+        name = image_name(image.name)
+        if image.shown:
+            parts.append({"type": "text", "text": f"\n(image {name}{source})"})
+            parts.append({"type": "image_url", "image_url": {"url": image.data_url()}})
+        else:
+            parts.append({"type": "text", "text": f"\n(image {name}{source} is not shown to you: {image.note})"})
+    return parts
+
+
+def with_images(text: str, parts: list[dict]) -> str | list:
+    """A message's content: the text alone, or the text followed by image parts."""
+    return [{"type": "text", "text": text}, *parts] if parts else text
+
+
 def pending_start(messages: list[AnyMessage]) -> int:
     """Index of the first human message after the bot's last answer: the messages this turn answers."""
     i = len(messages)
@@ -64,7 +97,8 @@ def situation(speaker: Speaker) -> str:
 
 
 def for_model(messages: list[AnyMessage], *, summary: str = "", quotes: tuple[Quote, ...] = (),
-              speaker: Speaker | None = None) -> list[BaseMessage]:
+              speaker: Speaker | None = None,
+              images: Mapping[str, tuple[Image, ...]] | None = None) -> list[BaseMessage]:
     """The conversation as the model reads it: one chat message per stored message, authors inlined.
 
     Nothing members wrote reaches the system role: the running summary comes first as a quoted user
@@ -72,22 +106,41 @@ def for_model(messages: list[AnyMessage], *, summary: str = "", quotes: tuple[Qu
     then the note saying where this is and whom the bot answers (channel and display names are members'
     text too), as quoted user messages just before the messages being answered. Nothing Discord-specific
     reaches the API.
+
+    ``images`` (by Discord message ID) are shown with their messages; a quote's images with the context.
     """
+    images = images or {}
     out: list[BaseMessage] = []
     if summary:
         out.append(HumanMessage(content=prompts.SUMMARY_QUOTE.format(summary=quoted(summary))))
-    notes = ([context_block(quotes)] if quotes else []) + ([situation(speaker)] if speaker is not None else [])
+    notes: list[str | list] = []
+    if quotes:
+        parts = [p for q in quotes if q.images
+                 for p in image_parts(q.images, f" from the message of {header(q.author_name, q.author_id, is_bot=q.is_bot)}")]
+        notes.append(with_images(context_block(quotes), parts))
+    if speaker is not None:
+        notes.append(situation(speaker))
     start = pending_start(messages) if notes else len(messages)
     for i, m in enumerate(messages):
         if i == start:
             out += [HumanMessage(content=n) for n in notes]
         if isinstance(m, HumanMessage):
-            out.append(HumanMessage(content=author_line(m)))
+            shown = images.get(str(m.additional_kwargs.get("message_id") or ""), ())
+            out.append(HumanMessage(content=with_images(author_line(m), image_parts(shown))))
         elif isinstance(m, AIMessage):
             out.append(AIMessage(content=m.text))
     if notes and start >= len(messages):
         out += [HumanMessage(content=n) for n in notes]
     return out
+
+
+def image_tokens(messages: list[AnyMessage], images: Mapping[str, tuple[Image, ...]],
+                 quotes: tuple[Quote, ...] = ()) -> int:
+    """Estimated tokens of the images :func:`for_model` shows with these stored messages and quotes (for the
+    budgets when the provider reports no usage)."""
+    ids = {str(m.additional_kwargs.get("message_id") or "") for m in messages if isinstance(m, HumanMessage)}
+    shown = [i for key, group in images.items() if key in ids for i in group]
+    return sum(i.estimated_tokens() for i in shown) + sum(i.estimated_tokens() for q in quotes for i in q.images)
 
 
 def system_prompt(persona: str, speaker: Speaker, memories: list[StoredMemory]) -> str:

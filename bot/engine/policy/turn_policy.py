@@ -51,8 +51,10 @@ class Policies:
         if not server.use_memories:  # the server's admins keep memories out of replies there
             visibility = replace(visibility, use_memories=False)
         shown = await self._shown_quotes(answering.user_id, tuple(quotes) or answering.quotes)
+        # The turn's images ride on the runtime context, never in the thread's messages (see state.Image).
+        images = tuple((m.speaker.message_id, m.images) for m in incoming if m.images and m.speaker.message_id)
         speaker = replace(answering, visibility=visibility, persona_addition=server.persona_addition,
-                          memories_off_here=not server.use_memories, quotes=shown)
+                          memories_off_here=not server.use_memories, quotes=shown, images=images)
         return TurnPolicy(server=server, speaker=speaker, learning=server.learning)
 
     async def _shown_quotes(self, user_id: str, quotes: Sequence[Quote]) -> tuple[Quote, ...]:

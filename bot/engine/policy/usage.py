@@ -14,6 +14,7 @@ from langchain_core.messages import BaseMessage
 
 from bot.engine.learning.extraction import WriteRequest
 from bot.engine.policy.server_settings import GuildPolicy
+from bot.engine.recall import estimate_tokens
 from bot.engine.state import Speaker
 from bot.engine.stores import UsageStore
 from bot.settings import LimitsSection
@@ -42,9 +43,16 @@ class UsageMeter:
         self._pruned_on = ""
         self._noticed: dict[str, str] = {}  # budget bucket -> UTC day its notice was sent
 
-    async def record(self, speaker: Speaker, message: BaseMessage) -> None:
-        """Count a reply's tokens against the speaker's buckets (and prune on a new UTC day)."""
+    async def record(self, speaker: Speaker, message: BaseMessage, estimated_prompt: int = 0) -> None:
+        """Count a reply's tokens against the speaker's buckets (and prune on a new UTC day).
+
+        The provider's figures when it reports them (images included in its prompt count); otherwise
+        ``estimated_prompt`` (the prompt's text at ~4 characters a token, plus each image's estimate, see
+        ``state.Image``) and the answer's text, so a server without usage figures still spends its budget.
+        """
         p, c = usage_of(message)
+        if not p and not c:
+            p, c = estimated_prompt, (estimate_tokens(message.text) if message.text else 0)
         await self.store.record(speaker.guild_id, speaker.user_id, p, c)
         if self._pruned_on != _today():
             await self.prune()
