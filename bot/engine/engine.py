@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from contextlib import AbstractAsyncContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from langgraph.graph.state import CompiledStateGraph
 
@@ -98,8 +98,9 @@ class ChatEngine:
                                  locks=self.locks, scheduler=self.scheduler, policies=self.policies,
                                  outages=self.outages, observer=self.metrics.observer(),
                                  drop_answer=self.conversations.drop_answer)
-        self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold,
-                             on_erase=self.runner.inflight.mark_erased, exclusive=self.locks.erasures)
+        self.eraser = Eraser(storage, self.conversations, hold=self._hold,
+                             on_erase=self.runner.inflight.mark_erased, exclusive=self.locks.erasures,
+                             notify=self.scheduler.notify)
         self.changes = DiscordChanges(storage=storage, conversations=self.conversations, eraser=self.eraser,
                                       scheduler=self.scheduler, thread_state=self.thread_state,
                                       removed_server_days=settings.retention.removed_server_days,
@@ -111,6 +112,12 @@ class ChatEngine:
         self.notices = NoticeOnce()
         self._started = False
         self._background: list[asyncio.Task] = []
+
+    @asynccontextmanager
+    async def _hold(self, user: str) -> AsyncIterator[None]:
+        """An erasure's hold on a person: no extraction, and no memory vectors written meanwhile."""
+        async with self.scheduler.hold(user), (self.semantic.paused(user) if self.semantic else nullcontext()):
+            yield
 
     def _chat_deps(self, chat_model: Any) -> ChatDeps:
         conv, mem = self.settings.conversation, self.settings.memory
@@ -261,6 +268,8 @@ class ChatEngine:
         if request is None:
             return {}
         changes = (await self.memory_graph.ainvoke({"request": request}))["changes"]
+        if changes.get("deleted") or changes.get("updated"):  # (the cap's drops are among the deletions)
+            await self.eraser.drop_derived(request.user_id, [*changes.get("deleted", []), *changes.get("updated", [])])
         if self.semantic is not None and (changes.get("inserted") or changes.get("updated")):
             user = request.user_id  # memory vectors are made at write time, off the reply path
             self.semantic.index_later(user, lambda: self.memories.list(user))
@@ -275,9 +284,10 @@ class ChatEngine:
         await self.scheduler.flush()
 
     # ---- Discord events
-    async def message_edited(self, thread_id: str, message_id: str, text: str) -> bool:
-        """A message was edited on Discord; ``text`` is what the bot would have stored for it."""
-        return await self.changes.edit_message(thread_id, message_id, text)
+    async def message_edited(self, thread_id: str, message_id: str, text: str, *, edited_at: float | None = None) -> bool:
+        """A message was edited on Discord; ``text`` is what the bot would have stored for it. False, and
+        nothing touched, when that is what it stored (not an edit); ``edited_at``: see ``erasure.events``."""
+        return await self.changes.edit_message(thread_id, message_id, text, edited_at=edited_at)
 
     async def messages_deleted(self, thread_id: str, message_ids: set[str]) -> None:
         """Messages were deleted on Discord: they go everywhere (see ``erasure``)."""
@@ -321,12 +331,12 @@ class ChatEngine:
         return await self.memories.add(user_id, text, origin, actor=by)
 
     async def edit_memory(self, user_id: str | int, key: str, text: str, origin: dict, *, by: Actor) -> bool:
-        """Replace a memory's text with the person's own."""
-        return await self.memories.edit(user_id, key, text, origin, actor=by)
+        """Replace a memory's text with the person's own (through the Eraser: the old text's vector goes)."""
+        return await self.eraser.replace_memory(user_id, key, text, origin, by=by)
 
     async def delete_memories(self, user_id: str | int, keys: list[str], *, by: Actor) -> MemoryChanges:
-        """Delete memories the person chose."""
-        return await self.memories.apply(user_id, deletes=keys, actor=by)
+        """Delete memories the person chose (through the Eraser, journaled)."""
+        return await self.eraser.erase_memories(user_id, keys, by=by)
 
     async def export(self, user_id: str) -> dict:
         """Everything held as memories about a person, with its change log, as a JSON document."""

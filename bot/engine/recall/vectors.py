@@ -41,6 +41,10 @@ class MemoryVectorCache:
     async def put(self, user_id: str, rows: list[tuple[str, str, bytes]]) -> None:
         self._rows.setdefault(user_id, {}).update({k: (d, v) for k, d, v in rows})
 
+    async def delete(self, user_id: str, keys: list[str]) -> int:
+        rows = self._rows.get(user_id, {})
+        return sum(rows.pop(k, None) is not None for k in set(keys))
+
 
 def unit(vector: Sequence[float]) -> np.ndarray:
     """The vector scaled to length 1, as float32 (what the cache stores)."""
