@@ -92,3 +92,24 @@ async def test_the_persons_delete_is_a_journaled_job_finished_after_a_crash(sett
         assert await engine.storage.erasures.unfinished() == []
         assert await engine.memories.list("1") == []
         assert [e.actor for e in await engine.memory_history("1", memory.key)] == ["extraction", "user"]
+
+
+async def test_an_old_message_the_bot_holds_no_text_of_is_judged_by_its_edited_timestamp(settings):
+    """Only memories still name the message (no thread or queue text to compare with): an update whose
+    ``edited_timestamp`` is older than when the bot recorded the message changes nothing; a later one is
+    an edit."""
+    import time
+    from datetime import datetime, timezone
+
+    async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
+        recorded = time.time() - 3600
+        source = {"guild_id": "9", "channel_id": "c", "message_id": "1001",
+                  "at": datetime.fromtimestamp(recorded, timezone.utc).isoformat(timespec="seconds")}
+        origin = {**source, "source": "extraction"}
+        await engine.memories.apply("1", inserts=[("I like old_message_tea", origin, [source])])
+        before = await engine.memories.list("1")
+        assert not await engine.message_edited("c", "1001", "I like old_message_tea", edited_at=recorded - 600)
+        assert await engine.memories.list("1") == before and await engine.storage.erasures.unfinished() == []
+        assert await engine.message_edited("c", "1001", "I like old_message_coffee", edited_at=time.time())
+        await engine.scheduler.flush()
+        assert [m.content for m in await engine.memories.list("1")] == ["I like old_message_coffee"]
