@@ -45,7 +45,8 @@ async def test_two_processes_erase_two_people_who_quote_each_other_at_once(tmp_p
             assert await engine.memories.list("1") == [] and await engine.memories.list("2") == []
             assert await engine.storage.erasures.unfinished() == []
         (cy,) = await a.memories.list("3")
-        assert cy.content == "Cy heard [erased] and [erased]"
+        # (Which erasure runs first decides whether "heard" goes too: Bob's own "Bob heard ..." quotes it.)
+        assert cy.content in ("Cy heard [erased] and [erased]", "Cy [erased] and [erased]")
         for thread in ("a", "b"):
             said = [m.text for m in (await a.thread_state(thread)).get("messages", []) if isinstance(m, HumanMessage)]
             assert said == []
