@@ -15,8 +15,15 @@ from langchain_core.messages import HumanMessage
 
 from tests.cogs.conftest import ALICE, GENERAL, GUILD_ID, THREAD, rig
 from tests.cogs.test_memory_controls import files_containing
-from tests.cogs.test_message_events import contents, delete, forget_cache, humans, no_echo, settle
-from tests.conftest import Call, ScriptedChatModel, default_script
+from tests.cogs.test_message_events import (
+    contents,
+    delete,
+    forget_cache,
+    humans,
+    no_echo,
+    settle,
+)
+from tests.conftest import Call, ScriptedChatModel
 from tests.fakes import discord_harness as dh
 
 NOTES_URL = "https://cdn.discordapp.com/attachments/0/1/notes.txt"

@@ -10,7 +10,13 @@ from contextlib import AsyncExitStack
 from langchain_core.messages import HumanMessage
 
 from bot.engine.state import Speaker
-from tests.conftest import Call, ScriptedChatModel, default_script, make_settings, running_engine
+from tests.conftest import (
+    Call,
+    ScriptedChatModel,
+    default_script,
+    make_settings,
+    running_engine,
+)
 
 ANN = Speaker(user_id="1", name="Ann", guild_id="900", channel_id="a", message_id="11")
 BOB = Speaker(user_id="2", name="Bob", guild_id="900", channel_id="b", message_id="22")
