@@ -3,10 +3,15 @@
 Raw gateway events are used throughout, so a message that is not in discord.py's cache (sent before a
 restart, or pushed out of the cache) is handled the same as one that is:
 
-- ``MESSAGE_UPDATE`` with new ``content``: the stored message, a waiting one, and its queued learning
-  take the new text; what was learned from the old text is learned again (``ChatEngine.message_edited``).
+- ``MESSAGE_UPDATE`` that is an edit: the stored message, a waiting one, and its queued learning take the
+  new text; what was learned from the old text is learned again (``ChatEngine.message_edited``).
   A turn still waiting to be answered is the chat cog's own: it listens to the same events.
-  Updates without ``content`` (embeds resolving, pins) change nothing.
+  Discord also sends ``MESSAGE_UPDATE`` with the full, unchanged message when a link preview unfolds, the
+  message is pinned, a thread is started from it or an embed changes: those change nothing. Checked
+  cheapest first (:func:`not_an_edit`): no ``content``; no ``edited_timestamp`` (never edited); the same
+  ``edited_timestamp`` as the cached message, or the same content and attachments as it. Only then is
+  the text built (attachments are downloaded only now), and the engine compares it with what it stored
+  for the message: the same text is no edit either (``message_edited`` returns False, touching nothing).
 - ``MESSAGE_DELETE`` / ``MESSAGE_DELETE_BULK``: the messages leave the waiting turns, the conversation
   (with the bot's answers to them; a deleted bot reply leaves alone), any summary built from them, the
   learning queue, and every memory learned only from them, with the files compacted as after a wipe.
@@ -32,6 +37,25 @@ from cogs._input import input_builder
 log = logging.getLogger(__name__)
 
 
+def not_an_edit(payload: discord.RawMessageUpdateEvent) -> bool:
+    """Whether an update is plainly not an edit, judged without building the text (no download).
+
+    A message never edited has no ``edited_timestamp``: an update of it (a link preview, a pin, a thread
+    started from it) is not an edit. When discord.py still holds the message as it was, an update with the
+    same ``edited_timestamp``, or with the same content and attachments, is not one either. Otherwise the
+    engine decides, by comparing the text with what it stored.
+    """
+    if not payload.data.get("edited_timestamp"):
+        return True
+    before = payload.cached_message
+    if before is None:
+        return False
+    after = payload.message
+    if before.edited_at is not None and before.edited_at == after.edited_at:
+        return True
+    return before.content == after.content and [a.id for a in before.attachments] == [a.id for a in after.attachments]
+
+
 class MessageEvents(commands.Cog):
     """Keeps stored conversations, the learning queue and memories in step with Discord."""
 
@@ -49,9 +73,13 @@ class MessageEvents(commands.Cog):
         me = self.bot.user
         if me is not None and str(author.get("id")) == str(me.id):
             return  # the bot's own streaming edits
+        if not_an_edit(payload):
+            return
+        edited = payload.message.edited_at
         try:
             text = await self.inputs.build(me, payload.message, content)
-            changed = await self.engine.message_edited(str(payload.channel_id), str(payload.message_id), text)
+            changed = await self.engine.message_edited(str(payload.channel_id), str(payload.message_id), text,
+                                                       edited_at=edited.timestamp() if edited else None)
         except Exception:  # noqa: BLE001 - one failed edit must not stop the others
             log.exception("applying the edit of message %s failed", payload.message_id)
             return

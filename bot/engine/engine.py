@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from contextlib import AbstractAsyncContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 
 from langgraph.graph.state import CompiledStateGraph
 
@@ -105,8 +105,9 @@ class ChatEngine(MemoryVerbs, SettingsVerbs, HealthVerbs):
                                  outages=self.outages, observer=self.metrics.observer(),
                                  drop_answer=self.conversations.drop_answer,
                                  drop_messages=self.conversations.erase_messages)
-        self.eraser = Eraser(storage, self.conversations, hold=self.scheduler.hold,
-                             on_erase=self.runner.inflight.mark_erased, exclusive=self.locks.erasures)
+        self.eraser = Eraser(storage, self.conversations, hold=self._hold,
+                             on_erase=self.runner.inflight.mark_erased, exclusive=self.locks.erasures,
+                             notify=self.scheduler.notify)
         self.changes = DiscordChanges(storage=storage, conversations=self.conversations, eraser=self.eraser,
                                       scheduler=self.scheduler, thread_state=self.thread_state,
                                       removed_server_days=settings.retention.removed_server_days,
@@ -118,6 +119,12 @@ class ChatEngine(MemoryVerbs, SettingsVerbs, HealthVerbs):
         self.notices = NoticeOnce()
         self._started = False
         self._background: list[asyncio.Task] = []
+
+    @asynccontextmanager
+    async def _hold(self, user: str) -> AsyncIterator[None]:
+        """An erasure's hold on a person: no extraction, and no memory vectors written meanwhile."""
+        async with self.scheduler.hold(user), (self.semantic.paused(user) if self.semantic else nullcontext()):
+            yield
 
     def _chat_deps(self, chat_model: Any) -> ChatDeps:
         conv, mem = self.settings.conversation, self.settings.memory
@@ -268,6 +275,8 @@ class ChatEngine(MemoryVerbs, SettingsVerbs, HealthVerbs):
         if request is None:
             return {}
         changes = (await self.memory_graph.ainvoke({"request": request}))["changes"]
+        if changes.get("deleted") or changes.get("updated"):  # (the cap's drops are among the deletions)
+            await self.eraser.drop_derived(request.user_id, [*changes.get("deleted", []), *changes.get("updated", [])])
         if self.semantic is not None and (changes.get("inserted") or changes.get("updated")):
             user = request.user_id  # memory vectors are made at write time, off the reply path
             self.semantic.index_later(user, lambda: self.memories.list(user))
@@ -282,9 +291,10 @@ class ChatEngine(MemoryVerbs, SettingsVerbs, HealthVerbs):
         await self.scheduler.flush()
 
     # ---- Discord events
-    async def message_edited(self, thread_id: str, message_id: str, text: str) -> bool:
-        """A message was edited on Discord; ``text`` is what the bot would have stored for it."""
-        return await self.changes.edit_message(thread_id, message_id, text)
+    async def message_edited(self, thread_id: str, message_id: str, text: str, *, edited_at: float | None = None) -> bool:
+        """A message was edited on Discord; ``text`` is what the bot would have stored for it. False, and
+        nothing touched, when that is what it stored (not an edit); ``edited_at``: see ``erasure.events``."""
+        return await self.changes.edit_message(thread_id, message_id, text, edited_at=edited_at)
 
     async def messages_deleted(self, thread_id: str, message_ids: set[str]) -> None:
         """Messages were deleted on Discord: they go everywhere (see ``erasure``)."""
@@ -317,12 +327,10 @@ class ChatEngine(MemoryVerbs, SettingsVerbs, HealthVerbs):
         queued for learning; one that starts while the erasure runs is answered without their memories,
         and neither its messages nor its answer are kept or learned from (``conversation/turn.py``).
         """
-        with self.runner.inflight.erasing(str(user_id)):  # their turns meanwhile: no memories, nothing kept
-            if self.semantic is None:
-                result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
-            else:
-                async with self.semantic.paused(str(user_id)):  # no memory vectors written while it runs
-                    result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
+        # Their turns meanwhile: no memories, nothing kept. (No memory vectors are written either: the
+        # eraser's hold on a person pauses them, see _hold.)
+        with self.runner.inflight.erasing(str(user_id)):
+            result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
         self.metrics.erasure("person" if guild_id is None else "server")
         return result
 

@@ -70,6 +70,16 @@ async def test_vectors_are_replaced_by_key(storage):
     assert await storage.vectors.get("7") == {}
 
 
+async def test_vectors_are_deleted_by_key_for_one_person_only(storage):
+    await storage.vectors.put("42", [("k1", "d1", b"\x01"), ("k2", "d2", b"\x02"), ("k3", "d3", b"\x03")])
+    await storage.vectors.put("7", [("k1", "d1", b"\x01")])
+    assert await storage.vectors.delete("42", ["k1", "k3", "absent"]) == 2
+    assert await storage.vectors.delete("42", []) == 0
+    assert await storage.vectors.get("42") == {"k2": ("d2", b"\x02")}
+    assert await storage.vectors.get("7") == {"k1": ("d1", b"\x01")}
+    assert await storage.vectors.delete("42", ["k1"]) == 0  # again: nothing, no error
+
+
 async def test_erasing_a_persons_rows_takes_their_turns_and_vectors_only(storage):
     for n in range(3):
         await record(storage, "t", "42", n, guild="900")

@@ -20,6 +20,21 @@ and :meth:`Eraser.resume` (at start-up) runs the erasure again to the end. Delet
 and servers are journaled the same way (Discord does not resend the event, so the journal is the only
 thing that can finish them): the row names them by IDs only (``subject``), and a message deletion's row
 holds its quote rule, gathered before anything is deleted.
+
+Edits and the person's own removals come through here too (decided for "one door for every change and
+removal"):
+
+- An edited message (:meth:`Eraser.edit_message`) is a journaled job (``edit``): the memories learned only
+  from its old text go, the thread and the learning queue take the new text, and the message is queued
+  to be learned again. Its row names the message by IDs and holds its *new* text (what the message says
+  now, which the thread keeps anyway; never the old), so :meth:`resume` finishes it with the new text.
+- ``/memories delete`` and ``forget`` (:meth:`Eraser.erase_memories`) and ``/memories edit``
+  (:meth:`Eraser.replace_memory`) are journaled jobs (``memories``) under the person's hold. The change log
+  keeps its entry with the old text, as before (``/memories history`` explains it); the cached vector of
+  the old text goes.
+- The per-person cap's drops and extraction's own deletions are part of the extraction's one batch (with
+  their change-log entries), so there is nothing to resume; their cached vectors go right after, through
+  :meth:`Eraser.drop_derived`.
 """
 
 from __future__ import annotations
@@ -37,13 +52,14 @@ from bot.engine.erasure.conversations import ConversationEraser
 from bot.engine.erasure.memories import memory_texts
 from bot.engine.erasure.quotes import QuoteRule
 from bot.engine.erasure.steps import ErasureResult, ErasureSteps, MessageErasure
-from bot.engine.memories.records import Actor
+from bot.engine.memories.records import Actor, MemoryChanges
 from bot.engine.memories.repository import MemoryRepository
 from bot.engine.stores import ErasureJob, Storage
 
 log = logging.getLogger(__name__)
 
 PERSON, QUOTES, MESSAGES, THREAD, GUILD = "person", "quotes", "messages", "thread", "guild"
+EDIT, MEMORIES = "edit", "memories"
 T = TypeVar("T")
 
 __all__ = ["ErasureResult", "Eraser", "MessageErasure", "request_erasure"]
@@ -84,15 +100,17 @@ class Eraser:
         self, storage: Storage, conversations: ConversationEraser | None, *, hold: Hold | None = None,
         on_erase: Callable[[str], None] | None = None,
         exclusive: Callable[[], AbstractAsyncContextManager] | None = None,
+        notify: Callable[[str, str, int, str], None] | None = None,
     ) -> None:
         """``hold(user)`` keeps the person's extraction stopped meanwhile; ``on_erase(user)`` is told as a
         person's erasure starts (the engine marks their turns in flight as not to be learned from);
-        ``exclusive()`` is the global erasure lock (in-process only when not given)."""
+        ``exclusive()`` is the global erasure lock (in-process only when not given); ``notify(thread, user,
+        pending, scope)`` is told when an edited message is queued to be learned again."""
         self.storage = storage
         self.conversations = conversations
         self.memories = MemoryRepository(storage.store)
         self.holds = Holds(hold)
-        self.steps = ErasureSteps(storage, conversations, self.memories, self.holds)
+        self.steps = ErasureSteps(storage, conversations, self.memories, self.holds, notify)
         self.on_erase = on_erase or (lambda _user: None)
         self._exclusive = exclusive or _one_at_a_time()
         self._running: set[int] = set()  # journal IDs being run by this process right now
@@ -208,6 +226,22 @@ class Eraser:
         return True
 
     async def _run_job(self, job: ErasureJob) -> None:
+        if job.kind == EDIT:
+            plan = json.loads(job.subject or "{}")
+            await self.steps.edit(plan)  # (its holds are taken inside)
+            await self.steps.learn_again(plan)
+            await self._finish(job.id)
+            return
+        if job.kind == MEMORIES:
+            subject = json.loads(job.subject or "{}")
+            async with self.hold(job.user_id):
+                if subject.get("replaced"):  # an edit by the person: the new text landed or it did not
+                    await self.steps.drop_vectors(job.user_id, subject["keys"])
+                else:
+                    await self.steps.delete_memories(job.user_id, list(subject["keys"]),
+                                                     Actor(job.actor or "user", job.actor_id))
+            await self._finish(job.id)
+            return
         if job.kind in (MESSAGES, THREAD, GUILD):
             subject = json.loads(job.subject or "{}")
             if job.kind == MESSAGES:
@@ -266,6 +300,67 @@ class Eraser:
             async with self._journaled(job_id):
                 result = await self.steps.messages(job_id, thread_id, ids, known, quotes, held=authors)
         return result
+
+    @counted
+    async def edit_message(self, thread_id: str, message_id: str, text: str, *, authors: Iterable[str] = (),
+                           edited_at: float | None = None) -> bool:
+        """A stored message was edited: from now on only the new text is kept, answered from and learned.
+
+        The thread and the learning queue get the new text (a summary folded from the old one is dropped).
+        What was learned from it is learned again: a memory learned only from this message is erased
+        without a trace (with its vector), and the message is queued once more with its new text; a memory
+        other messages contributed to stays, shown to the extractor next to it so it can be patched. A
+        memory the person wrote or corrected by hand is theirs and is left alone.
+
+        Returns False, changing nothing, when this is not an edit (``ErasureSteps.edit_plan``: the text is
+        what is stored) or nothing holds the message. Journaled (``edit``); an extraction of the people
+        concerned that is running finishes first, so what it learned from the old text is found and erased.
+        """
+        message_id = str(message_id)
+        candidates = await self.steps.edit_authors(thread_id, message_id, authors)
+        async with self._exclusive(), AsyncExitStack() as stack:
+            for user in candidates:
+                await stack.enter_async_context(self.hold(user))
+            plan = await self.steps.edit_plan(thread_id, message_id, text, candidates, edited_at)
+            if plan is None:
+                return False
+            job_id = await self.storage.erasures.begin(kind=EDIT, user_id=candidates[0] if len(candidates) == 1 else "",
+                                                       subject=json.dumps(plan))
+            async with self._journaled(job_id):
+                await self.steps.edit(plan)
+                await stack.aclose()  # the holds go first: a shared database refuses turns of a held person
+                await self.steps.learn_again(plan)
+        return True
+
+    @counted
+    async def erase_memories(self, user_id: str | int, keys: list[str], *, by: Actor) -> MemoryChanges:
+        """Memories the person (``/memories delete``, ``forget``) chose go, with their cached vectors;
+        journaled (``memories``), under the person's hold. The change log keeps its entry."""
+        user = str(user_id)
+        async with self._exclusive(), self.hold(user):
+            job_id = await self.storage.erasures.begin(kind=MEMORIES, user_id=user, actor=by.kind, actor_id=by.id,
+                                                       subject=json.dumps({"keys": sorted(set(keys))}))
+            async with self._journaled(job_id):
+                return await self.steps.delete_memories(user, list(keys), by)
+
+    @counted
+    async def replace_memory(self, user_id: str | int, key: str, text: str, origin: dict, *, by: Actor) -> bool:
+        """The person corrected a memory (``/memories edit``): the new text is theirs (a hand source, see
+        ``memories.records``) and the old text's cached vector goes; journaled (``memories``)."""
+        user = str(user_id)
+        async with self._exclusive(), self.hold(user):
+            job_id = await self.storage.erasures.begin(kind=MEMORIES, user_id=user, actor=by.kind, actor_id=by.id,
+                                                       subject=json.dumps({"keys": [key], "replaced": True}))
+            async with self._journaled(job_id):
+                done = await self.memories.edit(user, key, text, origin, actor=by)
+                await self.steps.drop_vectors(user, [key])
+        return done
+
+    async def drop_derived(self, user_id: str | int, keys: Iterable[str]) -> int:
+        """Extraction deleted or rewrote memories (its own deletions, the cap's drops, patches): their
+        cached vectors go. Not journaled: the memory change was one batch already; a vector row left by a
+        crash in between names a key that no longer exists (dropped at the person's next indexing)."""
+        return await self.steps.drop_vectors(str(user_id), keys)
 
     @counted
     async def erase_thread(self, thread_id: str) -> bool:

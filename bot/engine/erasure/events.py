@@ -1,6 +1,10 @@
 """Following what changes on Discord after the fact: edited and deleted messages, deleted channels, and
 servers the bot was removed from. The Discord side (``cogs.message_events``) calls these; every removal
-goes through the one :class:`~bot.engine.erasure.eraser.Eraser`.
+goes through the one :class:`~bot.engine.erasure.eraser.Eraser`, edits included (a journaled ``edit`` job).
+
+What is not an edit changes nothing: an update whose text is what the bot stored for the message (see
+:meth:`DiscordChanges.edit_message`). A memory the person wrote or corrected by hand is never erased or
+re-learned by an event on the message it was first learned from.
 """
 
 from __future__ import annotations
@@ -14,16 +18,13 @@ from langchain_core.messages import HumanMessage
 
 from bot.engine.erasure.conversations import ConversationEraser
 from bot.engine.erasure.eraser import Eraser, MessageErasure
-from bot.engine.erasure.memories import erase_keys
 from bot.engine.learning.scheduler import ExtractionScheduler
-from bot.engine.memories.records import StoredMemory
 from bot.engine.memories.repository import MemoryRepository
 from bot.engine.stores import Storage
 
 log = logging.getLogger(__name__)
 
 SWEEP_EVERY = 3600.0  # seconds between sweeps for servers whose retention ran out
-ORIGIN_FIELDS = ("guild_id", "channel_id", "message_id")
 
 
 class DiscordChanges:
@@ -76,65 +77,23 @@ class DiscordChanges:
         return await self.eraser.erase_thread(thread_id)
 
     # ---- edits
-    async def edit_message(self, thread_id: str, message_id: str, text: str) -> bool:
-        """A stored message was edited: from now on only the new text is kept, answered from and learned.
+    async def edit_message(self, thread_id: str, message_id: str, text: str, *, edited_at: float | None = None) -> bool:
+        """A stored message was edited: see :meth:`Eraser.edit_message` (the one door; journaled).
 
-        The thread and the learning queue get the new text (a summary folded from the old one is
-        dropped). What was already learned from it is learned again from the new text: a memory learned
-        only from this message is erased without a trace (the pre-edit words are kept nowhere) and the
-        edited message is queued once more, so extraction learns what it says now (one memory again, not
-        a duplicate); a memory other messages contributed to stays, shown to the extractor next to the
-        re-queued message so it can be patched. Returns whether anything held the message.
+        Returns False and changes nothing when the text is what the bot stored for the message (Discord
+        resends an unchanged message when a link preview unfolds, it is pinned, a thread is started from
+        it), or when nothing holds the message. ``edited_at`` (the payload's ``edited_timestamp``, epoch
+        seconds) decides for an old message whose text the bot no longer holds: learned after it, no edit.
         """
         self.active += 1
         try:
             async with self._one_at_a_time:
-                return await self._edit(thread_id, str(message_id), text)
+                message_id = str(message_id)
+                authors = await self.authors_in_thread(thread_id, {message_id})
+                return await self.eraser.edit_message(thread_id, message_id, text, authors=authors,
+                                                      edited_at=edited_at)
         finally:
             self.active -= 1
-
-    async def _edit(self, thread_id: str, message_id: str, text: str) -> bool:
-        in_thread = await self.conversations.edit_message(thread_id, message_id, text)
-        rows = await self.storage.inbox.edit_message(message_id, text)
-        authors = {r.user_id for r in rows} | await self.authors_in_thread(thread_id, {message_id})
-        learned = await self._learned_from(message_id, authors)
-        for user, memories in learned.items():
-            author = next((r.author for r in rows if r.user_id == user), user)
-            async with self.scheduler.hold(user):
-                await erase_keys(self.memories, user, [m.key for m in memories if m.live_message_ids() <= {message_id}])
-            # Queued after the hold: a shared database refuses new turns for a person being erased.
-            await self._learn_again(user, author, message_id, text, memories, thread_id)
-        if in_thread or rows or learned:
-            await self.storage.maintenance.compact()  # the pre-edit words are kept in no file
-        return bool(in_thread or rows or learned)
-
-    async def _learned_from(self, message_id: str, authors: set[str]) -> dict[str, list[StoredMemory]]:
-        learned: dict[str, list[StoredMemory]] = {}
-        for user in authors:
-            hits = [m for m in await self.memories.list(user) if message_id in m.message_ids()]
-            if hits:
-                learned[user] = hits
-        if not authors:  # an old message nothing else holds any more: find it by where memories came from
-            for user, keys in (await self.memories.learned_only_from({message_id})).items():
-                learned[user] = [m for m in await self.memories.list(user) if m.key in keys]
-        # (A memory of a known author that other messages also taught is found above by its sources.)
-        return learned
-
-    async def _learn_again(self, user: str, author: str, message_id: str, text: str,
-                           memories: list[StoredMemory], thread_id: str) -> None:
-        source = next((m.origin for m in memories if str(m.origin.get("message_id")) == message_id),
-                      next((s for m in memories for s in m.sources if str(s.get("message_id")) == message_id), {}))
-        origin = {k: str(v) for k, v in source.items() if k in ORIGIN_FIELDS}
-        origin["message_id"] = message_id
-        where = origin.get("channel_id") or thread_id
-        _, pending = await self.storage.inbox.batch(where, user, 0)
-        if any(str(t.origin.get("message_id")) == message_id for t in pending):
-            return  # still waiting: it already carries the new text
-        if (await self.storage.prefs.get(user)).paused:
-            return
-        count = await self.storage.inbox.record(thread_id=where, user_id=user, author=author, human=text, ai="",
-                                                origin=origin)
-        self.scheduler.notify(where, user, count)
 
     # ---- servers the bot was removed from
     async def server_removed(self, guild_id: str, *, at: float | None = None) -> None:

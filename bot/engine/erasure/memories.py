@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 class MemoryErasure:
     deleted: int
     reduced: int
+    keys: tuple[str, ...] = ()  # every memory deleted or cut back: their cached vectors go too
 
 
 def _place(value: dict) -> str:
@@ -98,12 +99,13 @@ async def erase_memories(
         ops += await taught.ops(repo.store)
         if ops:
             await repo.store.abatch(ops)
-        return MemoryErasure(deleted=len(memories), reduced=0)
+        return MemoryErasure(deleted=len(memories), reduced=0, keys=tuple(i.key for i in memories))
 
     g = str(guild_id)
     groups = _by_memory(history)
     doomed_history: set[str] = set()
     deleted = reduced = 0
+    touched: list[str] = []
     now = _now()
     taught = SourceChanges(user)
     for key, entries in groups.items():  # every log, of memories that still exist or not: cut at A
@@ -116,6 +118,7 @@ async def erase_memories(
         memory = StoredMemory.from_item(item)
         if g not in memory.places():
             continue
+        touched.append(item.key)
         entries = groups.get(item.key, [])
         cut = next((i for i, h in enumerate(entries) if _place(h.value) == g), None)
         first_here = next(i for i, s in enumerate(memory.sources) if str(s.get("guild_id")) == g)
@@ -141,7 +144,7 @@ async def erase_memories(
     ops += await taught.ops(repo.store)
     if ops:
         await repo.store.abatch(ops)
-    return MemoryErasure(deleted=deleted, reduced=reduced)
+    return MemoryErasure(deleted=deleted, reduced=reduced, keys=tuple(touched))
 
 
 def _only_markers(text: str) -> bool:
@@ -166,16 +169,22 @@ async def redact_memories_of(repo: MemoryRepository, rule: QuoteRule, user: str)
     A memory left with nothing but ``[erased]`` is deleted. Nothing is logged with text: like an
     erasure, a redaction must leave no copy of what it removes.
     """
+    return len(await redact_memory_keys(repo, rule, user))
+
+
+async def redact_memory_keys(repo: MemoryRepository, rule: QuoteRule, user: str) -> list[str]:
+    """:func:`redact_memories_of`, returning the keys of the memories changed or deleted (their cached
+    vectors, derived from the quoted text, must go too)."""
     if not rule:
-        return 0
-    changed = 0
+        return []
+    changed: list[str] = []
     ops: list[PutOp] = []
     taught = SourceChanges(user)
     for item in await repo.items(namespace(user)):
         content = str(item.value.get("content", ""))
         clean = rule.redact(content)
         if clean != content:
-            changed += 1
+            changed.append(item.key)
             value = None if _only_markers(clean) else {**item.value, "content": clean}
             ops.append(PutOp(namespace(user), item.key, value, index=False) if value else PutOp(namespace(user), item.key, None))
             if value is None:
@@ -213,7 +222,10 @@ async def redact_quotes_in_memories(repo: MemoryRepository, rule: QuoteRule, *, 
 
 
 async def erase_keys(repo: MemoryRepository, user_id: str | int, keys) -> int:
-    """Erase some memories and their change log without a trace (a deleted message took them away)."""
+    """Erase some memories and their change log without a trace (a deleted message took them away).
+
+    Only the memory store: the erasure steps (``ErasureSteps.erase_keys``) also drop their cached vectors.
+    """
     keys = set(keys)
     if not keys:
         return 0
@@ -232,8 +244,8 @@ async def erase_keys(repo: MemoryRepository, user_id: str | int, keys) -> int:
 
 async def mark_deleted_sources(repo: MemoryRepository, user_id: str | int, message_ids: set[str]) -> int:
     """Deleted messages are marked ``"deleted": true`` in the sources of the person's memories that other
-    messages also taught. The memory stays and keeps the place (a moderator purge of that server still
-    finds what it contributed), but deleting its other messages later finds it as learned only from
+    messages also taught (or that the person wrote or corrected by hand, which stay). The memory stays and
+    keeps the place (a moderator purge of that server still finds what it contributed), but deleting its other messages later finds it as learned only from
     deleted messages. Returns how many memories changed; idempotent.
     """
     ns = namespace(user_id)
@@ -241,8 +253,8 @@ async def mark_deleted_sources(repo: MemoryRepository, user_id: str | int, messa
     for item in await repo.items(ns):
         memory = StoredMemory.from_item(item)
         live = memory.live_message_ids()
-        if not (live & message_ids) or live <= message_ids:
-            continue
+        if not (live & message_ids) or (live <= message_ids and not memory.hand_written):
+            continue  # (one learned only from them is erased instead; a hand-written one stays, marked)
         sources = [{**s, "deleted": True} if str(s.get("message_id") or "") in message_ids else dict(s)
                    for s in memory.sources]
         ops.append(PutOp(ns, item.key, {**item.value, "sources": sources}, index=False))

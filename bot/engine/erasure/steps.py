@@ -2,6 +2,15 @@
 
 :class:`bot.engine.erasure.eraser.Eraser` is the door (the journal, the order, the holds); these are what it
 does behind it, one method per kind of removal plus the quote rule's sweep over everything else.
+
+Derived data goes with what it was derived from: every memory a step erases, cuts back or redacts also
+loses its cached vector row (the embedding and the text digest, ``VectorCache.delete``), in the same step;
+a memory whose text changed gets a fresh one from its new text on demand.
+
+An edited message (``edit_plan``, ``edit``, ``learn_again``): the plan is read under the holds, before any
+change, and recorded in the journal (IDs, the message's *new* text and who learns it again; never the old
+text), so a crash part-way is finished with the new text. Memories the person wrote or corrected by hand
+are never part of it (``StoredMemory.hand_written``).
 """
 
 from __future__ import annotations
@@ -9,7 +18,8 @@ from __future__ import annotations
 import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Iterable
+from datetime import datetime
+from typing import Any, Callable, Iterable
 
 from bot.engine.concurrency import Holds
 from bot.engine.erasure.conversations import ConversationEraser
@@ -19,10 +29,10 @@ from bot.engine.erasure.memories import (
     mark_deleted_sources,
     people,
     quoting_people,
-    redact_memories_of,
+    redact_memory_keys,
 )
 from bot.engine.erasure.quotes import QuoteRule
-from bot.engine.memories.records import Actor
+from bot.engine.memories.records import Actor, MemoryChanges, StoredMemory
 from bot.engine.memories.repository import MemoryRepository
 from bot.engine.stores import Storage
 
@@ -54,11 +64,32 @@ class ErasureSteps:
     """The removals themselves, over storage, the stored conversations and the memory store."""
 
     def __init__(self, storage: Storage, conversations: ConversationEraser | None, memories: MemoryRepository,
-                 holds: Holds) -> None:
+                 holds: Holds, notify: Callable[[str, str, int, str], None] | None = None) -> None:
         self.storage = storage
         self.conversations = conversations
         self.memories = memories
         self.holds = holds
+        self.notify = notify or (lambda _thread, _user, _count, _scope: None)  # a turn was queued for learning
+
+    # ---- derived data
+    async def drop_vectors(self, user: str, keys: Iterable[str]) -> int:
+        """The cached vectors (embedding and text digest) of erased or rewritten memories go too."""
+        keys = sorted(set(keys))
+        return await self.storage.vectors.delete(str(user), keys) if keys else 0
+
+    async def erase_keys(self, user: str, keys: Iterable[str]) -> int:
+        """Erase memories without a trace (with their change log and cached vectors); return how many."""
+        keys = sorted(set(keys))
+        erased = await erase_keys(self.memories, user, keys)
+        await self.drop_vectors(user, keys)
+        return erased
+
+    # ---- memories the person chose (``/memories delete``, ``forget``, ``edit``)
+    async def delete_memories(self, user: str, keys: list[str], by: Actor) -> MemoryChanges:
+        """Delete memories the person chose; the change log keeps its entry (``/memories history``)."""
+        changes = await self.memories.apply(user, deletes=keys, actor=by)
+        await self.drop_vectors(user, keys)
+        return changes
 
     async def message_words(self, thread_id: str, ids: set[str], authors: Iterable[str],
                              key: bytes | None = None) -> tuple[QuoteRule, dict[str, list[str]], bool]:
@@ -95,7 +126,7 @@ class ErasureSteps:
             memories = 0
             for user, keys in learned.items():
                 async with self.holds.hold(user):  # re-entrant: an author is held already
-                    memories += await erase_keys(self.memories, user, keys)
+                    memories += await self.erase_keys(user, keys)
             for user in sorted(await self.memories.taught_by(ids)):  # memories other messages taught too
                 async with self.holds.hold(user):
                     await mark_deleted_sources(self.memories, user, ids)
@@ -122,7 +153,9 @@ class ErasureSteps:
         memories = 0
         for user in await people(self.memories):
             async with self.holds.hold(user):
-                memories += (await erase_memories(self.memories, user, guild_id=guild_id)).deleted
+                erased = await erase_memories(self.memories, user, guild_id=guild_id)
+                await self.drop_vectors(user, erased.keys)
+                memories += erased.deleted
         await self.storage.maintenance.compact()
         return memories
 
@@ -134,6 +167,7 @@ class ErasureSteps:
             messages, redacted = await self.conversations.erase_author(user, guild_id=guild_id, quotes=quotes)
         pending = await self.storage.maintenance.erase_person_rows(user, guild_id=guild_id)
         erased = await erase_memories(self.memories, user, guild_id=guild_id, record=by, record_key=f"erasure-{job_id}")
+        await self.drop_vectors(user, erased.keys)  # (erase_person_rows dropped them all already; a rerun too)
         redacted += await self.cut_quotes_in_learning(quotes, user)
         await self.storage.maintenance.compact()
         return ErasureResult(memories=erased.deleted, pending_turns=pending, messages=messages,
@@ -169,7 +203,9 @@ class ErasureSteps:
                 await self.storage.inbox.rewrite_turns(texts)
                 changed += len(texts)
                 if person != author:
-                    changed += await redact_memories_of(self.memories, quotes, person)
+                    keys = await redact_memory_keys(self.memories, quotes, person)
+                    await self.drop_vectors(person, keys)
+                    changed += len(keys)
         return changed
 
     @staticmethod
@@ -178,3 +214,109 @@ class ErasureSteps:
         ai = quotes.redact(turn.ai)
         return (human, ai) if (human, ai) != (turn.human, turn.ai) else None
 
+    # ---- an edited message
+    async def edit_authors(self, thread_id: str, message_id: str, in_thread: Iterable[str]) -> list[str]:
+        """Who may hold something of the message: its author in the thread, its rows in the learning queue,
+        and whoever has memories learned from it (read only, before the holds)."""
+        ids = {message_id}
+        users = set(in_thread) | {t.user_id for t in await self.storage.inbox.every_turn()
+                                  if str(t.origin.get("message_id")) == message_id}
+        users |= await self.memories.taught_by(ids)
+        users |= set(await self.memories.learned_only_from(ids))  # memories older than the sources index
+        return sorted(users)
+
+    async def edit_plan(self, thread_id: str, message_id: str, text: str, authors: Iterable[str],
+                        edited_at: float | None = None) -> dict[str, Any] | None:
+        """What applying an edit changes, read under the holds (nothing is written); None: nothing to do.
+
+        Not an edit (None) when every stored text of the message (in the thread, in the learning queue)
+        already is ``text``; or, when the bot holds no text of it any more, when everything learned from
+        it was learned after its last edit (``edited_at``, epoch seconds). None too when nothing holds it.
+        """
+        rows = [t for t in await self.storage.inbox.every_turn() if str(t.origin.get("message_id")) == message_id]
+        said, in_thread = ([], False)
+        if self.conversations is not None:
+            said, in_thread = await self.conversations.texts_of_messages(thread_id, {message_id})
+        held = said + [t.human for t in rows]
+        if held and all(t == text for t in held):
+            return None  # a link preview, a pin, a thread started from it: the same text, not an edit
+        erase: dict[str, list[str]] = {}
+        relearn: dict[str, dict[str, Any]] = {}
+        for user in sorted(set(authors)):
+            hits = [m for m in await self.memories.list(user) if message_id in m.message_ids() and not m.hand_written]
+            if not hits:
+                continue
+            erase[user] = [m.key for m in hits if m.live_message_ids() <= {message_id}]
+            author = next((r.author for r in rows if r.user_id == user), user)
+            relearn[user] = {"author": author, "origin": _origin_of(hits, message_id)}
+        if not held and relearn and edited_at is not None and _learned_after(
+                [m for u in relearn for m in await self.memories.list(u) if message_id in m.message_ids()],
+                message_id, edited_at):
+            return None  # an old message the bot learned after its last edit: this update changes nothing
+        if not (held or in_thread or erase or relearn):
+            return None
+        return {"thread": thread_id, "message": message_id, "text": text, "authors": sorted(set(authors)),
+                "erase": erase, "relearn": relearn}
+
+    async def edit(self, plan: dict[str, Any]) -> int:
+        """Apply an edit's plan (idempotent): the thread and the learning queue take the new text (a summary
+        built from the old one is dropped), and the memories learned only from the old text go without a
+        trace. Returns how many memories were erased."""
+        thread_id, message_id, text = plan["thread"], plan["message"], plan["text"]
+        erased = 0
+        async with AsyncExitStack() as stack:
+            for user in plan["authors"]:
+                await stack.enter_async_context(self.holds.hold(user))  # re-entrant: held already at once
+            if self.conversations is not None:
+                await self.conversations.edit_message(thread_id, message_id, text)
+            await self.storage.inbox.edit_message(message_id, text)
+            for user, keys in plan["erase"].items():
+                erased += await self.erase_keys(user, keys)
+        if erased:
+            log.info("an edit of message %s erased %d memories learned from its old text", message_id, erased)
+        return erased
+
+    async def learn_again(self, plan: dict[str, Any]) -> int:
+        """Queue the edited message once more for whoever had learned from it (after the holds: a shared
+        database refuses new turns of a person being erased); idempotent. Returns how many were queued."""
+        message_id, text = plan["message"], plan["text"]
+        queued = 0
+        for user, info in plan["relearn"].items():
+            origin = dict(info["origin"])
+            where = origin.get("channel_id") or plan["thread"]
+            _, pending = await self.storage.inbox.batch(where, user, 0)
+            if any(str(t.origin.get("message_id")) == message_id for t in pending):
+                continue  # still waiting (or queued by a first run): it already carries the new text
+            if (await self.storage.prefs.get(user)).paused:
+                continue
+            count = await self.storage.inbox.record(thread_id=where, user_id=user, author=info["author"], human=text,
+                                                    ai="", origin=origin)
+            if count:
+                self.notify(where, user, count, str(origin.get("guild_id") or "dm"))
+                queued += 1
+        return queued
+
+
+ORIGIN_FIELDS = ("guild_id", "channel_id", "message_id")
+
+
+def _origin_of(memories: list[StoredMemory], message_id: str) -> dict[str, str]:
+    """Where the message was said, from the memories learned from it (the queued turn's origin)."""
+    source = next((m.origin for m in memories if str(m.origin.get("message_id")) == message_id),
+                  next((s for m in memories for s in m.sources if str(s.get("message_id")) == message_id), {}))
+    origin = {k: str(v) for k, v in source.items() if k in ORIGIN_FIELDS and v is not None}
+    origin["message_id"] = message_id
+    return origin
+
+
+def _learned_after(memories: list[StoredMemory], message_id: str, edited_at: float) -> bool:
+    """Whether every memory's source for the message was recorded at or after ``edited_at``."""
+    stamps = []
+    for m in memories:
+        for s in m.sources:
+            if str(s.get("message_id")) == message_id:
+                try:
+                    stamps.append(datetime.fromisoformat(str(s.get("at"))).timestamp())
+                except ValueError:
+                    return False
+    return bool(stamps) and min(stamps) >= edited_at

@@ -14,6 +14,15 @@ action, who did it (extraction, the person, a moderator, an import), when, the t
 the origin. Memories and their log entries are written in one ``abatch`` call, which the SQLite store runs
 in one transaction: an extraction's changes land all together, with their history, or not at all. The same
 batch keeps the index of which message taught which memory (``bot.engine.memories.sources``).
+
+Hand-written memories are the person's: a memory written with ``/memories remember`` or corrected with
+``/memories edit`` carries a *hand source* (``"source": "user"``, no ``message_id``, see
+:func:`hand_source`) in its ``sources`` and as its ``origin``. Events on Discord messages (an edit, a
+link preview unfolding, a deletion) never erase or re-learn a memory that has one
+(:attr:`StoredMemory.hand_written`): what the person wrote by hand is not undone by what happens to the
+message it was first learned from. The message stays listed in ``sources`` (where it was learned still
+decides where it may be used, and a moderator purge of that server still finds it); a wipe and
+``/memories delete`` / ``forget`` remove it as any other.
 """
 
 from __future__ import annotations
@@ -53,6 +62,16 @@ class Actor:
 
 
 EXTRACTION = Actor("extraction")
+HAND_SOURCES = frozenset({"user"})  # ``source`` values of what a person wrote or corrected themselves
+
+
+def hand_source(origin: dict[str, Any]) -> dict[str, Any]:
+    """The provenance of a memory the person wrote or corrected by hand, from where the command was used
+    (or, for an edit, where the memory was learned): the place stays, the message goes, the source is them."""
+    out = {k: v for k, v in origin.items() if k not in ("message_id", "deleted")}
+    out["message_id"] = ""
+    out["source"] = "user"
+    return out
 
 
 def _source_id(source: dict[str, Any]) -> tuple:
@@ -124,6 +143,12 @@ class StoredMemory:
     def message_ids(self) -> set[str]:
         """Every Discord message ID this memory was learned or changed from."""
         return {str(s["message_id"]) for s in self.sources if s.get("message_id")}
+
+    @property
+    def hand_written(self) -> bool:
+        """Written or corrected by the person (``remember``, ``edit``): events on messages leave it alone."""
+        return str(self.origin.get("source")) in HAND_SOURCES or any(
+            str(s.get("source")) in HAND_SOURCES for s in self.sources)
 
     def live_message_ids(self) -> set[str]:
         """The message IDs among the sources whose messages were not deleted (a deleted message that other

@@ -20,6 +20,7 @@ from bot.engine.memories.records import (
     MemoryChanges,
     StoredMemory,
     _now,
+    hand_source,
     history_namespace,
     merge_sources,
     namespace,
@@ -201,12 +202,23 @@ class MemoryRepository:
         return max(0, cap - await self.count(user_id))
 
     async def add(self, user_id: str | int, content: str, origin: dict, *, actor: Actor = EXTRACTION) -> str:
-        """Insert one memory and return its key."""
-        return (await self.apply(user_id, inserts=[(content, origin)], actor=actor)).inserted[0]
+        """Insert one memory and return its key (the person's own, with a hand source: see ``records``)."""
+        sources = [hand_source(origin)] if actor.kind == "user" else [origin]
+        if actor.kind == "user":
+            origin = {**origin, "source": "user"}
+        return (await self.apply(user_id, inserts=[(content, origin, sources)], actor=actor)).inserted[0]
 
     async def edit(self, user_id: str | int, key: str, content: str, origin: dict, *, actor: Actor) -> bool:
-        """Replace one memory's text; return whether it existed."""
-        return bool((await self.apply(user_id, updates=[(key, content, origin)], actor=actor)).updated)
+        """Replace one memory's text; return whether it existed.
+
+        The person's correction (``actor.kind == "user"``) adds a hand source to the memory's sources, so no
+        later event on the message it was learned from undoes it (see ``records``); the origin keeps the
+        place (and message) it was learned from.
+        """
+        sources = [hand_source(origin)] if actor.kind == "user" else [origin]
+        if actor.kind == "user":
+            origin = {**origin, "source": "user"}
+        return bool((await self.apply(user_id, updates=[(key, content, origin, sources)], actor=actor)).updated)
 
     async def delete(self, user_id: str | int, key: str, *, actor: Actor = EXTRACTION) -> bool:
         """Delete one memory; return whether it existed."""
@@ -214,6 +226,8 @@ class MemoryRepository:
 
     async def learned_only_from(self, message_ids: set[str], *, authors: Iterable[str] = ()) -> dict[str, list[str]]:
         """Memories whose every source is one of ``message_ids`` (or a message deleted before): user ID -> keys.
+
+        A hand-written memory (``StoredMemory.hand_written``) is never among them: it is the person's.
 
         Whoever has a memory taught by one of the messages is found in the index written with every memory
         change (``bot.engine.memories.sources``), on every backend. ``authors`` (the messages' authors, when
@@ -230,7 +244,8 @@ class MemoryRepository:
                     candidates.add(item.namespace[1])
         found: dict[str, list[str]] = {}
         for user in sorted(candidates):
-            keys = [m.key for m in await self.list(user) if m.message_ids() and m.live_message_ids() <= message_ids]
+            keys = [m.key for m in await self.list(user)
+                    if m.message_ids() and m.live_message_ids() <= message_ids and not m.hand_written]
             if keys:
                 found[user] = keys
         return found

@@ -7,6 +7,7 @@ verbs live beside what they use. The engine's ``__init__`` sets the attributes a
 from __future__ import annotations
 
 from bot.engine.concurrency import RateLimiter
+from bot.engine.erasure.eraser import Eraser
 from bot.engine.memories.export import export_memories
 from bot.engine.memories.records import Actor, HistoryEntry, MemoryChanges, StoredMemory
 from bot.engine.memories.repository import MemoryRepository
@@ -19,6 +20,7 @@ class MemoryVerbs:
     memories: MemoryRepository
     memory_commands: RateLimiter[str]
     prefs: PrefsStore
+    eraser: Eraser  # corrections and deletions are removals: they go through the one door
 
     async def list_memories(self, user_id: str | int) -> list[StoredMemory]:
         """Every memory of a person, oldest first."""
@@ -45,20 +47,23 @@ class MemoryVerbs:
         return await self.memories.add(user_id, text, origin, actor=by)
 
     async def edit_memory(self, user_id: str | int, key: str, text: str, origin: dict, *, by: Actor) -> bool:
-        """Replace a memory's text with the person's own."""
-        return await self.memories.edit(user_id, key, text, origin, actor=by)
+        """Replace a memory's text with the person's own (through the Eraser: the old text's vector goes)."""
+        return await self.eraser.replace_memory(user_id, key, text, origin, by=by)
 
     async def delete_memories(self, user_id: str | int, keys: list[str], *, by: Actor) -> MemoryChanges:
-        """Delete memories the person chose."""
-        return await self.memories.apply(user_id, deletes=keys, actor=by)
+        """Delete memories the person chose (through the Eraser, journaled)."""
+        return await self.eraser.erase_memories(user_id, keys, by=by)
 
     async def export(self, user_id: str) -> dict:
         """Everything held as memories about a person, with its change log, as a JSON document."""
         return export_memories(user_id, await self.memories.list(user_id), await self.memories.history(user_id))
 
     async def restore_memories(self, user_id: str | int, memories: list[dict], history: list[dict]) -> int:
-        """Restore memories read from an export of this person (``parse_import``); returns how many."""
-        return await self.memories.restore(user_id, memories, history)
+        """Restore memories read from an export of this person (``parse_import``); returns how many. A key
+        whose text the import replaces loses its cached vector (made again from the new text on demand)."""
+        restored = await self.memories.restore(user_id, memories, history)
+        await self.eraser.drop_derived(user_id, [str(m["id"]) for m in memories])
+        return restored
 
     async def preferences(self, user_id: str) -> Prefs:
         """A person's memory preferences."""

@@ -41,6 +41,10 @@ class MemoryVectorCache:
     async def put(self, user_id: str, rows: list[tuple[str, str, bytes]]) -> None:
         self._rows.setdefault(user_id, {}).update({k: (d, v) for k, d, v in rows})
 
+    async def delete(self, user_id: str, keys: list[str]) -> int:
+        rows = self._rows.get(user_id, {})
+        return sum(rows.pop(k, None) is not None for k in set(keys))
+
 
 def unit(vector: Sequence[float]) -> np.ndarray:
     """The vector scaled to length 1, as float32 (what the cache stores)."""
@@ -78,16 +82,21 @@ class SemanticIndex:
             log.warning("embeddings failed (%r); ranking memories by lexical relevance and recency only", exc)
             self._warned = True
 
-    async def index(self, user_id: str, memories: Sequence[StoredMemory]) -> int:
+    async def index(self, user_id: str, memories: Sequence[StoredMemory], *, complete: bool = False) -> int:
         """Compute and store vectors for the memories whose text has none yet; return how many.
 
         Runs after writes, never on the reply path. Raises nothing: a failing embedder is logged and the
-        memories are indexed on a later write or reply.
+        memories are indexed on a later write or reply. ``complete``: ``memories`` are all the person's, so
+        a cached row of any other key (a memory gone, its row left by a crash) is deleted.
         """
         if user_id in self._paused:
             return 0
         try:
             cached = await self.cache.get(user_id)
+            if complete:
+                gone = sorted(set(cached) - {m.key for m in memories})
+                if gone:
+                    await self.cache.delete(user_id, gone)
             stale = [m for m in memories if cached.get(m.key, ("", b""))[0] != digest(m.content)]
             for start in range(0, len(stale), self.batch_size):
                 chunk = stale[start:start + self.batch_size]
@@ -114,7 +123,7 @@ class SemanticIndex:
 
         async def run() -> int:
             current = await memories() if callable(memories) else memories
-            return await self.index(user_id, list(current))
+            return await self.index(user_id, list(current), complete=callable(memories))
 
         task = asyncio.create_task(run(), name=f"index-memories:{user_id}")
         self._background[user_id] = task

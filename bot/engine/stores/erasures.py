@@ -17,8 +17,9 @@ from typing import Protocol
 @dataclass(frozen=True)
 class ErasureJob:
     """One erasure, as recorded. ``kind`` is ``person`` (a wipe or purge), ``quotes``,
-    ``messages`` (deleted Discord messages), ``thread`` (a deleted channel or thread) or ``guild`` (a server
-    the bot was removed from)."""
+    ``messages`` (deleted Discord messages), ``thread`` (a deleted channel or thread), ``guild`` (a server
+    the bot was removed from), ``edit`` (an edited message) or ``memories`` (memories the person deleted or
+    corrected)."""
 
     id: int
     kind: str
@@ -29,7 +30,8 @@ class ErasureJob:
     quotes: bytes | None
     requested: float
     # What a deletion is about, as IDs only (JSON): ``{"thread", "messages", "authors"}`` for ``messages``,
-    # ``{"thread"}`` for ``thread``; None for the other kinds (``guild`` uses ``guild_id``).
+    # ``{"thread"}`` for ``thread``; for ``edit`` the plan (IDs, the message's *new* text, never the old);
+    # ``{"keys"[, "replaced"]}`` for ``memories``; None for the other kinds (``guild`` uses ``guild_id``).
     subject: str | None = None
 
 

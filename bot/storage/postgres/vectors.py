@@ -27,3 +27,12 @@ class PostgresVectors:
                     " ON CONFLICT (user_id, memory_key) DO UPDATE SET digest = EXCLUDED.digest, vector = EXCLUDED.vector",
                     [(user_id, k, d, v) for k, d, v in rows],
                 )
+
+    @shielded
+    async def delete(self, user_id: str, keys: list[str]) -> int:
+        if not keys:
+            return 0
+        async with self._db.tx() as conn:
+            cur = await conn.execute("DELETE FROM bot_embeddings WHERE user_id = %s AND memory_key = ANY(%s)",
+                                     (user_id, sorted(set(keys))))
+            return cur.rowcount

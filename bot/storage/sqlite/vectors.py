@@ -23,3 +23,12 @@ class SqliteVectors:
                 "INSERT OR REPLACE INTO embeddings (user_id, memory_key, digest, vector) VALUES (?, ?, ?, ?)",
                 [(user_id, k, d, v) for k, d, v in rows],
             )
+
+    @shielded
+    async def delete(self, user_id: str, keys: list[str]) -> int:
+        if not keys:
+            return 0
+        async with self._db.tx() as db:
+            cur = await db.executemany(
+                "DELETE FROM embeddings WHERE user_id=? AND memory_key=?", [(user_id, k) for k in sorted(set(keys))])
+            return max(0, cur.rowcount)

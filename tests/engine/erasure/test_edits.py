@@ -1,0 +1,115 @@
+"""Edits and the person's own removals go through the one door: journaled jobs, finished after a crash.
+
+An edit's row holds IDs and the message's *new* text (never the old); a crash part-way through is finished
+at the next start, and then only the new text is learned. ``/memories delete`` is a journaled job too.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bot.engine.memories.records import Actor
+from bot.engine.state import Speaker
+from tests.conftest import Call, ScriptedChatModel, default_script, running_engine
+from tests.engine.erasure.test_eraser import _files_with
+
+
+def no_echo(call: Call):
+    return default_script(call) if call.is_extraction else "Noted!"
+
+
+def ann(message_id: str) -> Speaker:
+    return Speaker(user_id="1", name="Ann", guild_id="9", channel_id="c", message_id=message_id)
+
+
+async def test_a_crash_in_the_middle_of_an_edit_is_finished_with_the_new_text(settings, monkeypatch):
+    old, new = "okapi_old_text_3141", "narwhal_new_text_2718"
+    async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
+        await engine.reply("c", ann("501"), f"I like {old}")
+        await engine.scheduler.flush()
+        await engine.reply("c", ann("502"), "I like rowing")
+        await engine.scheduler.flush()
+        assert f"I like {old}" in [m.content for m in await engine.memories.list("1")]
+
+        async def crash(*_a, **_k):  # the thread has the new text; the queue and the memory not yet
+            raise RuntimeError("killed mid-edit")
+
+        monkeypatch.setattr(engine.storage.inbox, "edit_message", crash)
+        with pytest.raises(RuntimeError):
+            await engine.message_edited("c", "501", f"I like {new}")
+        monkeypatch.undo()
+        (job,) = await engine.storage.erasures.unfinished()
+        assert job.kind == "edit" and job.quotes is None
+        plan = json.loads(job.subject)
+        assert plan["message"] == "501" and new in plan["text"] and old not in job.subject
+        assert f"I like {old}" in [m.content for m in await engine.memories.list("1")]  # half done
+    async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
+        assert await engine.storage.erasures.unfinished() == []
+        await engine.scheduler.flush()
+        assert sorted(m.content for m in await engine.memories.list("1")) == [f"I like {new}", "I like rowing"]
+        assert all(old not in t.human for t in await engine.storage.inbox.every_turn())
+    assert _files_with(settings, old) == []
+
+
+async def test_an_edit_queued_again_and_then_crashed_is_not_queued_twice(settings, monkeypatch):
+    async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
+        await engine.reply("c", ann("601"), "I like tea_twice")
+        await engine.scheduler.flush()
+        finish = engine.eraser._finish
+
+        async def crash(_job_id):
+            raise RuntimeError("killed before the row was finished")
+
+        monkeypatch.setattr(engine.eraser, "_finish", crash)
+        with pytest.raises(RuntimeError):
+            await engine.message_edited("c", "601", "I like coffee_once")
+        monkeypatch.setattr(engine.eraser, "_finish", finish)
+        assert await engine.eraser.resume() == 1
+        rows = [t for t in await engine.storage.inbox.every_turn() if t.origin.get("message_id") == "601"]
+        assert [t.human for t in rows if t.human == "I like coffee_once"]
+        await engine.scheduler.flush()
+        assert [m.content for m in await engine.memories.list("1")] == ["I like coffee_once"]
+
+
+async def test_the_persons_delete_is_a_journaled_job_finished_after_a_crash(settings, monkeypatch):
+    async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
+        await engine.reply("c", ann("701"), "I like hand_delete_canary")
+        await engine.scheduler.flush()
+        (memory,) = await engine.memories.list("1")
+
+        async def crash(*_a, **_k):
+            raise RuntimeError("killed mid-delete")
+
+        monkeypatch.setattr(engine.eraser.steps, "delete_memories", crash)
+        with pytest.raises(RuntimeError):
+            await engine.delete_memories("1", [memory.key], by=Actor("user", "1"))
+        monkeypatch.undo()
+        (job,) = await engine.storage.erasures.unfinished()
+        assert job.kind == "memories" and job.actor == "user" and memory.key in job.subject
+    async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
+        assert await engine.storage.erasures.unfinished() == []
+        assert await engine.memories.list("1") == []
+        assert [e.actor for e in await engine.memory_history("1", memory.key)] == ["extraction", "user"]
+
+
+async def test_an_old_message_the_bot_holds_no_text_of_is_judged_by_its_edited_timestamp(settings):
+    """Only memories still name the message (no thread or queue text to compare with): an update whose
+    ``edited_timestamp`` is older than when the bot recorded the message changes nothing; a later one is
+    an edit."""
+    import time
+    from datetime import datetime, timezone
+
+    async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
+        recorded = time.time() - 3600
+        source = {"guild_id": "9", "channel_id": "c", "message_id": "1001",
+                  "at": datetime.fromtimestamp(recorded, timezone.utc).isoformat(timespec="seconds")}
+        origin = {**source, "source": "extraction"}
+        await engine.memories.apply("1", inserts=[("I like old_message_tea", origin, [source])])
+        before = await engine.memories.list("1")
+        assert not await engine.message_edited("c", "1001", "I like old_message_tea", edited_at=recorded - 600)
+        assert await engine.memories.list("1") == before and await engine.storage.erasures.unfinished() == []
+        assert await engine.message_edited("c", "1001", "I like old_message_coffee", edited_at=time.time())
+        await engine.scheduler.flush()
+        assert [m.content for m in await engine.memories.list("1")] == ["I like old_message_coffee"]

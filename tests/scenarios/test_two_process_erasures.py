@@ -1,0 +1,89 @@
+"""Two engines on one PostgreSQL database, as two bot processes: erasures of two people who quote each other,
+started at once in each process, both finish (the global erasure lock orders them; neither deadlocks);
+and a process's ``resume()`` never runs a job again that the other live process is running."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import AsyncExitStack
+
+from langchain_core.messages import HumanMessage
+
+from bot.engine.state import Speaker
+from tests.conftest import (
+    Call,
+    ScriptedChatModel,
+    default_script,
+    make_settings,
+    running_engine,
+)
+
+ANN = Speaker(user_id="1", name="Ann", guild_id="900", channel_id="a", message_id="11")
+BOB = Speaker(user_id="2", name="Bob", guild_id="900", channel_id="b", message_id="22")
+ANN_SAYS = "the lighthouse keeper paints every door teal"
+BOB_SAYS = "the ferry captain whistles old sea shanties"
+
+
+def no_echo(call: Call):
+    return default_script(call) if call.is_extraction else "Noted!"
+
+
+async def two(tmp_path, pg_backend):
+    stack = AsyncExitStack()
+    a = await stack.enter_async_context(running_engine(make_settings(tmp_path / "a", pg_backend), ScriptedChatModel(no_echo)))
+    b = await stack.enter_async_context(running_engine(make_settings(tmp_path / "b", pg_backend), ScriptedChatModel(no_echo)))
+    return stack, a, b
+
+
+async def test_two_processes_erase_two_people_who_quote_each_other_at_once(tmp_path, pg_backend):
+    stack, a, b = await two(tmp_path, pg_backend)
+    async with stack:
+        await a.reply("a", ANN, ANN_SAYS)
+        await a.reply("a", ANN, f"Bob told me {BOB_SAYS}")
+        await b.reply("b", BOB, BOB_SAYS)
+        await b.reply("b", BOB, f"Ann told me {ANN_SAYS}")
+        await a.memories.apply("1", inserts=[(f"Ann heard {BOB_SAYS}", ANN.origin())])
+        await b.memories.apply("2", inserts=[(f"Bob heard {ANN_SAYS}", BOB.origin())])
+        await a.memories.apply("3", inserts=[(f"Cy heard {ANN_SAYS} and {BOB_SAYS}", ANN.origin())])
+        first, second = await asyncio.wait_for(asyncio.gather(a.erase_person("1"), b.erase_person("2")), 60)
+        assert first.memories == 1 and second.memories == 1
+        for engine in (a, b):
+            assert await engine.memories.list("1") == [] and await engine.memories.list("2") == []
+            assert await engine.storage.erasures.unfinished() == []
+        (cy,) = await a.memories.list("3")
+        # (Which erasure runs first decides whether "heard" goes too: Bob's own "Bob heard ..." quotes it.)
+        assert cy.content in ("Cy heard [erased] and [erased]", "Cy [erased] and [erased]")
+        for thread in ("a", "b"):
+            said = [m.text for m in (await a.thread_state(thread)).get("messages", []) if isinstance(m, HumanMessage)]
+            assert said == []
+        assert all(ANN_SAYS not in t.human and BOB_SAYS not in t.human for t in await b.storage.inbox.every_turn())
+
+
+async def test_resume_never_runs_a_job_the_other_live_process_is_running(tmp_path, pg_backend, monkeypatch):
+    stack, a, b = await two(tmp_path, pg_backend)
+    async with stack:
+        await a.reply("a", ANN, ANN_SAYS)
+        await a.scheduler.flush()
+        runs = {"a": 0, "b": 0}
+        entered = asyncio.Event()
+
+        def slowed(engine, name: str):
+            real = engine.eraser.steps.person
+
+            async def person(*args, **kwargs):
+                runs[name] += 1
+                entered.set()
+                await asyncio.sleep(1.0)  # still erasing when the other process looks at the journal
+                return await real(*args, **kwargs)
+
+            monkeypatch.setattr(engine.eraser.steps, "person", person)
+
+        slowed(a, "a")
+        slowed(b, "b")
+        erasing = asyncio.create_task(a.erase_person("1"))
+        await asyncio.wait_for(entered.wait(), 20)
+        assert len(await b.storage.erasures.unfinished()) == 1  # b sees a's row while a runs it
+        assert await asyncio.wait_for(b.eraser.resume(), 30) == 0  # waited for a, then found it finished
+        await erasing
+        assert runs == {"a": 1, "b": 0}
+        assert await b.storage.erasures.unfinished() == [] and await b.memories.list("1") == []
