@@ -245,8 +245,9 @@ async def erase_keys(repo: MemoryRepository, user_id: str | int, keys) -> int:
 async def mark_deleted_sources(repo: MemoryRepository, user_id: str | int, message_ids: set[str]) -> int:
     """Deleted messages are marked ``"deleted": true`` in the sources of the person's memories that other
     messages also taught (or that the person wrote or corrected by hand, which stay). The memory stays and
-    keeps the place (a moderator purge of that server still finds what it contributed), but deleting its other messages later finds it as learned only from
-    deleted messages. Returns how many memories changed; idempotent.
+    keeps the place (a moderator purge of that server still finds what it contributed), but deleting its
+    other messages later finds it as learned only from deleted messages. Returns how many memories
+    changed; idempotent.
     """
     ns = namespace(user_id)
     ops: list[PutOp] = []
