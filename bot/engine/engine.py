@@ -12,7 +12,7 @@ import asyncio
 import logging
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from langgraph.graph.state import CompiledStateGraph
 
@@ -20,15 +20,14 @@ from bot.engine.concurrency import Locks, RateLimiter
 from bot.engine.conversation.graph import ChatDeps, build_chat_graph
 from bot.engine.conversation.turn import DeltaCallback, Reply, TurnRunner
 from bot.engine.erasure.conversations import ConversationEraser
-from bot.engine.erasure.departures import absent_at_ready, servers_with_data
-from bot.engine.erasure.eraser import Eraser, ErasureResult
+from bot.engine.erasure.eraser import Eraser
 from bot.engine.erasure.events import DiscordChanges
+from bot.engine.erasure.verbs import ChangeVerbs
 from bot.engine.errors import Outages
 from bot.engine.health import HealthVerbs
 from bot.engine.learning.extraction import MemoryWriter, WriteRequest
 from bot.engine.learning.graph import build_memory_graph
 from bot.engine.learning.scheduler import ExtractionScheduler, OnChange
-from bot.engine.memories.records import Actor
 from bot.engine.memories.repository import MemoryRepository
 from bot.engine.memories.verbs import MemoryVerbs
 from bot.engine.policy.limits import NoticeOnce, TokenBucket
@@ -62,11 +61,12 @@ class TurnResult:
     notice: str | None = None
 
 
-class ChatEngine(MemoryVerbs, SettingsVerbs, HealthVerbs):
+class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
     """Conversation + memory engine over injected storage and models.
 
-    The verbs for memories (``memories/verbs.py``), server settings (``policy/verbs.py``) and health
-    (``health.py``) are mixed in from their homes, so this file keeps the wiring, turns and erasure.
+    The verbs for Discord's changes and erasures (``erasure/verbs.py``), memories (``memories/verbs.py``),
+    server settings (``policy/verbs.py``) and health (``health.py``) are mixed in from their homes, so this
+    file keeps the wiring, the life cycle, turns and learning.
     """
 
     def __init__(self, *, settings: Settings, storage: Storage, chat_model: Any, memory_model: Any = None,
@@ -289,50 +289,6 @@ class ChatEngine(MemoryVerbs, SettingsVerbs, HealthVerbs):
     async def flush_learning(self) -> None:
         """Extract everything pending now (the console and shutdown)."""
         await self.scheduler.flush()
-
-    # ---- Discord events
-    async def message_edited(self, thread_id: str, message_id: str, text: str, *, edited_at: float | None = None) -> bool:
-        """A message was edited on Discord; ``text`` is what the bot would have stored for it. False, and
-        nothing touched, when that is what it stored (not an edit); ``edited_at``: see ``erasure.events``."""
-        return await self.changes.edit_message(thread_id, message_id, text, edited_at=edited_at)
-
-    async def messages_deleted(self, thread_id: str, message_ids: set[str]) -> None:
-        """Messages were deleted on Discord: they go everywhere (see ``erasure``)."""
-        await self.changes.forget_messages(thread_id, message_ids)
-
-    async def channel_deleted(self, thread_id: str) -> None:
-        """A channel or thread was deleted: its stored conversation goes."""
-        await self.changes.forget_thread(thread_id)
-
-    async def server_removed(self, guild_id: str) -> None:
-        """The bot left (or was removed from) a server: its data goes after the retention period."""
-        await self.changes.server_removed(guild_id)
-
-    async def server_back(self, guild_id: str) -> None:
-        """The bot is in a server again (joined, or it was seen at start-up): nothing of it is swept."""
-        await self.changes.server_back(guild_id)
-
-    async def servers_at_ready(self, present: Iterable[str], *, mine: Callable[[str], bool] = lambda _: True) -> list[str]:
-        """READY listed ``present``: servers this process's shards own (``mine``) that hold data here but are
-        missing were removed while the bot was offline; they are swept after the retention (see
-        ``erasure/departures.py``). Returns them."""
-        known = await servers_with_data(self.conversations, self.memories)
-        return await absent_at_ready(present, known, mine=mine, removed=self.server_removed, back=self.server_back)
-
-    async def erase_person(self, user_id: str | int, *, guild_id: str | None = None,
-                           by: Actor | None = None) -> ErasureResult:
-        """Erase everything held about a person (or what was learned in one server); see ``erasure``.
-
-        A turn of theirs already in flight finishes first (erasing a thread takes its lock) and is not
-        queued for learning; one that starts while the erasure runs is answered without their memories,
-        and neither its messages nor its answer are kept or learned from (``conversation/turn.py``).
-        """
-        # Their turns meanwhile: no memories, nothing kept. (No memory vectors are written either: the
-        # eraser's hold on a person pauses them, see _hold.)
-        with self.runner.inflight.erasing(str(user_id)):
-            result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
-        self.metrics.erasure("person" if guild_id is None else "server")
-        return result
 
 
 def _logged(task: asyncio.Task) -> asyncio.Task:

@@ -1,0 +1,73 @@
+"""The front door's verbs for what changes or leaves: Discord's edits and deletions, servers, erasing a person.
+
+A mixin of :class:`bot.engine.ChatEngine` (see ``memories/verbs.py`` for why mixins): every one of them
+ends in the one :class:`~bot.engine.erasure.eraser.Eraser`, through ``DiscordChanges`` for Discord's events.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from bot.engine.conversation.turn import TurnRunner
+from bot.engine.erasure.conversations import ConversationEraser
+from bot.engine.erasure.departures import absent_at_ready, servers_with_data
+from bot.engine.erasure.eraser import Eraser
+from bot.engine.erasure.events import DiscordChanges
+from bot.engine.erasure.steps import ErasureResult
+from bot.engine.memories.records import Actor
+from bot.engine.memories.repository import MemoryRepository
+from bot.metrics import Metrics
+
+
+class ChangeVerbs:
+    """Follow Discord's edits, deletions and servers; erase a person."""
+
+    changes: DiscordChanges
+    conversations: ConversationEraser
+    eraser: Eraser
+    memories: MemoryRepository
+    runner: TurnRunner
+    metrics: Metrics
+
+    async def message_edited(self, thread_id: str, message_id: str, text: str, *, edited_at: float | None = None) -> bool:
+        """A message was edited on Discord; ``text`` is what the bot would have stored for it. False, and
+        nothing touched, when that is what it stored (not an edit); ``edited_at``: see ``erasure.events``."""
+        return await self.changes.edit_message(thread_id, message_id, text, edited_at=edited_at)
+
+    async def messages_deleted(self, thread_id: str, message_ids: set[str]) -> None:
+        """Messages were deleted on Discord: they go everywhere (see ``erasure``)."""
+        await self.changes.forget_messages(thread_id, message_ids)
+
+    async def channel_deleted(self, thread_id: str) -> None:
+        """A channel or thread was deleted: its stored conversation goes."""
+        await self.changes.forget_thread(thread_id)
+
+    async def server_removed(self, guild_id: str) -> None:
+        """The bot left (or was removed from) a server: its data goes after the retention period."""
+        await self.changes.server_removed(guild_id)
+
+    async def server_back(self, guild_id: str) -> None:
+        """The bot is in a server again (joined, or it was seen at start-up): nothing of it is swept."""
+        await self.changes.server_back(guild_id)
+
+    async def servers_at_ready(self, present: Iterable[str], *, mine: Callable[[str], bool] = lambda _: True) -> list[str]:
+        """READY listed ``present``: servers this process's shards own (``mine``) that hold data here but are
+        missing were removed while the bot was offline; they are swept after the retention (see
+        ``erasure/departures.py``). Returns them."""
+        known = await servers_with_data(self.conversations, self.memories)
+        return await absent_at_ready(present, known, mine=mine, removed=self.server_removed, back=self.server_back)
+
+    async def erase_person(self, user_id: str | int, *, guild_id: str | None = None,
+                           by: Actor | None = None) -> ErasureResult:
+        """Erase everything held about a person (or what was learned in one server); see ``erasure``.
+
+        A turn of theirs already in flight finishes first (erasing a thread takes its lock) and is not
+        queued for learning; one that starts while the erasure runs is answered without their memories,
+        and neither its messages nor its answer are kept or learned from (``conversation/turn.py``).
+        """
+        # Their turns meanwhile: no memories, nothing kept. (No memory vectors are written either: the
+        # eraser's hold on a person pauses them, see _hold.)
+        with self.runner.inflight.erasing(str(user_id)):
+            result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
+        self.metrics.erasure("person" if guild_id is None else "server")
+        return result
