@@ -26,6 +26,7 @@ from discord.ext import commands
 
 from bot.client import MemoryBot
 from bot.engine import OPERATOR, Edit, GuildPolicy, SettingRefused, channel_listed, reset, set_field
+from cogs._installs import guild_installed
 from cogs._modlog import post_mod_log
 from cogs.views import confirm
 
@@ -51,6 +52,7 @@ def has_manage_server(interaction: discord.Interaction) -> bool:
     """Manage Server from the member's roles, in a server; raises the error the central handler explains."""
     if interaction.guild_id is None or interaction.guild is None:
         raise app_commands.NoPrivateMessage()
+    guild_installed(interaction)  # not as a user-installed app, nor in a server I am not in
     member = interaction.user
     if not isinstance(member, discord.Member) or not member.guild_permissions.manage_guild:
         raise app_commands.MissingPermissions(["manage_guild"])
@@ -70,6 +72,7 @@ def _channels(ids: Iterable[str]) -> str:
 
 
 @app_commands.guild_only()
+@app_commands.allowed_installs(guilds=True, users=False)
 @app_commands.default_permissions(manage_guild=True)
 class SettingsCommands(commands.GroupCog, group_name="settings", group_description="How I behave in this server (Manage Server)"):
     """The ``/settings`` group."""

@@ -150,15 +150,21 @@ def message(id: int, channel_id: int, author: dict, content: str, guild_id: Opti
 # ---------------------------------------------------------------- interaction payload builders
 def interaction(type: int, *, user: dict, data: Optional[dict] = None, channel: Optional[dict] = None,
                 guild_id: Optional[int] = None, permissions: int = 0, app_permissions: int = 0,
-                message: Optional[dict] = None, locale: str = 'en-US', application_id: int = APP_ID) -> dict:
+                message: Optional[dict] = None, locale: str = 'en-US', application_id: int = APP_ID,
+                context: Optional[int] = None, integration_owners: Optional[dict] = None) -> dict:
     """INTERACTION_CREATE payload (2 command, 3 component, 4 autocomplete). In guilds ``member.permissions`` is
     the member's computed channel permissions; discord.py exposes it verbatim as ``interaction.permissions``
-    (which ``app_commands.checks.has_permissions`` reads). In DMs ``user`` is sent instead of ``member``."""
+    (which ``app_commands.checks.has_permissions`` reads). In DMs ``user`` is sent instead of ``member``.
+
+    ``context`` is the interaction context type (0 guild, 1 the bot's DM, 2 a private channel: a DM or group
+    DM between people); ``integration_owners`` is ``authorizing_integration_owners`` ({'0': guild id} for a
+    server install, {'1': user id} for a user install). Both default to a server install (or the bot's DM)."""
     iid, (u, m) = snowflake(), _split(user)
+    owners = integration_owners if integration_owners is not None else {'0': str(guild_id or 0)}
     p = {'id': str(iid), 'application_id': str(application_id), 'type': type, 'token': f'itoken-{iid}',
          'version': 1, 'locale': locale, 'app_permissions': str(app_permissions), 'entitlements': [],
-         'attachment_size_limit': 10 * 1024 * 1024, 'context': 0 if guild_id else 1,
-         'authorizing_integration_owners': {'0': str(guild_id or 0)}}
+         'attachment_size_limit': 10 * 1024 * 1024, 'context': context if context is not None else 0 if guild_id else 1,
+         'authorizing_integration_owners': {str(k): str(v) for k, v in owners.items()}}
     if data is not None:
         p['data'] = data
     if channel is not None:
@@ -209,6 +215,28 @@ def slash_data(tree: app_commands.CommandTree, command: str, options: Optional[d
         opts = [{'name': path[depth], 'type': 1 if depth == len(path) - 1 else 2, 'options': opts}]
     data = {'id': str(command_id(path[0], scope)), 'name': path[0], 'type': 1, 'options': opts}
     return dict(data, **({'guild_id': str(scope)} if scope else {}), **({'resolved': resolved} if resolved else {}))
+
+
+def context_menu_data(tree: app_commands.CommandTree, name: str, target: dict, *, guild_id: Optional[int] = None,
+                      member_permissions: int = 0) -> dict:
+    """``data`` of a context-menu interaction (APPLICATION_COMMAND with ``data.type`` 2 user / 3 message).
+
+    ``target`` is a message payload (a message menu) or a user / member payload (a user menu); it becomes
+    ``data.target_id`` and the ``data.resolved`` entry Discord sends (``messages``; ``users`` + ``members``)."""
+    menu = next((c for t in (discord.AppCommandType.message, discord.AppCommandType.user)
+                 if (c := tree.get_command(name, type=t)) is not None), None)
+    if menu is None:
+        raise LookupError(f'no context menu {name!r} in tree')
+    if menu.type == discord.AppCommandType.message:
+        resolved = {'messages': {target['id']: target}}
+        target_id = target['id']
+    else:
+        u, m = _split(target)
+        target_id, resolved = u['id'], {'users': {u['id']: u}}
+        if m is not None and guild_id:
+            resolved['members'] = {u['id']: dict(m, permissions=str(member_permissions))}
+    return {'id': str(command_id(name)), 'name': name, 'type': menu.type.value, 'target_id': target_id,
+            'resolved': resolved}
 
 
 # ---------------------------------------------------------------- recording
@@ -454,17 +482,23 @@ class DiscordHarness:
         return int(gid) if gid else None
 
     async def _interact(self, type: int, user: dict, channel_id: int, data: dict, message=None, permissions=None,
-                        app_permissions=None, locale='en-US') -> Responses:
-        """Build the payload (permissions computed unless given), feed INTERACTION_CREATE, settle."""
-        ch, gid = self.channels.get(int(channel_id)) or dm_channel(channel_id, user), self._guild_of(channel_id)
-        if gid is not None:
+                        app_permissions=None, locale='en-US', context=None, integration_owners=None,
+                        channel=None) -> Responses:
+        """Build the payload (permissions computed unless given), feed INTERACTION_CREATE, settle.
+
+        ``channel`` is the partial channel payload Discord sends for a channel the bot cannot know (a server
+        it is not in, a DM between people); its ``guild_id`` then makes the interaction a server one."""
+        ch = channel or self.channels.get(int(channel_id)) or dm_channel(channel_id, user)
+        gid = self._guild_of(channel_id) if channel is None else (int(channel['guild_id']) if channel.get('guild_id') else None)
+        if gid is not None and gid in self.guilds:
             user = self._member_payload(gid, user)
             permissions = self.permissions_for(user, channel_id) if permissions is None else permissions
             if app_permissions is None:
                 app_permissions = self.permissions_for(self.bot_user, channel_id)
         payload = interaction(type, user=user, data=data, channel=ch, guild_id=gid, permissions=permissions or 0,
                               app_permissions=app_permissions or 0, message=message, locale=locale,
-                              application_id=self.application_id)
+                              application_id=self.application_id, context=context,
+                              integration_owners=integration_owners)
         self.feed('INTERACTION_CREATE', payload)
         await self.settle()
         out = Responses(self.interaction_responses(int(payload['id'])))
@@ -486,6 +520,20 @@ class DiscordHarness:
         channel; DM channel ids from ``dm()``). ``permissions=None`` -> computed from roles/overwrites."""
         return await self._interact(2, user, channel_id, self._slash_data(command, user, channel_id, options),
                                     permissions=permissions, app_permissions=app_permissions, locale=locale)
+
+    async def invoke_context_menu(self, name: str, target: dict, *, user: dict, channel_id: int,
+                                  permissions: Optional[int] = None, context: Optional[int] = None,
+                                  integration_owners: Optional[dict] = None, channel: Optional[dict] = None) -> Responses:
+        """Right-click ``name`` on ``target`` (a message payload, or a user / member payload) as ``user`` in
+        ``channel_id``. ``context``/``integration_owners``/``channel`` describe user-install cases (see ``interaction``)."""
+        gid = self._guild_of(channel_id) if channel is None else (int(channel['guild_id']) if channel.get('guild_id') else None)
+        perms = 0
+        if gid is not None and gid in self.guilds and 'username' in target:  # Discord resolves guild members
+            target = self._member_payload(gid, target, known_only=True) or target
+            perms = self.permissions_for(target, channel_id) if 'user' in target else 0
+        data = context_menu_data(self.bot.tree, name, target, guild_id=gid, member_permissions=perms)
+        return await self._interact(2, user, channel_id, data, permissions=permissions, context=context,
+                                    integration_owners=integration_owners, channel=channel)
 
     async def autocomplete(self, command: str, focused: str, *, user: dict, channel_id: int,
                            options: Optional[dict] = None) -> List[dict]:
@@ -611,7 +659,7 @@ class DiscordHarness:
         if payload is None:
             guild = discord.Object(int(guild_id)) if guild_id else None
             payload = [cmd.to_dict(self.bot.tree) for cmd in self.bot.tree.get_commands(guild=guild)]
-        return [dict(cmd, id=str(command_id(cmd['name'], guild_id and int(guild_id))), version='1',
+        return [dict({'description': ''}, **cmd, id=str(command_id(cmd['name'], guild_id and int(guild_id))), version='1',
                      application_id=str(self.application_id), **({'guild_id': guild_id} if guild_id else {}))
                 for cmd in payload]
 
