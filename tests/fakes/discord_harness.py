@@ -515,11 +515,14 @@ class DiscordHarness:
 
     async def invoke_slash(self, command: str, *, user: dict, channel_id: int, options: Optional[dict] = None,
                            permissions: Optional[int] = None, app_permissions: Optional[int] = None,
-                           locale: str = 'en-US') -> Responses:
+                           locale: str = 'en-US', context: Optional[int] = None,
+                           integration_owners: Optional[dict] = None, channel: Optional[dict] = None) -> Responses:
         """Run ``/command`` ("group sub" paths ok) as ``user`` in ``channel_id`` (the guild comes from the
-        channel; DM channel ids from ``dm()``). ``permissions=None`` -> computed from roles/overwrites."""
+        channel; DM channel ids from ``dm()``). ``permissions=None`` -> computed from roles/overwrites.
+        ``context``/``integration_owners``/``channel`` describe user-install cases (see ``interaction``)."""
         return await self._interact(2, user, channel_id, self._slash_data(command, user, channel_id, options),
-                                    permissions=permissions, app_permissions=app_permissions, locale=locale)
+                                    permissions=permissions, app_permissions=app_permissions, locale=locale,
+                                    context=context, integration_owners=integration_owners, channel=channel)
 
     async def invoke_context_menu(self, name: str, target: dict, *, user: dict, channel_id: int,
                                   permissions: Optional[int] = None, context: Optional[int] = None,
