@@ -10,7 +10,8 @@ context for one answer, quoted (never instructions), never stored in the thread 
   newest first until ``channel_context_messages`` or ``channel_context_tokens`` is reached, shown oldest
   first; from discord.py's cache when it reaches back far enough (the cache is a contiguous recent
   window per channel), else one history request. System messages (joins, pins) are skipped.
-- **Thread starter**: for a thread started from a message, that message (fetched once per thread).
+- **Thread starter**: for a thread started from a message, that message (fetched once per thread); for a
+  post in a forum or media channel (each post is a thread, and a conversation), the post's opening message.
 
 Whose words are left out is decided by the engine (people in private mode); the cog only collects.
 """
@@ -141,9 +142,12 @@ class StarterCache:
         if thread.id in self._known:
             return self._known[thread.id]
         message = thread.starter_message
-        if message is None and thread.parent is not None and hasattr(thread.parent, "fetch_message"):
-            try:  # a thread started from a message has that message's ID, in the parent channel
-                message = await thread.parent.fetch_message(thread.id)
+        # A thread started from a message has that message's ID, in the parent channel; a forum or media
+        # post (whose parent has no messages) opens with a message of the thread's ID in the thread itself.
+        source = thread if isinstance(thread.parent, discord.ForumChannel) else thread.parent
+        if message is None and source is not None and hasattr(source, "fetch_message"):
+            try:
+                message = await source.fetch_message(thread.id)
             except discord.HTTPException:
                 message = None
         quote = quote_of(message, "starter") if message is not None else None

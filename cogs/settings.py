@@ -101,7 +101,9 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         if real is None or not real.permissions_for(guild.me).view_channel:
             return f"I can't see that {kind}; give me access to it first. Nothing was changed."
         perms = real.permissions_for(guild.me)
-        can_post = perms.send_messages_in_threads if isinstance(real, discord.Thread) else perms.send_messages
+        # In a forum or media channel the bot answers inside its posts (threads): that is Send Messages in Threads.
+        in_threads = isinstance(real, (discord.Thread, discord.ForumChannel))
+        can_post = perms.send_messages_in_threads if in_threads else perms.send_messages
         if post and not can_post:
             return f"I can see that {kind} but I'm not allowed to send messages there. Nothing was changed."
         return None

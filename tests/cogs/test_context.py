@@ -191,3 +191,63 @@ async def test_a_forward_or_a_reference_into_another_channel_pulls_nothing_into_
         assert len(r.model.chat_calls) == 2
         for call in r.model.chat_calls[-2:]:
             assert "other-server-secret" not in call.prompt_text
+
+
+FORUM = 930
+
+
+def forum_post(r, author: dict, title: str, text: str, forum: int = FORUM) -> dict:
+    """A new post in a forum channel, as Discord sends it: THREAD_CREATE (a thread whose parent is the forum),
+    then the opening message, which has the thread's own ID and lives in the thread."""
+    if r.bot.get_channel(forum) is None:
+        r.h.feed("CHANNEL_CREATE", dh.forum_channel(forum, GUILD_ID, "ideas"))
+    post_id = dh.snowflake()
+    r.h.feed("THREAD_CREATE", dict(dh.thread(post_id, GUILD_ID, forum, title, owner_id=int(author["id"])),
+                                   newly_created=True))
+    opening = dh.message(post_id, post_id, dh.member(author), text, guild_id=GUILD_ID)
+    r.h.feed("MESSAGE_CREATE", opening)
+    return opening
+
+
+async def test_a_forum_post_is_a_conversation_whose_opening_message_is_context(tmp_path):
+    async with rig(tmp_path) as r:
+        opening = forum_post(r, BOB, "Meetup venue", "bob's post: the meetup moves to the boathouse")
+        post = int(opening["id"])
+        assert r.bot.get_channel(post).parent.type.value == 15
+        forget_cache(r)  # the opening message has to be fetched: from the post, the forum has no messages
+        await r.h.send_message(r.mentioning(ALICE, "is that a good venue?", channel_id=post))
+        call = r.model.chat_calls[-1]
+        context = next(t for t in user_turns(call) if "thread was started from" in t)
+        assert "[Bob | user 803]\n> bob's post: the meetup moves to the boathouse" in context
+        (fetch,) = r.h.calls_to("GET", "/channels/{channel_id}/messages/{message_id}")
+        assert fetch.params == {"channel_id": str(post), "message_id": str(post)}
+        assert (await r.engine.thread_state(str(post)))["messages"]  # the post is its own conversation
+        assert not (await r.engine.thread_state(str(FORUM))).get("messages")
+
+
+async def test_answer_all_on_a_forum_channel_applies_to_its_posts(tmp_path):
+    from tests.cogs.test_settings import apply
+
+    async with rig(tmp_path) as r:
+        r.h.feed("CHANNEL_CREATE", dh.forum_channel(FORUM, GUILD_ID, "ideas"))
+        opening = forum_post(r, BOB, "Quiet post", "just thinking out loud")
+        assert not [c for c in r.h.sent_messages(int(opening["id"]))]  # not listed yet: no answer
+        prompt, done = await apply(r, "answer-all", channel=dh.forum_channel(FORUM, GUILD_ID, "ideas"), on=True)
+        assert "Done: answer every message in" in done[-1].content, prompt.content
+        opening = forum_post(r, BOB, "Loud post", "what should we name the boat?")
+        await r.h.settle()
+        assert r.h.sent_messages(int(opening["id"]))  # the opening message of a new post is answered
+        sent = await r.h.send_message(r.msg(ALICE, "and a follow-up, no mention", channel_id=int(opening["id"])))
+        assert any(c.template == "/channels/{channel_id}/messages" and c.method == "POST" for c in sent)
+        assert "what should we name the boat?" in r.model.chat_calls[-1].prompt_text  # answered: in the conversation
+
+
+async def test_answer_all_on_a_forum_needs_send_messages_in_threads(tmp_path):
+    from tests.cogs.test_settings import settings
+
+    async with rig(tmp_path) as r:
+        deny = dh.overwrite(dh.BOT_ID, member=True, deny=1 << 38)  # Send Messages in Threads
+        r.h.feed("CHANNEL_CREATE", dh.forum_channel(FORUM, GUILD_ID, "ideas", permission_overwrites=[deny]))
+        res = await settings(r, "answer-all", channel=dh.forum_channel(FORUM, GUILD_ID, "ideas"), on=True)
+        assert res[-1].ephemeral and "not allowed to send messages there" in res[-1].content
+        assert str(FORUM) not in (await r.engine.guild_policy(GUILD_ID)).respond_channels

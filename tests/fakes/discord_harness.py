@@ -89,6 +89,15 @@ def text_channel(id: int, guild_id: int, name: str, permission_overwrites=(), pa
             'nsfw': False, 'last_message_id': None, 'rate_limit_per_user': 0, 'flags': 0}
 
 
+def forum_channel(id: int, guild_id: int, name: str, permission_overwrites=(), media: bool = False) -> dict:
+    """A forum (type 15) or media (16) channel: it holds posts (threads), never messages of its own."""
+    return {'id': str(id), 'type': 16 if media else 15, 'guild_id': str(guild_id), 'name': name, 'position': 0,
+            'topic': None, 'permission_overwrites': list(permission_overwrites), 'parent_id': None, 'nsfw': False,
+            'last_message_id': None, 'rate_limit_per_user': 0, 'flags': 0, 'available_tags': [],
+            'default_reaction_emoji': None, 'default_sort_order': None, 'default_forum_layout': 0,
+            'default_thread_rate_limit_per_user': 0}
+
+
 def thread(id: int, guild_id: int, parent_id: int, name: str, owner_id: int = BOT_ID, type: int = 11) -> dict:
     return {'id': str(id), 'type': type, 'guild_id': str(guild_id), 'parent_id': str(parent_id), 'name': name,
             'owner_id': str(owner_id), 'message_count': 0, 'member_count': 1, 'total_message_sent': 0,
@@ -621,7 +630,7 @@ class DiscordHarness:
                        ('GET', path, lambda c: self._commands(None, c.params.get('guild_id')))]
         by_id = lambda c: int(c.params['message_id'])  # noqa: E731
         by_token = lambda c: self._originals.get(c.params['webhook_token'])  # noqa: E731
-        for path, get in ((msg, by_id), (wh + '/messages/{message_id}', by_id), (wh + '/messages/@original', by_token)):
+        for path, get in ((msg, self._in_channel), (wh + '/messages/{message_id}', by_id), (wh + '/messages/@original', by_token)):
             routes += [('GET', path, lambda c, get=get: self._stored(get(c))),
                        ('PATCH', path, lambda c, get=get: self._edit(get(c), c)),
                        ('DELETE', path, lambda c, get=get: self._stored(get(c)) and self.messages.pop(get(c)) and None)]
@@ -651,6 +660,12 @@ class DiscordHarness:
             found = [m for m in found if int(m['id']) > int(q['after'])]
         found.sort(key=lambda m: int(m['id']), reverse=True)
         return found[:int(q.get('limit', 50))]
+
+    def _in_channel(self, c: Call) -> Optional[int]:
+        """A message route's message id, None (-> 404 Unknown Message) when it is not in that channel."""
+        mid = int(c.params['message_id'])
+        stored = self.messages.get(mid)
+        return mid if stored is None or stored['channel_id'] == c.params['channel_id'] else None
 
     def _stored(self, message_id: Optional[int]) -> dict:
         if message_id not in self.messages:
