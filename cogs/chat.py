@@ -23,7 +23,7 @@ from discord.ext import commands
 
 from bot.client import MemoryBot
 from bot.engine import GuildPolicy, Incoming, Quote, Reply, Speaker
-from cogs._context import StarterCache, channel_context, reply_chain, speaker_name
+from cogs._context import StarterCache, carried_quotes, channel_context, reply_chain, speaker_name
 from cogs._gate import access_allows
 from cogs._input import input_builder
 from cogs._gathering import ChannelTurns, Turn
@@ -131,6 +131,7 @@ class Chat(commands.Cog):
             if starter is not None:
                 quotes.append(starter)
         for item in items:
+            quotes += carried_quotes(item.message)  # forwarded messages and polls in what is answered
             if item.message.reference is not None and self.config.reply_chain_depth:
                 quotes += await reply_chain(self.bot, item.message, self.config.reply_chain_depth)
         quotes += await channel_context(self.bot, first, count=self.config.channel_context_messages,

@@ -29,8 +29,9 @@ class Quote:
     """Someone else's message shown to the model for one answer only: never stored, never learned.
 
     ``kind`` says why it is shown: ``"reply"`` (the message being replied to, and the reply chain above
-    it), ``"channel"`` (recent channel messages since the bot last spoke there) or ``"starter"`` (the
-    message a thread was started from).
+    it), ``"channel"`` (recent channel messages since the bot last spoke there), ``"starter"`` (the
+    message a thread was started from), ``"forward"`` (a message forwarded in a message being answered:
+    the author is who forwarded it) or ``"poll"`` (a poll in a message being answered).
     """
 
     author_id: str

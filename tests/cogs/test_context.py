@@ -251,3 +251,87 @@ async def test_answer_all_on_a_forum_needs_send_messages_in_threads(tmp_path):
         res = await settings(r, "answer-all", channel=dh.forum_channel(FORUM, GUILD_ID, "ideas"), on=True)
         assert res[-1].ephemeral and "not allowed to send messages there" in res[-1].content
         assert str(FORUM) not in (await r.engine.guild_policy(GUILD_ID)).respond_channels
+
+
+def snapshot(content: str, attachments=()) -> dict:
+    """One entry of ``message_snapshots`` as Discord sends it: a partial message, without author or IDs."""
+    return {"message": {"type": 0, "content": content, "embeds": [], "attachments": list(attachments),
+                        "timestamp": "2024-05-01T10:00:00+00:00", "edited_timestamp": None, "flags": 0,
+                        "mentions": [], "mention_roles": [], "components": []}}
+
+
+def forward_of(original: dict, payload: dict, content: str) -> dict:
+    """``payload`` turned into a forward of ``original`` (message_reference type 1 + message_snapshots)."""
+    payload["message_reference"] = {"type": 1, "message_id": original["id"], "channel_id": original["channel_id"],
+                                    **({"guild_id": original["guild_id"]} if original.get("guild_id") else {})}
+    payload["message_snapshots"] = [snapshot(content)]
+    payload["flags"] = payload.get("flags", 0) | (1 << 14)  # HAS_SNAPSHOT
+    return payload
+
+
+def poll(question: str, answers: list[tuple[str, int]], *, multiselect: bool = False) -> dict:
+    """A message's ``poll`` object as Discord sends it (with ``results``: the counts so far)."""
+    return {"question": {"text": question}, "allow_multiselect": multiselect, "layout_type": 1,
+            "expiry": "2099-01-01T00:00:00+00:00",
+            "answers": [{"answer_id": i + 1, "poll_media": {"text": text}} for i, (text, _) in enumerate(answers)],
+            "results": {"is_finalized": False,
+                        "answer_counts": [{"id": i + 1, "count": n, "me_voted": False} for i, (_, n) in enumerate(answers)]}}
+
+
+async def test_a_forward_sent_to_the_bot_is_read_from_its_snapshot_as_context_and_not_kept(tmp_path):
+    async with rig(tmp_path) as r:
+        original = r.msg(BOB, "the original, edited since: fwd_original_text", channel_id=OTHER_CHANNEL,
+                         guild_id=OTHER_GUILD)
+        r.h.feed("MESSAGE_CREATE", original)  # cached: must not be used either
+        dm = r.h.dm(ALICE)
+        forward = forward_of(original, r.msg(ALICE, "", channel_id=int(dm["id"]), guild_id=None),
+                             "I like fwd_snapshot_text, the train leaves at nine")
+        calls = await r.h.send_message(forward)
+        assert r.h.sent_messages(int(dm["id"])), calls  # a bare forward is answered
+        call = r.model.chat_calls[-1]
+        context = next(t for t in user_turns(call) if t.startswith("[messages forwarded"))
+        assert "[Alice | user 802]\n> I like fwd_snapshot_text, the train leaves at nine" in context
+        assert "fwd_original_text" not in call.prompt_text and "fwd_snapshot_text" not in call.system
+        assert not r.h.calls_to("GET", "/channels/{channel_id}/messages/{message_id}")  # never fetched
+        await r.engine.scheduler.flush()
+        state = await r.engine.thread_state(dm["id"])
+        assert not any("fwd_snapshot_text" in m.text for m in state["messages"])  # context only: not kept
+        assert not any("fwd_snapshot_text" in m.content for m in await r.engine.list_memories(ALICE["id"]))
+
+
+async def test_a_forward_in_the_channel_is_context_under_the_privacy_rules(tmp_path):
+    async with rig(tmp_path) as r:
+        await r.engine.set_preferences(str(CAROL["id"]), private=True)
+        elsewhere = r.msg(BOB, "x", channel_id=OTHER_CHANNEL, guild_id=OTHER_GUILD)
+        r.h.feed("MESSAGE_CREATE", forward_of(elsewhere, r.msg(BOB, ""), "bob forwarded: launch is on monday"))
+        r.h.feed("MESSAGE_CREATE", forward_of(elsewhere, r.msg(CAROL, ""), "carol forwarded: private_fwd_text"))
+        await r.h.send_message(r.mentioning(ALICE, "what do you make of that?"))
+        prompt = r.model.chat_calls[-1].prompt_text
+        assert "[forwarded message]\n> bob forwarded: launch is on monday" in prompt
+        assert "private_fwd_text" not in prompt  # Carol is in private mode: left out, as in reply chains
+        assert not r.h.calls_to("GET", "/channels/{channel_id}/messages/{message_id}")
+
+
+async def test_a_poll_replied_to_is_shown_with_its_question_answers_and_votes(tmp_path):
+    async with rig(tmp_path) as r:
+        asked = r.msg(BOB, "")
+        asked["poll"] = poll("Where should the meetup be?", [("the boathouse", 3), ("the library", 1)], multiselect=True)
+        r.h.feed("MESSAGE_CREATE", asked)
+        await r.h.send_message(r.mentioning(ALICE, "which should I pick?", referenced_message=asked))
+        context = next(t for t in user_turns(r.model.chat_calls[-1]) if "replied to" in t)
+        assert "[Bob | user 803]\n> Poll: Where should the meetup be? (several answers allowed)" in context
+        assert "> - the boathouse (3 votes)\n> - the library (1 votes)" in context
+
+
+async def test_a_poll_posted_to_the_bot_is_answered_with_the_poll_as_context(tmp_path):
+    async with rig(tmp_path) as r:
+        dm = r.h.dm(ALICE)
+        mine = r.msg(ALICE, "", channel_id=int(dm["id"]), guild_id=None)
+        mine["poll"] = poll("Tea or coffee?", [("tea", 0), ("coffee", 0)])
+        await r.h.send_message(mine)
+        call = r.model.chat_calls[-1]
+        context = next(t for t in user_turns(call) if t.startswith("[polls in the messages"))
+        assert "[Alice | user 802]\n> Poll: Tea or coffee?\n> - tea (0 votes)\n> - coffee (0 votes)" in context
+        state = await r.engine.thread_state(dm["id"])
+        assert [m.text for m in state["messages"] if isinstance(m, HumanMessage)] == [
+            "(they posted a poll; it is shown above as context)"]
