@@ -55,6 +55,7 @@ class Speaker:
     guild_id: str = "dm"  # a server ID, or "dm"
     channel_id: str = ""
     message_id: str = ""
+    parent_id: str = ""  # a thread's (or forum post's) channel: its instructions apply in the thread too
     place: str = "a direct message"  # human-readable, for the prompt only
     visibility: Visibility | None = None  # the person's policy here, resolved once per message (the engine)
     persona_addition: str = ""  # the server's instructions for the bot (/settings), after the persona

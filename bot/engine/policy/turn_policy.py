@@ -51,7 +51,7 @@ class Policies:
         if not server.use_memories:  # the server's admins keep memories out of replies there
             visibility = replace(visibility, use_memories=False)
         shown = await self._shown_quotes(answering.user_id, tuple(quotes) or answering.quotes)
-        speaker = replace(answering, visibility=visibility, persona_addition=server.persona_addition,
+        speaker = replace(answering, visibility=visibility, persona_addition=server.persona_for(answering.channel_id, answering.parent_id),
                           memories_off_here=not server.use_memories, quotes=shown)
         return TurnPolicy(server=server, speaker=speaker, learning=server.learning)
 
