@@ -171,7 +171,7 @@ def _take(newest_first: list[discord.Message], me: discord.ClientUser | None, co
             return picked, True
         if m.type not in CHAT_TYPES:
             continue
-        cost = estimate_tokens(m.clean_content) + 8
+        cost = estimate_tokens(m.clean_content + carried_text(m)) + 8
         if len(picked) >= count or used + cost > tokens:
             return picked, True
         picked.append(m)

@@ -2,7 +2,9 @@
 
 Every answer is ephemeral (memories are personal) and every command defers first, so the 3-second
 interaction deadline is never at the mercy of the database. Destructive actions ask for a Confirm that
-only the caller can press.
+only the caller can press. The group is also a user-installed command (``allowed_installs``): in a server
+the bot is not in, what is taught is kept as a DM memory (``cogs._installs``). ``teach`` is the one path of
+a person teaching the bot, shared with the "Remember this" message menu (``cogs.context_menus``).
 """
 
 from __future__ import annotations
