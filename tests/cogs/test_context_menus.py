@@ -159,3 +159,21 @@ async def test_purge_memories_menu_purges_like_the_command_and_rechecks_on_the_b
     done = await click_erasure(r, button(prompt, "Purge"), prompt.message, user=MOD)
     assert any("no longer have the Manage Messages permission" in (c.content or "") for c in done)
     assert len(await r.engine.list_memories(BOB["id"])) == 2
+
+
+async def test_remember_and_forget_this_on_every_backend(tmp_path, backend):
+    from tests.cogs.test_user_installs import ELSEWHERE_CHANNEL, elsewhere, foreign, user_install
+
+    async with rig(tmp_path, backend=backend) as r:
+        mine = said(r, ALICE, "I collect stamps")
+        await r.h.invoke_context_menu("Remember this", mine, user=ALICE, channel_id=GENERAL)
+        away = elsewhere(ALICE, "I collect shells")
+        await r.h.invoke_context_menu("Remember this", away, user=ALICE, channel_id=ELSEWHERE_CHANNEL,
+                                      **foreign(integration_owners=user_install(ALICE)))
+        places = {m.content: m.origin["guild_id"] for m in await r.engine.list_memories(ALICE["id"])}
+        assert places == {"I collect stamps": str(GUILD_ID), "I collect shells": "dm"}
+        prompt = final(await r.h.invoke_context_menu("Forget this", away, user=ALICE, channel_id=ELSEWHERE_CHANNEL,
+                                                     **foreign(integration_owners=user_install(ALICE))))
+        assert "shells" in prompt.content and "stamps" not in prompt.content
+        await click_erasure(r, button(prompt, "Forget"), prompt.message, user=ALICE)
+        assert [m.content for m in await r.engine.list_memories(ALICE["id"])] == ["I collect stamps"]
