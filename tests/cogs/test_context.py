@@ -9,6 +9,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 
 from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, OTHER_CHANNEL, OTHER_GUILD, rig
 from tests.cogs.test_memories import seed
+from tests.cogs.test_memory_controls import files_containing
 from tests.fakes import discord_harness as dh
 
 CAROL = dh.user(804, "carol", global_name="Carol")
@@ -297,6 +298,10 @@ async def test_a_forward_sent_to_the_bot_is_read_from_its_snapshot_as_context_an
         state = await r.engine.thread_state(dm["id"])
         assert not any("fwd_snapshot_text" in m.text for m in state["messages"])  # context only: not kept
         assert not any("fwd_snapshot_text" in m.content for m in await r.engine.list_memories(ALICE["id"]))
+        await r.engine.close()  # everything written (checkpoints, queue, memories) is on disk now
+        r.engine.scheduler._closed = False
+        assert files_containing(r.data_dir, "fwd_snapshot_text") == []  # in no file: checkpoint writes included
+        assert files_containing(r.data_dir, "they forwarded a message")  # the scan does see what is stored
 
 
 async def test_a_forward_in_the_channel_is_context_under_the_privacy_rules(tmp_path):
