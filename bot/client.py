@@ -28,7 +28,7 @@ from bot.storage import open_storage
 log = logging.getLogger(__name__)
 
 EXTENSIONS = ("cogs.errors", "cogs.chat", "cogs.message_events", "cogs.memories", "cogs.memory_signal",
-              "cogs.moderation", "cogs.settings")
+              "cogs.moderation", "cogs.settings", "cogs.context_menus")
 FINGERPRINT_FILE = "commands.sha256"
 
 

@@ -10,7 +10,11 @@ context for one answer, quoted (never instructions), never stored in the thread 
   newest first until ``channel_context_messages`` or ``channel_context_tokens`` is reached, shown oldest
   first; from discord.py's cache when it reaches back far enough (the cache is a contiguous recent
   window per channel), else one history request. System messages (joins, pins) are skipped.
-- **Thread starter**: for a thread started from a message, that message (fetched once per thread).
+- **Forwards and polls**: a forwarded message (the snapshot Discord delivered in the message; the original
+  is never fetched) and a poll (question, answers, votes so far), in a message being answered (as their
+  own quotes) or in any quoted message (inside its quote).
+- **Thread starter**: for a thread started from a message, that message (fetched once per thread); for a
+  post in a forum or media channel (each post is a thread, and a conversation), the post's opening message.
 
 Whose words are left out is decided by the engine (people in private mode); the cog only collects.
 """
@@ -38,14 +42,59 @@ def speaker_name(member: discord.abc.User) -> str:
     return _UNSAFE_NAME.sub("", member.display_name).strip()[:64] or f"user {member.id}"
 
 
+def _cut(text: str) -> str:
+    return text[:QUOTE_CHARS] + " [cut]" if len(text) > QUOTE_CHARS else text
+
+
+def forwarded_texts(message: discord.Message) -> list[str]:
+    """The messages forwarded in ``message``, as Discord delivered them in it (``message_snapshots``).
+
+    Only the snapshot is read: the original is never fetched nor looked up in the cache (it may be in
+    another server the bot is in, or changed or deleted since). Discord's snapshot has no author.
+    """
+    out = []
+    for snap in getattr(message, "message_snapshots", None) or ():
+        body = (snap.content or "").strip() + "".join(f"\n[attached {a.filename}]" for a in snap.attachments)
+        out.append(body.strip() or "(no text)")
+    return out
+
+
+def poll_text(message: discord.Message) -> str:
+    """A message's poll: question, answers and the votes Discord reported so far ("" without a poll)."""
+    poll = getattr(message, "poll", None)
+    if poll is None:
+        return ""
+    lines = [f"Poll: {poll.question}" + (" (several answers allowed)" if poll.multiple else "")]
+    lines += [f"- {a.text} ({a.vote_count} votes)" for a in poll.answers]
+    if poll.is_finalised():
+        lines.append("(the poll has ended)")
+    return "\n".join(lines)
+
+
+def carried_text(message: discord.Message) -> str:
+    """What a quoted message carries besides its own words: forwarded messages and a poll."""
+    parts = [f"[forwarded message]\n{t}" for t in forwarded_texts(message)]
+    return "\n".join(parts + [p for p in (poll_text(message),) if p])
+
+
+def carried_quotes(message: discord.Message) -> list[Quote]:
+    """Forwards and a poll in a message being answered, as context quotes under that message's author."""
+    who = dict(author_id=str(message.author.id), author_name=speaker_name(message.author), is_bot=message.author.bot)
+    quotes = [Quote(text=_cut(t), kind="forward", message_id=f"{message.id}:forward:{i}", **who)
+              for i, t in enumerate(forwarded_texts(message))]
+    if poll := poll_text(message):
+        quotes.append(Quote(text=_cut(poll), kind="poll", message_id=f"{message.id}:poll", **who))
+    return quotes
+
+
 def quote_of(message: discord.Message, kind: str) -> Quote:
     text = message.clean_content.strip()
     if message.attachments:
         text += "".join(f"\n[attached {a.filename}]" for a in message.attachments)
-    if len(text) > QUOTE_CHARS:
-        text = text[:QUOTE_CHARS] + " [cut]"
-    return Quote(author_id=str(message.author.id), author_name=speaker_name(message.author), text=text or "(no text)",
-                 kind=kind, is_bot=message.author.bot, message_id=str(message.id))
+    if carried := carried_text(message):
+        text = f"{text}\n{carried}".strip()
+    return Quote(author_id=str(message.author.id), author_name=speaker_name(message.author),
+                 text=_cut(text) or "(no text)", kind=kind, is_bot=message.author.bot, message_id=str(message.id))
 
 
 def _cached(bot: discord.Client, message_id: int) -> discord.Message | None:
@@ -132,7 +181,7 @@ def _take(newest_first: list[discord.Message], me: discord.ClientUser | None, co
             return picked, True
         if m.type not in CHAT_TYPES:
             continue
-        cost = estimate_tokens(m.clean_content) + 8
+        cost = estimate_tokens(m.clean_content + carried_text(m)) + 8
         if len(picked) >= count or used + cost > tokens:
             return picked, True
         picked.append(m)
@@ -151,9 +200,12 @@ class StarterCache:
         if thread.id in self._known:
             return self._known[thread.id]
         message = thread.starter_message
-        if message is None and thread.parent is not None and hasattr(thread.parent, "fetch_message"):
-            try:  # a thread started from a message has that message's ID, in the parent channel
-                message = await thread.parent.fetch_message(thread.id)
+        # A thread started from a message has that message's ID, in the parent channel; a forum or media
+        # post (whose parent has no messages) opens with a message of the thread's ID in the thread itself.
+        source = thread if isinstance(thread.parent, discord.ForumChannel) else thread.parent
+        if message is None and source is not None and hasattr(source, "fetch_message"):
+            try:
+                message = await source.fetch_message(thread.id)
             except discord.HTTPException:
                 message = None
         quote = quote_of(message, "starter") if message is not None else None

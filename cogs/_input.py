@@ -56,6 +56,10 @@ class InputBuilder:
                     continue
                 self._tell_no_vision()
             text += await self.attachment_text(attachment)
+        if not text and getattr(message, "message_snapshots", None):  # a bare forward: answered, shown as context
+            text = "(they forwarded a message; it is shown above as context)"
+        elif not text and getattr(message, "poll", None) is not None:
+            text = "(they posted a poll; it is shown above as context)"
         if len(text) > self.max_chars:
             cut = len(text) - self.max_chars
             text = text[: self.max_chars] + f"\n[note: the message was cut here; {cut} more characters were not shown]"

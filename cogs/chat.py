@@ -23,7 +23,7 @@ from discord.ext import commands
 
 from bot.client import MemoryBot
 from bot.engine import GuildPolicy, Incoming, Quote, Reply, Speaker
-from cogs._context import StarterCache, channel_context, reply_chain, speaker_name
+from cogs._context import StarterCache, carried_quotes, channel_context, reply_chain, speaker_name
 from cogs._gate import access_allows
 from cogs._input import input_builder
 from cogs._gathering import ChannelTurns, Turn
@@ -107,6 +107,7 @@ class Chat(commands.Cog):
             guild_id=str(message.guild.id) if message.guild else "dm",
             channel_id=str(channel.id),
             message_id=str(message.id),
+            parent_id=str(getattr(channel, "parent_id", None) or ""),
             place=place,
         )
 
@@ -133,6 +134,7 @@ class Chat(commands.Cog):
             if starter is not None:
                 quotes.append(starter)
         for item in items:
+            quotes += carried_quotes(item.message)  # forwarded messages and polls in what is answered
             if item.message.reference is not None and self.config.reply_chain_depth:
                 quotes += await reply_chain(self.bot, item.message, self.config.reply_chain_depth,
                                             images=lambda m: self.inputs.quoted_images(self.bot, m))

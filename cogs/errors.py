@@ -9,6 +9,7 @@ from discord import app_commands
 from discord.ext import commands
 
 from bot.client import MemoryBot
+from cogs._installs import NotInstalledHere
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,8 @@ def user_message(error: app_commands.AppCommandError) -> str | None:
         return f"I need the {_permission_names(error.missing_permissions)} permission here to do that."
     if isinstance(error, app_commands.NoPrivateMessage):
         return "This command only works in a server."
+    if isinstance(error, NotInstalledHere):
+        return str(error)
     if isinstance(error, app_commands.CommandOnCooldown):
         return f"Slow down a little: try again in {error.retry_after:.0f} seconds."
     if isinstance(error, app_commands.CheckFailure):

@@ -2,7 +2,9 @@
 
 Every answer is ephemeral (memories are personal) and every command defers first, so the 3-second
 interaction deadline is never at the mercy of the database. Destructive actions ask for a Confirm that
-only the caller can press.
+only the caller can press. The group is also a user-installed command (``allowed_installs``): in a server
+the bot is not in, what is taught is kept as a DM memory (``cogs._installs``). ``teach`` is the one path of
+a person teaching the bot, shared with the "Remember this" message menu (``cogs.context_menus``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from discord.ext import commands
 from bot.client import MemoryBot
 from bot.engine import MAX_CONTENT, Actor, ImportRefused, StoredMemory, bm25_scores, parse_import
 from cogs import _memory_format as fmt
+from cogs._installs import NOT_A_MEMBER, bot_in_server, memory_place
 from cogs.views import PagerView, confirm
 
 log = logging.getLogger(__name__)
@@ -25,13 +28,56 @@ log = logging.getLogger(__name__)
 FORGET_LIMIT = 10
 
 
-def origin_of(interaction: discord.Interaction) -> dict:
-    """Where a command was used, as a memory origin (a command has no message to link to)."""
-    return {"guild_id": str(interaction.guild_id) if interaction.guild_id else "dm",
-            "channel_id": str(interaction.channel_id or ""), "message_id": "", "source": "user"}
+def origin_of(interaction: discord.Interaction, message: discord.Message | None = None) -> dict:
+    """Where a command was used, as a memory origin: a slash command has no message to link to; a message
+    menu links to its message, so deleting that message later follows the rules of learned memories. A
+    server the bot is not in counts as a DM (see ``cogs._installs``)."""
+    channel_id = message.channel.id if message is not None else interaction.channel_id
+    return {"guild_id": memory_place(interaction), "channel_id": str(channel_id or ""),
+            "message_id": str(message.id) if message is not None else "", "source": "user"}
+
+
+async def reply(interaction: discord.Interaction, content: str | None = None, **kwargs) -> None:
+    """An ephemeral followup (every memory answer is one)."""
+    await interaction.followup.send(content, ephemeral=True, **kwargs)
+
+
+async def refused_write(bot: MemoryBot, interaction: discord.Interaction, adding: int | None = None) -> bool:
+    """Tell the person why a remember/import cannot happen now (rate limit, cap); True if refused."""
+    engine = bot.engine
+    user = str(interaction.user.id)
+    wait = engine.memory_command_wait(user)
+    if wait > 0:
+        await reply(interaction, f"You've added memories {bot.settings.limits.memory_commands_per_hour} "
+                    f"times in the last hour; try again in {max(1, round(wait / 60))} minutes. Nothing was changed.")
+        return True
+    cap = bot.settings.memory.max_per_person
+    have = await engine.count_memories(user)
+    if adding is not None and adding > cap:
+        await reply(interaction, f"That would bring you to {adding} memories; I keep at most {cap} for one "
+                    "person. Import a smaller file or delete some first. Nothing was changed.")
+        return True
+    if adding is None and have >= cap:
+        await reply(interaction, f"You have {have} memories, the most I keep for one person. Delete some with "
+                    "`/memories delete` or `/memories forget` first. Nothing was changed.")
+        return True
+    return False
+
+
+async def teach(bot: MemoryBot, interaction: discord.Interaction, text: str, origin: dict) -> None:
+    """The one path of a person teaching the bot about themselves (``/memories remember``, "Remember this"):
+    rate limit and cap first, then the memory, written by the person; the answer says where it counts."""
+    if await refused_write(bot, interaction):
+        return
+    key = await bot.engine.remember(interaction.user.id, text.strip(), origin, by=Actor("user", str(interaction.user.id)))
+    note = ""
+    if interaction.guild_id is not None and not bot_in_server(interaction):
+        note = "\nI'll keep it like something you told me in a DM, since I'm not in this server. " + NOT_A_MEMBER
+    await reply(interaction, f"Got it, I'll remember that (`{key[-8:]}`).{note}")
 
 
 @app_commands.allowed_contexts(guilds=True, dms=True, private_channels=True)
+@app_commands.allowed_installs(guilds=True, users=True)
 class Memories(commands.GroupCog, group_name="memories", group_description="See and control what I remember about you."):
     """The /memories command group."""
 
@@ -44,33 +90,13 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         return Actor("user", str(interaction.user.id))
 
     async def reply(self, interaction: discord.Interaction, content: str | None = None, **kwargs) -> None:
-        await interaction.followup.send(content, ephemeral=True, **kwargs)
+        await reply(interaction, content, **kwargs)
 
     async def own_memory_choices(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
         needle = current.lower().strip()
         memories = await self.engine.list_memories(interaction.user.id)
         hits = [m for m in reversed(memories) if not needle or needle in m.content.lower() or m.short_id.startswith(needle)]
         return [app_commands.Choice(name=f"{m.short_id} · {m.content}"[:100], value=m.key) for m in hits[:25]]
-
-    async def refused_write(self, interaction: discord.Interaction, adding: int | None = None) -> bool:
-        """Tell the person why a remember/import cannot happen now (rate limit, cap); True if refused."""
-        user = str(interaction.user.id)
-        wait = self.engine.memory_command_wait(user)
-        if wait > 0:
-            await self.reply(interaction, f"You've added memories {self.bot.settings.limits.memory_commands_per_hour} "
-                             f"times in the last hour; try again in {max(1, round(wait / 60))} minutes. Nothing was changed.")
-            return True
-        cap = self.bot.settings.memory.max_per_person
-        have = await self.engine.count_memories(user)
-        if adding is not None and adding > cap:
-            await self.reply(interaction, f"That would bring you to {adding} memories; I keep at most {cap} for one "
-                             "person. Import a smaller file or delete some first. Nothing was changed.")
-            return True
-        if adding is None and have >= cap:
-            await self.reply(interaction, f"You have {have} memories, the most I keep for one person. Delete some with "
-                             "`/memories delete` or `/memories forget` first. Nothing was changed.")
-            return True
-        return False
 
     async def find(self, interaction: discord.Interaction, key: str) -> StoredMemory | None:
         found = await self.engine.find_memory(interaction.user.id, key)
@@ -121,10 +147,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
     async def remember(self, interaction: discord.Interaction, text: app_commands.Range[str, 1, MAX_CONTENT]) -> None:
         """Tell me something to remember about you."""
         await interaction.response.defer(ephemeral=True, thinking=True)
-        if await self.refused_write(interaction):
-            return
-        key = await self.engine.remember(interaction.user.id, text.strip(), origin_of(interaction), by=self.actor(interaction))
-        await self.reply(interaction, f"Got it, I'll remember that (`{key[-8:]}`).")
+        await teach(self.bot, interaction, text, origin_of(interaction))
 
     @app_commands.command(name="edit")
     @app_commands.describe(memory="The memory to change (start typing to search yours)", text="The corrected text")
@@ -211,7 +234,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
             await self.reply(interaction, f"I can't import that file: {exc}. Nothing was changed.")
             return
         existing = {m.key for m in await self.engine.list_memories(interaction.user.id)}
-        if await self.refused_write(interaction, adding=len(existing | {m["id"] for m in memories})):
+        if await refused_write(self.bot, interaction, adding=len(existing | {m["id"] for m in memories})):
             return
         count = await self.engine.restore_memories(interaction.user.id, memories, history)
         await self.reply(interaction, f"Imported {count} memories.")

@@ -15,7 +15,8 @@ restart, or pushed out of the cache) is handled the same as one that is:
 - ``MESSAGE_DELETE`` / ``MESSAGE_DELETE_BULK``: the messages leave the waiting turns, the conversation
   (with the bot's answers to them; a deleted bot reply leaves alone), any summary built from them, the
   learning queue, and every memory learned only from them, with the files compacted as after a wipe.
-- ``CHANNEL_DELETE`` / ``THREAD_DELETE``: that conversation is deleted.
+- ``CHANNEL_DELETE`` / ``THREAD_DELETE``: that conversation is deleted, and the channel's own
+  ``/settings instructions``.
 - ``GUILD_DELETE`` without ``unavailable`` (the bot was removed): the server's data is deleted after
   ``retention.removed_server_days``; with ``unavailable: true`` (an outage) nothing happens.
   ``GUILD_CREATE`` (the bot is back) cancels a pending deletion.
@@ -102,17 +103,24 @@ class MessageEvents(commands.Cog):
 
     @commands.Cog.listener()
     async def on_guild_channel_delete(self, channel: discord.abc.GuildChannel) -> None:
-        await self._thread_gone(channel.id)
+        await self._thread_gone(channel.id, channel.guild.id)
 
     @commands.Cog.listener()
     async def on_raw_thread_delete(self, payload: discord.RawThreadDeleteEvent) -> None:
-        await self._thread_gone(payload.thread_id)
+        await self._thread_gone(payload.thread_id, payload.guild_id)
 
-    async def _thread_gone(self, channel_id: int) -> None:
+    async def _thread_gone(self, channel_id: int, guild_id: int | None) -> None:
         try:
             await self.engine.channel_deleted(str(channel_id))
         except Exception:  # noqa: BLE001
             log.exception("deleting the conversation of channel %s failed", channel_id)
+        if guild_id is None:
+            return
+        try:  # the channel's own /settings instructions go with it
+            if await self.engine.channel_settings_gone(str(guild_id), str(channel_id)):
+                log.info("deleted the instructions of deleted channel %s in server %s", channel_id, guild_id)
+        except Exception:  # noqa: BLE001
+            log.exception("deleting the instructions of channel %s failed", channel_id)
 
     @commands.Cog.listener()
     async def on_guild_remove(self, guild: discord.Guild) -> None:

@@ -11,6 +11,9 @@ permissions on subcommands; it needs Manage Messages both as a default permissio
 in the client) and as a real check on every invocation (the client-side setting can be overridden),
 and that check wants it server-wide (from roles), not from one channel's overwrite. It is checked again
 when Purge is pressed (as ``/settings`` does): a moderator demoted while the prompt was on screen purges nothing.
+It is a server-install command only: as a user-installed app (or in a server the bot is not in) it is
+refused (``cogs._installs``). The "Purge memories" user menu (``cogs.context_menus``) runs the same checks
+and the same :func:`purge`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from discord.ext import commands
 
 from bot.client import MemoryBot
 from bot.engine import Actor
+from cogs._installs import guild_installed
 from cogs._modlog import post_mod_log
 from cogs.views import confirm
 
@@ -59,55 +63,61 @@ class Moderation(commands.Cog):
     @app_commands.command(name="purge-memories")
     @app_commands.describe(member="The member whose memories from this server should be removed")
     @app_commands.guild_only()
+    @app_commands.allowed_installs(guilds=True, users=False)
     @app_commands.default_permissions(manage_messages=True)
     @app_commands.check(has_server_wide_manage_messages)
+    @app_commands.check(guild_installed)
     @app_commands.check(in_server)
     async def purge_memories(self, interaction: discord.Interaction, member: discord.User) -> None:
         """Remove everything I learned about a member in this server (moderators only)."""
         await interaction.response.defer(ephemeral=True, thinking=True)
-        guild = interaction.guild
-        assert guild is not None  # guild_only
-        # Every memory this server contributed to, not only those last changed here (see bot.engine.erasure.memories).
-        memories = [m for m in await self.bot.engine.list_memories(member.id) if str(guild.id) in m.places()]
-        ok, button = await confirm(
-            interaction,
-            f"Remove the {len(memories)} memories I learned about {member.mention} in this server? Memories also "
-            "learned elsewhere go back to what they were before this server added to them. This cannot be undone.",
-            confirm_label="Purge",
-            cancelled="Cancelled: nothing was removed.",
-        )
-        if not ok:
-            return
-        try:
-            has_server_wide_manage_messages(button)  # the permission may be gone since the prompt was shown
-        except app_commands.MissingPermissions:
-            await button.response.edit_message(
-                content="You no longer have the Manage Messages permission: nothing was removed.", view=None)
-            return
-        await button.response.defer()  # erasing every conversation can take longer than 3 seconds
-        result = await self.bot.engine.erase_person(
-            member.id, guild_id=str(guild.id), by=Actor("moderator", str(interaction.user.id))
-        )
-        when = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        line = (
-            f"memory purge: moderator {interaction.user} ({interaction.user.id}) purged {result.memories} memories"
-            f" and {result.messages} messages of member {member} ({member.id}) in server {guild.name} ({guild.id}) at {when}"
-        )
-        if result.reduced:
-            line += f"; {result.reduced} memories also learned elsewhere were cut back to what was learned there"
-        audit.warning(line)
-        await button.edit_original_response(
-            content=f"Done: removed {result.memories} memories and {result.messages} stored messages of {member.mention}"
-            " from this server"
-            + (f", and cut {result.reduced} back to what was learned elsewhere." if result.reduced else "."),
-            view=None,
-        )
-        await self.post_mod_log(guild, line)
+        await purge(self.bot, interaction, member)
 
-    async def post_mod_log(self, guild: discord.Guild, line: str) -> None:
-        """Copy the audit line to the mod-log channel (the server's choice, else the operator's)."""
-        policy = await self.bot.engine.guild_policy(guild.id)
-        await post_mod_log(guild, policy.mod_log_channel, line)
+
+async def purge(bot: MemoryBot, interaction: discord.Interaction, member: discord.abc.User) -> None:
+    """After the checks and the defer: ask, re-check the permission on Purge, erase, audit, post to the mod log.
+
+    The one code path of ``/purge-memories`` and the "Purge memories" user menu.
+    """
+    guild = bot.get_guild(interaction.guild_id or 0)
+    assert guild is not None  # the checks: in a server the bot is in
+    # Every memory this server contributed to, not only those last changed here (see bot.engine.erasure.memories).
+    memories = [m for m in await bot.engine.list_memories(member.id) if str(guild.id) in m.places()]
+    ok, button = await confirm(
+        interaction,
+        f"Remove the {len(memories)} memories I learned about {member.mention} in this server? Memories also "
+        "learned elsewhere go back to what they were before this server added to them. This cannot be undone.",
+        confirm_label="Purge",
+        cancelled="Cancelled: nothing was removed.",
+    )
+    if not ok:
+        return
+    try:
+        has_server_wide_manage_messages(button)  # the permission may be gone since the prompt was shown
+    except app_commands.MissingPermissions:
+        await button.response.edit_message(
+            content="You no longer have the Manage Messages permission: nothing was removed.", view=None)
+        return
+    await button.response.defer()  # erasing every conversation can take longer than 3 seconds
+    result = await bot.engine.erase_person(
+        member.id, guild_id=str(guild.id), by=Actor("moderator", str(interaction.user.id))
+    )
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    line = (
+        f"memory purge: moderator {interaction.user} ({interaction.user.id}) purged {result.memories} memories"
+        f" and {result.messages} messages of member {member} ({member.id}) in server {guild.name} ({guild.id}) at {when}"
+    )
+    if result.reduced:
+        line += f"; {result.reduced} memories also learned elsewhere were cut back to what was learned there"
+    audit.warning(line)
+    await button.edit_original_response(
+        content=f"Done: removed {result.memories} memories and {result.messages} stored messages of {member.mention}"
+        " from this server"
+        + (f", and cut {result.reduced} back to what was learned elsewhere." if result.reduced else "."),
+        view=None,
+    )
+    policy = await bot.engine.guild_policy(guild.id)
+    await post_mod_log(guild, policy.mod_log_channel, line)
 
 
 async def setup(bot: MemoryBot) -> None:

@@ -25,7 +25,8 @@ from discord import app_commands
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from bot.engine import OPERATOR, Edit, GuildPolicy, SettingRefused, channel_listed, reset, set_field
+from bot.engine import OPERATOR, Edit, GuildPolicy, SettingRefused, channel_listed, channel_persona, reset, set_field
+from cogs._installs import guild_installed
 from cogs._modlog import post_mod_log
 from cogs.views import confirm
 
@@ -39,6 +40,7 @@ RESETTABLE = {
     "respond_channels": "channels where I answer every message",
     "mentions_off": "channels where I ignore mentions",
     "persona": "this server's instructions",
+    "channel_personas": "every channel's own instructions",
     "learning": "learning",
     "use_memories": "using memories",
     "daily_tokens": "the server's daily token budget",
@@ -51,6 +53,7 @@ def has_manage_server(interaction: discord.Interaction) -> bool:
     """Manage Server from the member's roles, in a server; raises the error the central handler explains."""
     if interaction.guild_id is None or interaction.guild is None:
         raise app_commands.NoPrivateMessage()
+    guild_installed(interaction)  # not as a user-installed app, nor in a server I am not in
     member = interaction.user
     if not isinstance(member, discord.Member) or not member.guild_permissions.manage_guild:
         raise app_commands.MissingPermissions(["manage_guild"])
@@ -70,6 +73,7 @@ def _channels(ids: Iterable[str]) -> str:
 
 
 @app_commands.guild_only()
+@app_commands.allowed_installs(guilds=True, users=False)
 @app_commands.default_permissions(manage_guild=True)
 class SettingsCommands(commands.GroupCog, group_name="settings", group_description="How I behave in this server (Manage Server)"):
     """The ``/settings`` group."""
@@ -98,7 +102,9 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         if real is None or not real.permissions_for(guild.me).view_channel:
             return f"I can't see that {kind}; give me access to it first. Nothing was changed."
         perms = real.permissions_for(guild.me)
-        can_post = perms.send_messages_in_threads if isinstance(real, discord.Thread) else perms.send_messages
+        # In a forum or media channel the bot answers inside its posts (threads): that is Send Messages in Threads.
+        in_threads = isinstance(real, (discord.Thread, discord.ForumChannel))
+        can_post = perms.send_messages_in_threads if in_threads else perms.send_messages
         if post and not can_post:
             return f"I can see that {kind} but I'm not allowed to send messages there. Nothing was changed."
         return None
@@ -180,6 +186,17 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
                         inline=False)
         embed.add_field(name="Each member's daily budget", value=_tokens(p.member_daily_tokens) + src("member_daily_tokens"),
                         inline=False)
+        personas = [(c, t) for c, t in sorted(p.channel_personas.items()) if guild.get_channel_or_thread(int(c))]
+        if personas:
+            listing, shown = "", 0
+            for c, t in personas:
+                line = f"<#{c}>: {discord.utils.escape_mentions(t)[:150]}{'…' if len(t) > 150 else ''}\n"
+                if len(listing) + len(line) > 950:
+                    break
+                listing, shown = listing + line, shown + 1
+            if shown < len(personas):
+                listing += f"…and {len(personas) - shown} more."
+            embed.add_field(name="Channel instructions (after the server's)", value=listing.strip(), inline=False)
         log_here = p.mod_log_channel if p.mod_log_channel and guild.get_channel_or_thread(int(p.mod_log_channel)) else None
         embed.add_field(name="Mod-log channel", value=(f"<#{log_here}>" if log_here else "none") + src("mod_log_channel"),
                         inline=False)
@@ -214,13 +231,24 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         await self._propose(interaction, question, edit, lambda p: f"answer mentions in <#{channel.id}>: {_onoff(on)}")
 
     @app_commands.command(name="instructions")
-    @app_commands.describe(text="What I should know or do in this server (added to my persona)")
-    async def instructions(self, interaction: discord.Interaction, text: app_commands.Range[str, 1, 4000]) -> None:
-        """Give me this server's instructions (added after my persona)."""
+    @app_commands.describe(text="What I should know or do in this server (added to my persona)",
+                           channel="Only in this channel (and its threads and forum posts), after the server's")
+    async def instructions(self, interaction: discord.Interaction, text: app_commands.Range[str, 1, 4000],
+                           channel: AnyChannel | None = None) -> None:
+        """Give me this server's instructions, or one channel's (added after my persona)."""
         text = text.strip()
-        embed = discord.Embed(title="New instructions for this server", description=text or "(empty)")
-        await self._propose(interaction, "Use these instructions in this server?", set_field("persona", text),
-                            lambda p: f"this server's instructions: set ({len(text):,} characters)", embed=embed)
+        if channel is None:
+            embed = discord.Embed(title="New instructions for this server", description=text or "(empty)")
+            await self._propose(interaction, "Use these instructions in this server?", set_field("persona", text),
+                                lambda p: f"this server's instructions: set ({len(text):,} characters)", embed=embed)
+            return
+        if (why := self._refuse_channel(interaction, channel, post=False)) is not None:
+            await interaction.response.send_message(why, ephemeral=True)
+            return
+        embed = discord.Embed(title="New instructions for one channel", description=text or "(empty)")
+        await self._propose(interaction, f"Use these instructions in <#{channel.id}> (and its threads and posts), "
+                            "after this server's?", channel_persona(str(channel.id), text),
+                            lambda p: f"the instructions of <#{channel.id}>: set ({len(text):,} characters)", embed=embed)
 
     @app_commands.command(name="learning")
     @app_commands.describe(on="Learn from conversations in this server (on) or not (off)")
@@ -269,13 +297,24 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
                             lambda p: f"the mod-log channel: <#{channel.id}>")
 
     @app_commands.command(name="reset")
-    @app_commands.describe(setting="The setting to put back to this bot's default")
+    @app_commands.describe(setting="The setting to put back to this bot's default",
+                           channel="With instructions: remove only this channel's own instructions")
     @app_commands.choices(setting=[app_commands.Choice(name=v, value=k) for k, v in RESETTABLE.items()])
-    async def reset_setting(self, interaction: discord.Interaction, setting: app_commands.Choice[str]) -> None:
-        """Put one setting back to this bot's default."""
+    async def reset_setting(self, interaction: discord.Interaction, setting: app_commands.Choice[str],
+                            channel: AnyChannel | None = None) -> None:
+        """Put one setting back to this bot's default (or remove one channel's instructions)."""
         label = RESETTABLE.get(setting.value)
         if label is None:  # a client sending a value that was never offered
             await interaction.response.send_message("That is not a setting I know. Nothing was changed.", ephemeral=True)
+            return
+        if channel is not None:
+            if setting.value not in ("persona", "channel_personas"):
+                await interaction.response.send_message(
+                    "Only instructions can be reset for one channel. Nothing was changed.", ephemeral=True)
+                return
+            await self._propose(interaction, f"Remove the instructions of <#{channel.id}>?",
+                                channel_persona(str(channel.id), None),
+                                lambda p: f"the instructions of <#{channel.id}>: removed")
             return
         await self._propose(interaction, f"Put {label} back to this bot's default?", reset(setting.value),
                             lambda p: f"{label}: back to the default")

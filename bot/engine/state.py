@@ -74,8 +74,9 @@ class Quote:
     """Someone else's message shown to the model for one answer only: never stored, never learned.
 
     ``kind`` says why it is shown: ``"reply"`` (the message being replied to, and the reply chain above
-    it), ``"channel"`` (recent channel messages since the bot last spoke there) or ``"starter"`` (the
-    message a thread was started from).
+    it), ``"channel"`` (recent channel messages since the bot last spoke there), ``"starter"`` (the
+    message a thread was started from), ``"forward"`` (a message forwarded in a message being answered:
+    the author is who forwarded it) or ``"poll"`` (a poll in a message being answered).
     """
 
     author_id: str
@@ -100,6 +101,7 @@ class Speaker:
     guild_id: str = "dm"  # a server ID, or "dm"
     channel_id: str = ""
     message_id: str = ""
+    parent_id: str = ""  # a thread's (or forum post's) channel: its instructions apply in the thread too
     place: str = "a direct message"  # human-readable, for the prompt only
     visibility: Visibility | None = None  # the person's policy here, resolved once per message (the engine)
     persona_addition: str = ""  # the server's instructions for the bot (/settings), after the persona

@@ -9,6 +9,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 
 from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, OTHER_CHANNEL, OTHER_GUILD, rig
 from tests.cogs.test_memories import seed
+from tests.cogs.test_memory_controls import files_containing
 from tests.fakes import discord_harness as dh
 
 CAROL = dh.user(804, "carol", global_name="Carol")
@@ -212,3 +213,151 @@ async def test_a_deleted_or_edited_thread_starter_is_never_shown_from_the_cache(
         await r.h.settle()
         await r.h.send_message(r.mentioning(ALICE, "still?", channel_id=int(starter["id"])))
         assert "meet on friday" not in r.model.chat_calls[-1].prompt_text
+
+
+FORUM = 930
+
+
+def forum_post(r, author: dict, title: str, text: str, forum: int = FORUM) -> dict:
+    """A new post in a forum channel, as Discord sends it: THREAD_CREATE (a thread whose parent is the forum),
+    then the opening message, which has the thread's own ID and lives in the thread."""
+    if r.bot.get_channel(forum) is None:
+        r.h.feed("CHANNEL_CREATE", dh.forum_channel(forum, GUILD_ID, "ideas"))
+    post_id = dh.snowflake()
+    r.h.feed("THREAD_CREATE", dict(dh.thread(post_id, GUILD_ID, forum, title, owner_id=int(author["id"])),
+                                   newly_created=True))
+    opening = dh.message(post_id, post_id, dh.member(author), text, guild_id=GUILD_ID)
+    r.h.feed("MESSAGE_CREATE", opening)
+    return opening
+
+
+async def test_a_forum_post_is_a_conversation_whose_opening_message_is_context(tmp_path):
+    async with rig(tmp_path) as r:
+        opening = forum_post(r, BOB, "Meetup venue", "bob's post: the meetup moves to the boathouse")
+        post = int(opening["id"])
+        assert r.bot.get_channel(post).parent.type.value == 15
+        forget_cache(r)  # the opening message has to be fetched: from the post, the forum has no messages
+        await r.h.send_message(r.mentioning(ALICE, "is that a good venue?", channel_id=post))
+        call = r.model.chat_calls[-1]
+        context = next(t for t in user_turns(call) if "thread was started from" in t)
+        assert "[Bob | user 803]\n> bob's post: the meetup moves to the boathouse" in context
+        (fetch,) = r.h.calls_to("GET", "/channels/{channel_id}/messages/{message_id}")
+        assert fetch.params == {"channel_id": str(post), "message_id": str(post)}
+        assert (await r.engine.thread_state(str(post)))["messages"]  # the post is its own conversation
+        assert not (await r.engine.thread_state(str(FORUM))).get("messages")
+
+
+async def test_answer_all_on_a_forum_channel_applies_to_its_posts(tmp_path):
+    from tests.cogs.test_settings import apply
+
+    async with rig(tmp_path) as r:
+        r.h.feed("CHANNEL_CREATE", dh.forum_channel(FORUM, GUILD_ID, "ideas"))
+        opening = forum_post(r, BOB, "Quiet post", "just thinking out loud")
+        assert not [c for c in r.h.sent_messages(int(opening["id"]))]  # not listed yet: no answer
+        prompt, done = await apply(r, "answer-all", channel=dh.forum_channel(FORUM, GUILD_ID, "ideas"), on=True)
+        assert "Done: answer every message in" in done[-1].content, prompt.content
+        opening = forum_post(r, BOB, "Loud post", "what should we name the boat?")
+        await r.h.settle()
+        assert r.h.sent_messages(int(opening["id"]))  # the opening message of a new post is answered
+        sent = await r.h.send_message(r.msg(ALICE, "and a follow-up, no mention", channel_id=int(opening["id"])))
+        assert any(c.template == "/channels/{channel_id}/messages" and c.method == "POST" for c in sent)
+        assert "what should we name the boat?" in r.model.chat_calls[-1].prompt_text  # answered: in the conversation
+
+
+async def test_answer_all_on_a_forum_needs_send_messages_in_threads(tmp_path):
+    from tests.cogs.test_settings import settings
+
+    async with rig(tmp_path) as r:
+        deny = dh.overwrite(dh.BOT_ID, member=True, deny=1 << 38)  # Send Messages in Threads
+        r.h.feed("CHANNEL_CREATE", dh.forum_channel(FORUM, GUILD_ID, "ideas", permission_overwrites=[deny]))
+        res = await settings(r, "answer-all", channel=dh.forum_channel(FORUM, GUILD_ID, "ideas"), on=True)
+        assert res[-1].ephemeral and "not allowed to send messages there" in res[-1].content
+        assert str(FORUM) not in (await r.engine.guild_policy(GUILD_ID)).respond_channels
+
+
+def snapshot(content: str, attachments=()) -> dict:
+    """One entry of ``message_snapshots`` as Discord sends it: a partial message, without author or IDs."""
+    return {"message": {"type": 0, "content": content, "embeds": [], "attachments": list(attachments),
+                        "timestamp": "2024-05-01T10:00:00+00:00", "edited_timestamp": None, "flags": 0,
+                        "mentions": [], "mention_roles": [], "components": []}}
+
+
+def forward_of(original: dict, payload: dict, content: str) -> dict:
+    """``payload`` turned into a forward of ``original`` (message_reference type 1 + message_snapshots)."""
+    payload["message_reference"] = {"type": 1, "message_id": original["id"], "channel_id": original["channel_id"],
+                                    **({"guild_id": original["guild_id"]} if original.get("guild_id") else {})}
+    payload["message_snapshots"] = [snapshot(content)]
+    payload["flags"] = payload.get("flags", 0) | (1 << 14)  # HAS_SNAPSHOT
+    return payload
+
+
+def poll(question: str, answers: list[tuple[str, int]], *, multiselect: bool = False) -> dict:
+    """A message's ``poll`` object as Discord sends it (with ``results``: the counts so far)."""
+    return {"question": {"text": question}, "allow_multiselect": multiselect, "layout_type": 1,
+            "expiry": "2099-01-01T00:00:00+00:00",
+            "answers": [{"answer_id": i + 1, "poll_media": {"text": text}} for i, (text, _) in enumerate(answers)],
+            "results": {"is_finalized": False,
+                        "answer_counts": [{"id": i + 1, "count": n, "me_voted": False} for i, (_, n) in enumerate(answers)]}}
+
+
+async def test_a_forward_sent_to_the_bot_is_read_from_its_snapshot_as_context_and_not_kept(tmp_path):
+    async with rig(tmp_path) as r:
+        original = r.msg(BOB, "the original, edited since: fwd_original_text", channel_id=OTHER_CHANNEL,
+                         guild_id=OTHER_GUILD)
+        r.h.feed("MESSAGE_CREATE", original)  # cached: must not be used either
+        dm = r.h.dm(ALICE)
+        forward = forward_of(original, r.msg(ALICE, "", channel_id=int(dm["id"]), guild_id=None),
+                             "I like fwd_snapshot_text, the train leaves at nine")
+        calls = await r.h.send_message(forward)
+        assert r.h.sent_messages(int(dm["id"])), calls  # a bare forward is answered
+        call = r.model.chat_calls[-1]
+        context = next(t for t in user_turns(call) if t.startswith("[messages forwarded"))
+        assert "[Alice | user 802]\n> I like fwd_snapshot_text, the train leaves at nine" in context
+        assert "fwd_original_text" not in call.prompt_text and "fwd_snapshot_text" not in call.system
+        assert not r.h.calls_to("GET", "/channels/{channel_id}/messages/{message_id}")  # never fetched
+        await r.engine.scheduler.flush()
+        state = await r.engine.thread_state(dm["id"])
+        assert not any("fwd_snapshot_text" in m.text for m in state["messages"])  # context only: not kept
+        assert not any("fwd_snapshot_text" in m.content for m in await r.engine.list_memories(ALICE["id"]))
+        await r.engine.close()  # everything written (checkpoints, queue, memories) is on disk now
+        r.engine.scheduler._closed = False
+        assert files_containing(r.data_dir, "fwd_snapshot_text") == []  # in no file: checkpoint writes included
+        assert files_containing(r.data_dir, "they forwarded a message")  # the scan does see what is stored
+
+
+async def test_a_forward_in_the_channel_is_context_under_the_privacy_rules(tmp_path):
+    async with rig(tmp_path) as r:
+        await r.engine.set_preferences(str(CAROL["id"]), private=True)
+        elsewhere = r.msg(BOB, "x", channel_id=OTHER_CHANNEL, guild_id=OTHER_GUILD)
+        r.h.feed("MESSAGE_CREATE", forward_of(elsewhere, r.msg(BOB, ""), "bob forwarded: launch is on monday"))
+        r.h.feed("MESSAGE_CREATE", forward_of(elsewhere, r.msg(CAROL, ""), "carol forwarded: private_fwd_text"))
+        await r.h.send_message(r.mentioning(ALICE, "what do you make of that?"))
+        prompt = r.model.chat_calls[-1].prompt_text
+        assert "[forwarded message]\n> bob forwarded: launch is on monday" in prompt
+        assert "private_fwd_text" not in prompt  # Carol is in private mode: left out, as in reply chains
+        assert not r.h.calls_to("GET", "/channels/{channel_id}/messages/{message_id}")
+
+
+async def test_a_poll_replied_to_is_shown_with_its_question_answers_and_votes(tmp_path):
+    async with rig(tmp_path) as r:
+        asked = r.msg(BOB, "")
+        asked["poll"] = poll("Where should the meetup be?", [("the boathouse", 3), ("the library", 1)], multiselect=True)
+        r.h.feed("MESSAGE_CREATE", asked)
+        await r.h.send_message(r.mentioning(ALICE, "which should I pick?", referenced_message=asked))
+        context = next(t for t in user_turns(r.model.chat_calls[-1]) if "replied to" in t)
+        assert "[Bob | user 803]\n> Poll: Where should the meetup be? (several answers allowed)" in context
+        assert "> - the boathouse (3 votes)\n> - the library (1 votes)" in context
+
+
+async def test_a_poll_posted_to_the_bot_is_answered_with_the_poll_as_context(tmp_path):
+    async with rig(tmp_path) as r:
+        dm = r.h.dm(ALICE)
+        mine = r.msg(ALICE, "", channel_id=int(dm["id"]), guild_id=None)
+        mine["poll"] = poll("Tea or coffee?", [("tea", 0), ("coffee", 0)])
+        await r.h.send_message(mine)
+        call = r.model.chat_calls[-1]
+        context = next(t for t in user_turns(call) if t.startswith("[polls in the messages"))
+        assert "[Alice | user 802]\n> Poll: Tea or coffee?\n> - tea (0 votes)\n> - coffee (0 votes)" in context
+        state = await r.engine.thread_state(dm["id"])
+        assert [m.text for m in state["messages"] if isinstance(m, HumanMessage)] == [
+            "(they posted a poll; it is shown above as context)"]

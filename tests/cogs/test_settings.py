@@ -289,3 +289,51 @@ async def test_settings_outlive_a_removal_until_the_retention_sweep(r):
     await r.engine.changes.sweep_removed_servers(now=time.time() + 8 * 86400)
     assert await r.engine.guild_settings.store.get(str(GUILD_ID)) is None
     assert (await r.engine.guild_policy(GUILD_ID)).learning is True  # and no process serves a stale copy
+
+
+async def test_channel_instructions_come_after_the_servers_apply_to_threads_and_posts_and_go_with_the_channel(r):
+    from tests.cogs.test_context import forum_post
+
+    pirates, forum = 4300, 4301
+    r.h.feed("CHANNEL_CREATE", dh.text_channel(pirates, GUILD_ID, "pirates"))
+    r.h.feed("CHANNEL_CREATE", dh.forum_channel(forum, GUILD_ID, "ideas"))
+    r.h.feed("THREAD_CREATE", dict(dh.thread(4302, GUILD_ID, pirates, "a-voyage"), newly_created=True))
+    await apply(r, "instructions", text="Server rule: be kind.")
+    prompt, done = await apply(r, "instructions", text="Channel rule: speak like a pirate.",
+                               channel=channel(pirates, name="pirates"))
+    assert f"<#{pirates}>" in prompt.content and prompt.embeds[0]["description"] == "Channel rule: speak like a pirate."
+    assert f"Done: the instructions of <#{pirates}>: set" in done[-1].content
+    await apply(r, "instructions", text="Forum rule: one idea per post.", channel=dh.forum_channel(forum, GUILD_ID, "ideas"))
+    for where in (pirates, 4302):  # the channel and its thread
+        await r.h.send_message(r.mentioning(ALICE, "ahoy", channel_id=where))
+        system = r.model.chat_calls[-1].system
+        assert system.index("Server rule: be kind.") < system.index("Channel rule: speak like a pirate."), where
+        assert "Forum rule" not in system
+    await r.h.send_message(r.mentioning(ALICE, "hi", channel_id=GENERAL))
+    system = r.model.chat_calls[-1].system
+    assert "Server rule: be kind." in system and "Channel rule" not in system
+    opening = forum_post(r, BOB, "An idea", "what about a boat race?", forum=forum)
+    await r.h.send_message(r.mentioning(ALICE, "nice idea", channel_id=int(opening["id"])))
+    system = r.model.chat_calls[-1].system
+    assert "Forum rule: one idea per post." in system and "Channel rule" not in system
+    shown = (await settings(r, "show"))[-1].embeds[0]
+    field = next(f for f in shown["fields"] if f["name"].startswith("Channel instructions"))
+    assert f"<#{pirates}>: Channel rule: speak like a pirate." in field["value"] and f"<#{forum}>" in field["value"]
+    # Deleting the channel deletes its instructions; the forum's stay.
+    r.h.feed("CHANNEL_DELETE", dh.text_channel(pirates, GUILD_ID, "pirates"))
+    await r.h.settle(timeout=20, quiet=0.3)
+    assert (await r.engine.guild_policy(GUILD_ID)).channel_personas == {str(forum): "Forum rule: one idea per post."}
+
+
+async def test_channel_instructions_are_capped_and_one_channel_can_be_reset(r):
+    res = await settings(r, "instructions", text="x" * 1001, channel=channel(GENERAL, name="general"))
+    assert res[-1].ephemeral and "1,001 characters" in res[-1].content and not res[-1].components
+    await apply(r, "instructions", text="General rule.", channel=channel(GENERAL, name="general"))
+    await apply(r, "instructions", text="Listed rule.", channel=channel(LISTED, name="bot-chat"))
+    prompt, done = await apply(r, "reset", setting="persona", channel=channel(GENERAL, name="general"))
+    assert f"Remove the instructions of <#{GENERAL}>?" in prompt.content and "removed" in done[-1].content
+    assert (await r.engine.guild_policy(GUILD_ID)).channel_personas == {str(LISTED): "Listed rule."}
+    await apply(r, "reset", setting="channel_personas")
+    assert (await r.engine.guild_policy(GUILD_ID)).channel_personas == {}
+    res = await settings(r, "instructions", text="Elsewhere.", channel=channel(OTHER_CHANNEL, OTHER_GUILD, "elsewhere"))
+    assert "belongs to another server" in res[-1].content

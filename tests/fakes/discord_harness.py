@@ -89,6 +89,15 @@ def text_channel(id: int, guild_id: int, name: str, permission_overwrites=(), pa
             'nsfw': False, 'last_message_id': None, 'rate_limit_per_user': 0, 'flags': 0}
 
 
+def forum_channel(id: int, guild_id: int, name: str, permission_overwrites=(), media: bool = False) -> dict:
+    """A forum (type 15) or media (16) channel: it holds posts (threads), never messages of its own."""
+    return {'id': str(id), 'type': 16 if media else 15, 'guild_id': str(guild_id), 'name': name, 'position': 0,
+            'topic': None, 'permission_overwrites': list(permission_overwrites), 'parent_id': None, 'nsfw': False,
+            'last_message_id': None, 'rate_limit_per_user': 0, 'flags': 0, 'available_tags': [],
+            'default_reaction_emoji': None, 'default_sort_order': None, 'default_forum_layout': 0,
+            'default_thread_rate_limit_per_user': 0}
+
+
 def thread(id: int, guild_id: int, parent_id: int, name: str, owner_id: int = BOT_ID, type: int = 11) -> dict:
     return {'id': str(id), 'type': type, 'guild_id': str(guild_id), 'parent_id': str(parent_id), 'name': name,
             'owner_id': str(owner_id), 'message_count': 0, 'member_count': 1, 'total_message_sent': 0,
@@ -150,15 +159,21 @@ def message(id: int, channel_id: int, author: dict, content: str, guild_id: Opti
 # ---------------------------------------------------------------- interaction payload builders
 def interaction(type: int, *, user: dict, data: Optional[dict] = None, channel: Optional[dict] = None,
                 guild_id: Optional[int] = None, permissions: int = 0, app_permissions: int = 0,
-                message: Optional[dict] = None, locale: str = 'en-US', application_id: int = APP_ID) -> dict:
+                message: Optional[dict] = None, locale: str = 'en-US', application_id: int = APP_ID,
+                context: Optional[int] = None, integration_owners: Optional[dict] = None) -> dict:
     """INTERACTION_CREATE payload (2 command, 3 component, 4 autocomplete). In guilds ``member.permissions`` is
     the member's computed channel permissions; discord.py exposes it verbatim as ``interaction.permissions``
-    (which ``app_commands.checks.has_permissions`` reads). In DMs ``user`` is sent instead of ``member``."""
+    (which ``app_commands.checks.has_permissions`` reads). In DMs ``user`` is sent instead of ``member``.
+
+    ``context`` is the interaction context type (0 guild, 1 the bot's DM, 2 a private channel: a DM or group
+    DM between people); ``integration_owners`` is ``authorizing_integration_owners`` ({'0': guild id} for a
+    server install, {'1': user id} for a user install). Both default to a server install (or the bot's DM)."""
     iid, (u, m) = snowflake(), _split(user)
+    owners = integration_owners if integration_owners is not None else {'0': str(guild_id or 0)}
     p = {'id': str(iid), 'application_id': str(application_id), 'type': type, 'token': f'itoken-{iid}',
          'version': 1, 'locale': locale, 'app_permissions': str(app_permissions), 'entitlements': [],
-         'attachment_size_limit': 10 * 1024 * 1024, 'context': 0 if guild_id else 1,
-         'authorizing_integration_owners': {'0': str(guild_id or 0)}}
+         'attachment_size_limit': 10 * 1024 * 1024, 'context': context if context is not None else 0 if guild_id else 1,
+         'authorizing_integration_owners': {str(k): str(v) for k, v in owners.items()}}
     if data is not None:
         p['data'] = data
     if channel is not None:
@@ -209,6 +224,28 @@ def slash_data(tree: app_commands.CommandTree, command: str, options: Optional[d
         opts = [{'name': path[depth], 'type': 1 if depth == len(path) - 1 else 2, 'options': opts}]
     data = {'id': str(command_id(path[0], scope)), 'name': path[0], 'type': 1, 'options': opts}
     return dict(data, **({'guild_id': str(scope)} if scope else {}), **({'resolved': resolved} if resolved else {}))
+
+
+def context_menu_data(tree: app_commands.CommandTree, name: str, target: dict, *, guild_id: Optional[int] = None,
+                      member_permissions: int = 0) -> dict:
+    """``data`` of a context-menu interaction (APPLICATION_COMMAND with ``data.type`` 2 user / 3 message).
+
+    ``target`` is a message payload (a message menu) or a user / member payload (a user menu); it becomes
+    ``data.target_id`` and the ``data.resolved`` entry Discord sends (``messages``; ``users`` + ``members``)."""
+    menu = next((c for t in (discord.AppCommandType.message, discord.AppCommandType.user)
+                 if (c := tree.get_command(name, type=t)) is not None), None)
+    if menu is None:
+        raise LookupError(f'no context menu {name!r} in tree')
+    if menu.type == discord.AppCommandType.message:
+        resolved = {'messages': {target['id']: target}}
+        target_id = target['id']
+    else:
+        u, m = _split(target)
+        target_id, resolved = u['id'], {'users': {u['id']: u}}
+        if m is not None and guild_id:
+            resolved['members'] = {u['id']: dict(m, permissions=str(member_permissions))}
+    return {'id': str(command_id(name)), 'name': name, 'type': menu.type.value, 'target_id': target_id,
+            'resolved': resolved}
 
 
 # ---------------------------------------------------------------- recording
@@ -454,17 +491,23 @@ class DiscordHarness:
         return int(gid) if gid else None
 
     async def _interact(self, type: int, user: dict, channel_id: int, data: dict, message=None, permissions=None,
-                        app_permissions=None, locale='en-US') -> Responses:
-        """Build the payload (permissions computed unless given), feed INTERACTION_CREATE, settle."""
-        ch, gid = self.channels.get(int(channel_id)) or dm_channel(channel_id, user), self._guild_of(channel_id)
-        if gid is not None:
+                        app_permissions=None, locale='en-US', context=None, integration_owners=None,
+                        channel=None) -> Responses:
+        """Build the payload (permissions computed unless given), feed INTERACTION_CREATE, settle.
+
+        ``channel`` is the partial channel payload Discord sends for a channel the bot cannot know (a server
+        it is not in, a DM between people); its ``guild_id`` then makes the interaction a server one."""
+        ch = channel or self.channels.get(int(channel_id)) or dm_channel(channel_id, user)
+        gid = self._guild_of(channel_id) if channel is None else (int(channel['guild_id']) if channel.get('guild_id') else None)
+        if gid is not None and gid in self.guilds:
             user = self._member_payload(gid, user)
             permissions = self.permissions_for(user, channel_id) if permissions is None else permissions
             if app_permissions is None:
                 app_permissions = self.permissions_for(self.bot_user, channel_id)
         payload = interaction(type, user=user, data=data, channel=ch, guild_id=gid, permissions=permissions or 0,
                               app_permissions=app_permissions or 0, message=message, locale=locale,
-                              application_id=self.application_id)
+                              application_id=self.application_id, context=context,
+                              integration_owners=integration_owners)
         self.feed('INTERACTION_CREATE', payload)
         await self.settle()
         out = Responses(self.interaction_responses(int(payload['id'])))
@@ -481,11 +524,28 @@ class DiscordHarness:
 
     async def invoke_slash(self, command: str, *, user: dict, channel_id: int, options: Optional[dict] = None,
                            permissions: Optional[int] = None, app_permissions: Optional[int] = None,
-                           locale: str = 'en-US') -> Responses:
+                           locale: str = 'en-US', context: Optional[int] = None,
+                           integration_owners: Optional[dict] = None, channel: Optional[dict] = None) -> Responses:
         """Run ``/command`` ("group sub" paths ok) as ``user`` in ``channel_id`` (the guild comes from the
-        channel; DM channel ids from ``dm()``). ``permissions=None`` -> computed from roles/overwrites."""
+        channel; DM channel ids from ``dm()``). ``permissions=None`` -> computed from roles/overwrites.
+        ``context``/``integration_owners``/``channel`` describe user-install cases (see ``interaction``)."""
         return await self._interact(2, user, channel_id, self._slash_data(command, user, channel_id, options),
-                                    permissions=permissions, app_permissions=app_permissions, locale=locale)
+                                    permissions=permissions, app_permissions=app_permissions, locale=locale,
+                                    context=context, integration_owners=integration_owners, channel=channel)
+
+    async def invoke_context_menu(self, name: str, target: dict, *, user: dict, channel_id: int,
+                                  permissions: Optional[int] = None, context: Optional[int] = None,
+                                  integration_owners: Optional[dict] = None, channel: Optional[dict] = None) -> Responses:
+        """Right-click ``name`` on ``target`` (a message payload, or a user / member payload) as ``user`` in
+        ``channel_id``. ``context``/``integration_owners``/``channel`` describe user-install cases (see ``interaction``)."""
+        gid = self._guild_of(channel_id) if channel is None else (int(channel['guild_id']) if channel.get('guild_id') else None)
+        perms = 0
+        if gid is not None and gid in self.guilds and 'username' in target:  # Discord resolves guild members
+            target = self._member_payload(gid, target, known_only=True) or target
+            perms = self.permissions_for(target, channel_id) if 'user' in target else 0
+        data = context_menu_data(self.bot.tree, name, target, guild_id=gid, member_permissions=perms)
+        return await self._interact(2, user, channel_id, data, permissions=permissions, context=context,
+                                    integration_owners=integration_owners, channel=channel)
 
     async def autocomplete(self, command: str, focused: str, *, user: dict, channel_id: int,
                            options: Optional[dict] = None) -> List[dict]:
@@ -570,7 +630,7 @@ class DiscordHarness:
                        ('GET', path, lambda c: self._commands(None, c.params.get('guild_id')))]
         by_id = lambda c: int(c.params['message_id'])  # noqa: E731
         by_token = lambda c: self._originals.get(c.params['webhook_token'])  # noqa: E731
-        for path, get in ((msg, by_id), (wh + '/messages/{message_id}', by_id), (wh + '/messages/@original', by_token)):
+        for path, get in ((msg, self._in_channel), (wh + '/messages/{message_id}', by_id), (wh + '/messages/@original', by_token)):
             routes += [('GET', path, lambda c, get=get: self._stored(get(c))),
                        ('PATCH', path, lambda c, get=get: self._edit(get(c), c)),
                        ('DELETE', path, lambda c, get=get: self._stored(get(c)) and self.messages.pop(get(c)) and None)]
@@ -601,6 +661,12 @@ class DiscordHarness:
         found.sort(key=lambda m: int(m['id']), reverse=True)
         return found[:int(q.get('limit', 50))]
 
+    def _in_channel(self, c: Call) -> Optional[int]:
+        """A message route's message id, None (-> 404 Unknown Message) when it is not in that channel."""
+        mid = int(c.params['message_id'])
+        stored = self.messages.get(mid)
+        return mid if stored is None or stored['channel_id'] == c.params['channel_id'] else None
+
     def _stored(self, message_id: Optional[int]) -> dict:
         if message_id not in self.messages:
             raise http_error(404, 10008, 'Unknown Message')
@@ -611,7 +677,7 @@ class DiscordHarness:
         if payload is None:
             guild = discord.Object(int(guild_id)) if guild_id else None
             payload = [cmd.to_dict(self.bot.tree) for cmd in self.bot.tree.get_commands(guild=guild)]
-        return [dict(cmd, id=str(command_id(cmd['name'], guild_id and int(guild_id))), version='1',
+        return [dict({'description': ''}, **cmd, id=str(command_id(cmd['name'], guild_id and int(guild_id))), version='1',
                      application_id=str(self.application_id), **({'guild_id': guild_id} if guild_id else {}))
                 for cmd in payload]
 

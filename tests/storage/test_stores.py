@@ -102,6 +102,7 @@ async def test_guild_settings_versioned_writes_and_delete(storage):
     gs = storage.guild_settings
     assert await gs.get("900") is None and await gs.count() == 0
     first = ServerSettings(guild_id="900", respond_channels=frozenset({"1", "2"}), persona="Be kind.", version=1,
+                           channel_personas={"1": "Speak like a pirate.", "3": "Short answers."},
                            updated_by="5", updated_at=10.0)
     assert await gs.put(first, replaces=0) is True
     assert await gs.put(first, replaces=0) is False  # a record exists: a second "create" loses

@@ -50,7 +50,7 @@ def author_line(message: BaseMessage) -> str:
 def context_block(quotes: tuple[Quote, ...] | list[Quote]) -> str:
     """Messages gathered as context for one answer, grouped by why they are shown, each under its header."""
     parts: list[str] = []
-    for kind in ("starter", "reply", "channel"):
+    for kind in ("starter", "reply", "channel", "forward", "poll"):
         chosen = [q for q in quotes if q.kind == kind]
         if chosen:
             lines = [f"{header(q.author_name, q.author_id, is_bot=q.is_bot)}\n{quoted(q.text)}" for q in chosen]

@@ -78,6 +78,15 @@ class GuildPolicy:
     mod_log_channel: str | None
     sources: dict[str, str] = field(default_factory=dict)  # setting name -> SERVER or OPERATOR
     version: int = 0
+    channel_personas: dict[str, str] = field(default_factory=dict)  # channel ID -> that channel's instructions
+
+    def persona_for(self, channel_id: Any = None, parent_id: Any = None) -> str:
+        """The instructions for a message here: the server's, then its channel's (a thread or forum post
+        follows its parent channel's, then its own if it has any), each in its own paragraph."""
+        parts = [self.persona_addition]
+        for cid in dict.fromkeys(str(c) for c in (parent_id, channel_id) if c not in (None, "")):
+            parts.append(self.channel_personas.get(cid, ""))
+        return "\n\n".join(p for p in parts if p)
 
     def answers_everything(self, channel_id: Any, parent_id: Any = None) -> bool:
         """Every message is answered here (a thread follows its parent channel)."""
@@ -115,6 +124,7 @@ def resolve(stored: ServerSettings | None, defaults: OperatorDefaults, guild_id:
         mod_log_channel=pick("mod_log_channel", s.mod_log_channel, defaults.mod_log_channel),
         sources=sources,
         version=s.version,
+        channel_personas=dict(s.channel_personas),
     )
 
 
@@ -149,6 +159,19 @@ def check(settings: ServerSettings, defaults: OperatorDefaults, before: ServerSe
                 f"Those instructions are {len(settings.persona):,} characters long; "
                 f"this bot allows at most {defaults.max_persona_chars:,}. Nothing was changed."
             )
+    if changed("channel_personas"):
+        for cid, text in settings.channel_personas.items():
+            if text == before.channel_personas.get(cid):
+                continue
+            if not text.strip():
+                raise SettingRefused("The instructions are empty: use `/settings reset` with the channel to remove them.")
+            if len(text) > defaults.max_persona_chars:
+                raise SettingRefused(
+                    f"Those instructions are {len(text):,} characters long; "
+                    f"this bot allows at most {defaults.max_persona_chars:,}. Nothing was changed."
+                )
+        if len(settings.channel_personas) > MAX_CHANNELS:
+            raise SettingRefused(f"At most {MAX_CHANNELS} channels can have instructions. Nothing was changed.")
     for name, cap in (("daily_tokens", defaults.daily_tokens), ("member_daily_tokens", defaults.member_daily_tokens)):
         value = getattr(settings, name)
         if value is None or not changed(name):
@@ -272,6 +295,18 @@ def set_field(name: str, value: Any) -> Edit:
     return lambda s: replace(s, **{name: value})
 
 
+def channel_persona(channel_id: str, text: str | None) -> Edit:
+    """Set one channel's instructions (None: remove them; the channel then has only the server's)."""
+
+    def edit(s: ServerSettings) -> ServerSettings:
+        personas = {k: v for k, v in s.channel_personas.items() if k != str(channel_id)}
+        if text is not None:
+            personas[str(channel_id)] = text
+        return replace(s, channel_personas=personas)
+
+    return edit
+
+
 def channel_listed(name: str, channel_id: str, on: bool, start: frozenset[str] = frozenset()) -> Edit:
     """Add a channel to (or remove it from) ``respond_channels`` or ``mentions_off``.
 
@@ -291,5 +326,5 @@ def channel_listed(name: str, channel_id: str, on: bool, start: frozenset[str] =
 
 def reset(name: str) -> Edit:
     """Back to the operator's default."""
-    empty = frozenset() if name == "mentions_off" else None
+    empty = frozenset() if name == "mentions_off" else {} if name == "channel_personas" else None
     return set_field(name, empty)

@@ -53,7 +53,8 @@ class Policies:
         shown = await self._shown_quotes(answering.user_id, tuple(quotes) or answering.quotes)
         # The turn's images ride on the runtime context, never in the thread's messages (see state.Image).
         images = tuple((m.speaker.message_id, m.images) for m in incoming if m.images and m.speaker.message_id)
-        speaker = replace(answering, visibility=visibility, persona_addition=server.persona_addition,
+        addition = server.persona_for(answering.channel_id, answering.parent_id)
+        speaker = replace(answering, visibility=visibility, persona_addition=addition,
                           memories_off_here=not server.use_memories, quotes=shown, images=images)
         return TurnPolicy(server=server, speaker=speaker, learning=server.learning)
 

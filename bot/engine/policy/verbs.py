@@ -6,7 +6,7 @@ policy home, beside the settings service and the usage meter they call.
 
 from __future__ import annotations
 
-from bot.engine.policy.server_settings import Edit, GuildPolicy, GuildSettingsService, OperatorDefaults
+from bot.engine.policy.server_settings import Edit, GuildPolicy, GuildSettingsService, OperatorDefaults, channel_persona
 from bot.engine.policy.turn_policy import Policies
 from bot.engine.policy.usage import UsageMeter
 from bot.engine.state import Speaker
@@ -43,6 +43,14 @@ class SettingsVerbs:
         result = await self.guild_settings.change(guild_id, edit, by=by)
         self.metrics.settings_changes.inc()
         return result
+
+    async def channel_settings_gone(self, guild_id: str | int, channel_id: str | int) -> bool:
+        """A channel or thread was deleted: its own instructions go with it (True if it had any)."""
+        stored = await self.guild_settings.stored(str(guild_id))
+        if stored is None or str(channel_id) not in stored.channel_personas:
+            return False
+        await self.guild_settings.change(guild_id, channel_persona(str(channel_id), None), by="")
+        return True
 
     async def budget_exhausted(self, speaker: Speaker, policy: GuildPolicy | None = None) -> str | None:
         """The budget bucket (a server, a member there, or a person's DMs) with no tokens left today, if any."""

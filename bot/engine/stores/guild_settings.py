@@ -22,6 +22,7 @@ class ServerSettings:
     respond_channels: frozenset[str] | None = None  # channels/threads where every message is answered
     mentions_off: frozenset[str] = field(default_factory=frozenset)  # channels where mentions are ignored
     persona: str | None = None  # the server's instructions, added after the operator's persona
+    channel_personas: dict[str, str] = field(default_factory=dict)  # channel ID -> its instructions, after the server's
     learning: bool | None = None  # learn from conversations in this server
     use_memories: bool | None = None  # put people's memories into replies in this server
     daily_tokens: int | None = None  # this server's daily token budget
@@ -52,6 +53,10 @@ class ServerSettings:
                 values[name] = frozenset(str(c) for c in values[name])
         if values.get("mentions_off") is None:
             values.pop("mentions_off", None)
+        if values.get("channel_personas") is None:
+            values.pop("channel_personas", None)
+        else:
+            values["channel_personas"] = {str(k): str(v) for k, v in values["channel_personas"].items()}
         return cls(guild_id=guild_id, version=version, **values)
 
 

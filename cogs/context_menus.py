@@ -1,0 +1,124 @@
+"""Right-click menus (Discord's message and user context menus): "Remember this", "Forget this", "Purge memories".
+
+- **Remember this** (a message): on one's own message, the bot remembers what it says, exactly as if the
+  person had typed it into ``/memories remember`` (same rate limit, cap and code path: ``cogs.memories.teach``),
+  with that message as the memory's source (``source: "user"``: written by the person), so deleting the
+  message later removes what was learned only from it, like any learned memory. On anyone else's message
+  it is refused: nobody teaches the bot about another person.
+- **Forget this** (a message): on one's own message, shows the memories whose sources include that message
+  and erases them after a Confirm only the person can press. On anyone else's message it is refused.
+- **Purge memories** (a member): ``/purge-memories`` on that member, with the same checks (in a server the
+  bot is in and installed to, Manage Messages server-wide, checked again when Purge is pressed) and the
+  same code path (``cogs.moderation.purge``).
+
+Every answer is ephemeral. Refusals are answered at once; everything that reads the database defers first.
+The two message menus can be used wherever ``/memories`` can, also as a user-installed app (see
+``cogs._installs`` for what is kept where then); the purge menu is a server-install command only.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import discord
+from discord import app_commands
+from discord.ext import commands
+
+from bot.client import MemoryBot
+from bot.engine import MAX_CONTENT, Actor
+from cogs import _memory_format as fmt
+from cogs._installs import guild_installed
+from cogs.memories import origin_of, reply, teach
+from cogs.moderation import has_server_wide_manage_messages, in_server, purge
+from cogs.views import confirm
+
+log = logging.getLogger(__name__)
+
+REMEMBER, FORGET, PURGE = "Remember this", "Forget this", "Purge memories"
+NOT_YOURS = "I only learn about people from what they say themselves, so this only works on your own messages."
+EVERYWHERE = app_commands.AppCommandContext(guild=True, dm_channel=True, private_channel=True)
+ANY_INSTALL = app_commands.AppInstallationType(guild=True, user=True)
+
+
+class ContextMenus(commands.Cog):
+    """Adds the three menus to the command tree on load and removes them on unload (a cog cannot hold them
+    as decorated methods: discord.py's context menus are tree-level commands)."""
+
+    def __init__(self, bot: MemoryBot) -> None:
+        self.bot = bot
+        self.engine = bot.engine
+        purge_menu = app_commands.ContextMenu(
+            name=PURGE, callback=self.purge_member,
+            allowed_contexts=app_commands.AppCommandContext(guild=True),
+            allowed_installs=app_commands.AppInstallationType(guild=True, user=False))
+        purge_menu.default_permissions = discord.Permissions(manage_messages=True)
+        for check in (in_server, guild_installed, has_server_wide_manage_messages):  # in this order, as the command
+            purge_menu.add_check(check)
+        self.menus = [
+            app_commands.ContextMenu(name=REMEMBER, callback=self.remember_message, allowed_contexts=EVERYWHERE,
+                                     allowed_installs=ANY_INSTALL),
+            app_commands.ContextMenu(name=FORGET, callback=self.forget_message, allowed_contexts=EVERYWHERE,
+                                     allowed_installs=ANY_INSTALL),
+            purge_menu,
+        ]
+
+    async def cog_load(self) -> None:
+        for menu in self.menus:
+            self.bot.tree.add_command(menu)
+
+    async def cog_unload(self) -> None:
+        for menu in self.menus:
+            self.bot.tree.remove_command(menu.name, type=menu.type)
+
+    @staticmethod
+    async def refuse(interaction: discord.Interaction, text: str) -> None:
+        await interaction.response.send_message(text, ephemeral=True)
+
+    async def remember_message(self, interaction: discord.Interaction, message: discord.Message) -> None:
+        """Remember what one's own message says (as ``/memories remember`` with its text)."""
+        if message.author.id != interaction.user.id:
+            await self.refuse(interaction, NOT_YOURS)
+            return
+        text = message.clean_content.strip()
+        if not text:
+            await self.refuse(interaction, "That message has no text I could remember. Nothing was changed.")
+            return
+        if len(text) > MAX_CONTENT:
+            await self.refuse(interaction, f"That message is longer than the {MAX_CONTENT} characters one memory "
+                              "holds: use `/memories remember` with the part worth keeping. Nothing was changed.")
+            return
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        await teach(self.bot, interaction, text, origin_of(interaction, message))
+
+    async def forget_message(self, interaction: discord.Interaction, message: discord.Message) -> None:
+        """Show what was learned from one's own message and erase it after a confirmation."""
+        if message.author.id != interaction.user.id:
+            await self.refuse(interaction, NOT_YOURS.replace("learn about", "forget what I learned about"))
+            return
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        mine = str(message.id)
+        learned = [m for m in await self.engine.list_memories(interaction.user.id) if mine in m.message_ids()]
+        if not learned:
+            await reply(interaction, "I didn't learn anything from that message: there is nothing to forget.")
+            return
+        listing = "\n".join(f"`{m.short_id}` {fmt.clip(m.content, 150)}" for m in learned[:10])
+        more = f"\n…and {len(learned) - 10} more." if len(learned) > 10 else ""
+        ok, button = await confirm(interaction, f"Forget the {len(learned)} things I learned from that message?\n"
+                                   f"{listing}{more}", confirm_label="Forget",
+                                   cancelled="Cancelled: nothing was forgotten.")
+        if not ok:
+            return
+        await button.response.defer()
+        changes = await self.engine.delete_memories(interaction.user.id, [m.key for m in learned],
+                                                    by=Actor("user", str(interaction.user.id)))
+        await button.edit_original_response(content=f"Forgotten: {len(changes.deleted)} memories.", view=None)
+
+    async def purge_member(self, interaction: discord.Interaction, member: discord.Member | discord.User) -> None:
+        """``/purge-memories`` on this member (the checks ran before this is called)."""
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        await purge(self.bot, interaction, member)
+
+
+async def setup(bot: MemoryBot) -> None:
+    """discord.py's extension hook (``load_extension("cogs.context_menus")``): add the right-click menus."""
+    await bot.add_cog(ContextMenus(bot))

@@ -1,0 +1,179 @@
+"""Right-click menus through real context-menu interactions (type 2 with data.type 3 message / 2 user, a
+target_id and its resolved entry): "Remember this", "Forget this", "Purge memories"."""
+
+from __future__ import annotations
+
+import discord
+
+from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, MOD, MOD_ROLE, OTHER_CHANNEL, rig
+from tests.cogs.test_memories import button, click_erasure, seed
+from tests.fakes import discord_harness as dh
+
+
+def said(r, author: dict, content: str, channel_id: int = GENERAL, guild_id: int | None = GUILD_ID) -> dict:
+    """A message as Discord puts it into a message menu's ``data.resolved.messages`` (it was sent earlier)."""
+    payload = r.msg(author, content, channel_id=channel_id, guild_id=guild_id)
+    r.h.feed("MESSAGE_CREATE", payload)
+    return payload
+
+
+def final(res) -> dict:
+    """The last message-bearing call answering an interaction."""
+    return [c for c in res if c.content is not None][-1]
+
+
+async def test_the_menus_are_registered_with_discords_shapes(r):
+    menus = {c.name: c.to_dict(r.bot.tree) for t in (discord.AppCommandType.message, discord.AppCommandType.user)
+             for c in r.bot.tree.get_commands(type=t)}
+    assert set(menus) == {"Remember this", "Forget this", "Purge memories"}
+    assert all(len(name) <= 32 for name in menus)
+    assert menus["Remember this"]["type"] == 3 and menus["Forget this"]["type"] == 3
+    assert menus["Purge memories"]["type"] == 2
+    assert sorted(menus["Remember this"]["integration_types"]) == [0, 1]  # also as a user-installed app
+    assert sorted(menus["Remember this"]["contexts"]) == [0, 1, 2]
+    assert menus["Purge memories"]["integration_types"] == [0] and menus["Purge memories"]["contexts"] == [0]
+    assert menus["Purge memories"]["default_member_permissions"] in (8192, "8192")
+    # And they reach Discord with the sync.
+    synced = {c["name"] for call in r.h.calls_to("PUT", "/applications/{application_id}/commands") for c in call.json}
+    assert {"Remember this", "Forget this", "Purge memories"} <= synced
+
+
+async def test_remember_this_on_ones_own_message_teaches_it_with_that_message_as_source(r):
+    mine = said(r, ALICE, "I play the cello in a quartet")
+    res = await r.h.invoke_context_menu("Remember this", mine, user=ALICE, channel_id=GENERAL)
+    assert res[0].callback_type == 5 and res[0].ephemeral  # deferred at once
+    answer = final(res)
+    assert answer.ephemeral and "I'll remember that" in answer.content
+    (memory,) = await r.engine.list_memories(ALICE["id"])
+    assert memory.content == "I play the cello in a quartet"
+    assert memory.origin == {"guild_id": str(GUILD_ID), "channel_id": str(GENERAL), "message_id": mine["id"],
+                             "source": "user"}
+    (entry,) = await r.engine.memory_history(ALICE["id"])
+    assert entry.actor == "user" and entry.actor_id == ALICE["id"]
+
+
+async def test_remember_this_on_someone_elses_message_is_refused(r):
+    theirs = said(r, BOB, "Alice secretly hates cellos")
+    res = await r.h.invoke_context_menu("Remember this", theirs, user=ALICE, channel_id=GENERAL)
+    assert len(res) == 1 and res[0].callback_type == 4 and res[0].ephemeral
+    assert "I only learn about people from what they say themselves" in res[0].content
+    assert await r.engine.list_memories(ALICE["id"]) == []
+    assert await r.engine.list_memories(BOB["id"]) == []
+
+
+async def test_remember_this_keeps_the_rate_limit_and_the_cap_of_memories_remember(tmp_path):
+    async with rig(tmp_path, limits={"memory_commands_per_hour": 1}, memory={"max_per_person": 5}) as r:
+        first = await r.h.invoke_context_menu("Remember this", said(r, ALICE, "I like kites"), user=ALICE,
+                                              channel_id=GENERAL)
+        assert "I'll remember that" in final(first).content
+        second = await r.h.invoke_slash("memories remember", user=ALICE, channel_id=GENERAL, options={"text": "I like owls"})
+        assert "times in the last hour" in final(second).content  # one budget for the command and the menu
+        await seed(r, BOB, [f"bob fact {i}" for i in range(5)])
+        full = await r.h.invoke_context_menu("Remember this", said(r, BOB, "I like tea"), user=BOB, channel_id=GENERAL)
+        assert "the most I keep for one person" in final(full).content
+        assert [m.content for m in await r.engine.list_memories(ALICE["id"])] == ["I like kites"]
+        assert len(await r.engine.list_memories(BOB["id"])) == 5
+
+
+async def test_deleting_the_message_later_removes_what_was_remembered_from_it(r):
+    mine = said(r, ALICE, "I live in Lisbon")
+    await r.h.invoke_context_menu("Remember this", mine, user=ALICE, channel_id=GENERAL)
+    assert len(await r.engine.list_memories(ALICE["id"])) == 1
+    r.h.feed("MESSAGE_DELETE", {"id": mine["id"], "channel_id": mine["channel_id"], "guild_id": str(GUILD_ID)})
+    await r.h.settle(timeout=20, quiet=0.5)
+    assert await r.engine.list_memories(ALICE["id"]) == []
+
+
+async def test_an_empty_or_overlong_message_is_refused_without_a_write(r):
+    empty = said(r, ALICE, "")
+    res = await r.h.invoke_context_menu("Remember this", empty, user=ALICE, channel_id=GENERAL)
+    assert res[0].ephemeral and "no text I could remember" in res[0].content
+    long = said(r, ALICE, "x" * 2001)  # Discord allows 4000 characters with Nitro
+    res = await r.h.invoke_context_menu("Remember this", long, user=ALICE, channel_id=GENERAL)
+    assert res[0].ephemeral and "/memories remember" in res[0].content
+    assert await r.engine.list_memories(ALICE["id"]) == []
+
+
+async def test_forget_this_shows_what_was_learned_from_the_message_and_erases_it_after_confirming(r):
+    mine = said(r, ALICE, "I'm vegetarian")
+    await r.h.invoke_context_menu("Remember this", mine, user=ALICE, channel_id=GENERAL)
+    await seed(r, ALICE, ["Alice rides a bike"])  # learned from another message: stays
+    res = await r.h.invoke_context_menu("Forget this", mine, user=ALICE, channel_id=GENERAL)
+    assert res[0].callback_type == 5 and res[0].ephemeral
+    prompt = final(res)
+    assert prompt.ephemeral and "Forget the 1 things I learned from that message?" in prompt.content
+    assert "vegetarian" in prompt.content and "bike" not in prompt.content
+    # Only Alice can press her buttons.
+    stranger = await r.h.click(button(prompt, "Forget"), prompt.message, user=BOB)
+    assert "aren't for you" in stranger[0].content
+    assert len(await r.engine.list_memories(ALICE["id"])) == 2
+    done = await click_erasure(r, button(prompt, "Forget"), prompt.message, user=ALICE)
+    assert any("Forgotten: 1 memories" in (c.content or "") for c in done)
+    assert [m.content for m in await r.engine.list_memories(ALICE["id"])] == ["Alice rides a bike"]
+
+
+async def test_forget_this_on_a_message_that_taught_nothing_says_so(r):
+    await seed(r, ALICE, ["Alice rides a bike"])
+    res = await r.h.invoke_context_menu("Forget this", said(r, ALICE, "just chatting"), user=ALICE, channel_id=GENERAL)
+    assert "didn't learn anything from that message" in final(res).content
+    assert len(await r.engine.list_memories(ALICE["id"])) == 1
+
+
+async def test_forget_this_on_someone_elses_message_is_refused(r):
+    theirs = said(r, BOB, "I'm vegetarian")
+    await r.h.invoke_context_menu("Remember this", theirs, user=BOB, channel_id=GENERAL)
+    res = await r.h.invoke_context_menu("Forget this", theirs, user=ALICE, channel_id=GENERAL)
+    assert len(res) == 1 and res[0].ephemeral and "only works on your own messages" in res[0].content
+    assert len(await r.engine.list_memories(BOB["id"])) == 1
+
+
+async def test_purge_memories_menu_needs_server_wide_manage_messages(r):
+    await seed(r, BOB, ["Bob likes tea"])
+    res = await r.h.invoke_context_menu("Purge memories", BOB, user=ALICE, channel_id=GENERAL)
+    assert len(res) == 1 and res[0].ephemeral and "Manage Messages" in res[0].content
+    channel = dh.text_channel(4243, GUILD_ID, "helpdesk", permission_overwrites=[
+        dh.overwrite(ALICE["id"], member=True, allow=1 << 13)])  # Manage Messages in this channel only
+    r.h.feed("CHANNEL_CREATE", channel)
+    res = await r.h.invoke_context_menu("Purge memories", BOB, user=ALICE, channel_id=4243)
+    assert "Manage Messages" in res[0].content
+    res = await r.h.invoke_context_menu("Purge memories", BOB, user=MOD, channel_id=OTHER_CHANNEL)  # not a mod there
+    assert "Manage Messages" in res[0].content
+    assert len(await r.engine.list_memories(BOB["id"])) == 1
+
+
+async def test_purge_memories_menu_purges_like_the_command_and_rechecks_on_the_button(r):
+    await seed(r, BOB, ["Bob likes tea", "Bob plays chess"])
+    await seed(r, BOB, ["Bob told me this in a DM"], guild="dm")
+    res = await r.h.invoke_context_menu("Purge memories", BOB, user=MOD, channel_id=GENERAL)
+    assert res.interaction["data"]["type"] == 2 and BOB["id"] in res.interaction["data"]["resolved"]["members"]
+    prompt = final(res)
+    assert prompt.ephemeral and "Remove the 2 memories" in prompt.content
+    done = await click_erasure(r, button(prompt, "Purge"), prompt.message, user=MOD)
+    assert any("Done: removed 2 memories" in (c.content or "") for c in done)
+    assert [m.content for m in await r.engine.list_memories(BOB["id"])] == ["Bob told me this in a DM"]
+    # A second purge, during which the moderator loses the permission: nothing is removed.
+    await seed(r, BOB, ["Bob likes coffee"])
+    prompt = final(await r.h.invoke_context_menu("Purge memories", BOB, user=MOD, channel_id=GENERAL))
+    r.h.feed("GUILD_ROLE_UPDATE", {"guild_id": str(GUILD_ID), "role": dh.role(MOD_ROLE, "Mods", 0, position=1)})
+    await r.h.settle()
+    done = await click_erasure(r, button(prompt, "Purge"), prompt.message, user=MOD)
+    assert any("no longer have the Manage Messages permission" in (c.content or "") for c in done)
+    assert len(await r.engine.list_memories(BOB["id"])) == 2
+
+
+async def test_remember_and_forget_this_on_every_backend(tmp_path, backend):
+    from tests.cogs.test_user_installs import ELSEWHERE_CHANNEL, elsewhere, foreign, user_install
+
+    async with rig(tmp_path, backend=backend) as r:
+        mine = said(r, ALICE, "I collect stamps")
+        await r.h.invoke_context_menu("Remember this", mine, user=ALICE, channel_id=GENERAL)
+        away = elsewhere(ALICE, "I collect shells")
+        await r.h.invoke_context_menu("Remember this", away, user=ALICE, channel_id=ELSEWHERE_CHANNEL,
+                                      **foreign(integration_owners=user_install(ALICE)))
+        places = {m.content: m.origin["guild_id"] for m in await r.engine.list_memories(ALICE["id"])}
+        assert places == {"I collect stamps": str(GUILD_ID), "I collect shells": "dm"}
+        prompt = final(await r.h.invoke_context_menu("Forget this", away, user=ALICE, channel_id=ELSEWHERE_CHANNEL,
+                                                     **foreign(integration_owners=user_install(ALICE))))
+        assert "shells" in prompt.content and "stamps" not in prompt.content
+        await click_erasure(r, button(prompt, "Forget"), prompt.message, user=ALICE)
+        assert [m.content for m in await r.engine.list_memories(ALICE["id"])] == ["I collect stamps"]
