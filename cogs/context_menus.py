@@ -97,7 +97,7 @@ class ContextMenus(commands.Cog):
             return
         await interaction.response.defer(ephemeral=True, thinking=True)
         mine = str(message.id)
-        learned = [m for m in await self.engine.list_memories(interaction.user.id) if mine in m.message_ids()]
+        learned = [m for m in await self.engine.list_memories(interaction.user.id) if mine in m.about_messages()]
         if not learned:
             await reply(interaction, "I didn't learn anything from that message: there is nothing to forget.")
             return

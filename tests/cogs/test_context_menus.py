@@ -75,13 +75,15 @@ async def test_remember_this_keeps_the_rate_limit_and_the_cap_of_memories_rememb
         assert len(await r.engine.list_memories(BOB["id"])) == 5
 
 
-async def test_deleting_the_message_later_removes_what_was_remembered_from_it(r):
+async def test_what_was_remembered_by_hand_survives_deleting_the_message(r):
+    """"Remember this" is the person's own act, like /memories remember: a later deletion of the message
+    does not undo it (Forget this, /memories delete or a wipe do)."""
     mine = said(r, ALICE, "I live in Lisbon")
     await r.h.invoke_context_menu("Remember this", mine, user=ALICE, channel_id=GENERAL)
     assert len(await r.engine.list_memories(ALICE["id"])) == 1
     r.h.feed("MESSAGE_DELETE", {"id": mine["id"], "channel_id": mine["channel_id"], "guild_id": str(GUILD_ID)})
     await r.h.settle(timeout=20, quiet=0.5)
-    assert await r.engine.list_memories(ALICE["id"]) == []
+    assert [m.content for m in await r.engine.list_memories(ALICE["id"])] == ["I live in Lisbon"]
 
 
 async def test_an_empty_or_overlong_message_is_refused_without_a_write(r):

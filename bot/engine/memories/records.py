@@ -68,9 +68,11 @@ HAND_SOURCES = frozenset({"user"})  # ``source`` values of what a person wrote o
 def hand_source(origin: dict[str, Any]) -> dict[str, Any]:
     """The provenance of a memory the person wrote or corrected by hand, from where the command was used
     (or, for an edit, where the memory was learned): the place stays, the message goes, the source is them."""
-    out = {k: v for k, v in origin.items() if k not in ("message_id", "deleted")}
+    out = {k: v for k, v in origin.items() if k not in ("message_id", "deleted", "from_message")}
     out["message_id"] = ""
     out["source"] = "user"
+    if origin.get("message_id") or origin.get("from_message"):  # "Remember this" on a message, or a correction:
+        out["from_message"] = str(origin.get("message_id") or origin["from_message"])  # which one, for "Forget this"
     return out
 
 
@@ -143,6 +145,11 @@ class StoredMemory:
     def message_ids(self) -> set[str]:
         """Every Discord message ID this memory was learned or changed from."""
         return {str(s["message_id"]) for s in self.sources if s.get("message_id")}
+
+    def about_messages(self) -> set[str]:
+        """The messages this memory came from, the ones a person remembered by hand included (those are
+        not among :meth:`message_ids`: events on them leave the memory alone, but "Forget this" finds it)."""
+        return self.message_ids() | {str(s["from_message"]) for s in self.sources if s.get("from_message")}
 
     @property
     def hand_written(self) -> bool:
