@@ -2,11 +2,16 @@
 
 - **Remember this** (a message): on one's own message, the bot remembers what it says, exactly as if the
   person had typed it into ``/memories remember`` (same rate limit, cap and code path: ``cogs.memories.teach``),
-  with that message as the memory's source (``source: "user"``: written by the person), so deleting the
-  message later removes what was learned only from it, like any learned memory. On anyone else's message
-  it is refused: nobody teaches the bot about another person.
+  as a memory the person wrote by hand (``source: "user"``; the message is kept as ``from_message``): no
+  later event on the message, its deletion included, undoes it. On anyone else's message it is refused:
+  nobody teaches the bot about another person.
 - **Forget this** (a message): on one's own message, shows the memories whose sources include that message
   and erases them after a Confirm only the person can press. On anyone else's message it is refused.
+- **Ask about this** (a message): any message the person can see; the bot answers about it, ephemerally,
+  with the message as quoted context under the same rules as a reply chain (a private-mode author's words
+  are not shown). The question runs in the person's own side conversation for that channel
+  (``ask:<channel>:<person>``), so nobody else's conversation holds it, and nothing of it is learned: the
+  question is the menu's, not the person's words.
 - **Purge memories** (a member): ``/purge-memories`` on that member, with the same checks (in a server the
   bot is in and installed to, Manage Messages server-wide, checked again when Purge is pressed) and the
   same code path (``cogs.moderation.purge``).
@@ -19,22 +24,28 @@ The two message menus can be used wherever ``/memories`` can, also as a user-ins
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import discord
 from discord import app_commands
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from bot.engine import MAX_CONTENT, Actor
+from bot.chunking import split_message
+from bot.engine import MAX_CONTENT, Actor, Incoming, Speaker
 from cogs import _memory_format as fmt
+from cogs._context import quote_of, speaker_name
 from cogs._installs import guild_installed
 from cogs.memories import origin_of, reply, teach
 from cogs.moderation import has_server_wide_manage_messages, in_server, purge
+from cogs.chat import OUT_OF_BUDGET
 from cogs.views import confirm
 
 log = logging.getLogger(__name__)
 
-REMEMBER, FORGET, PURGE = "Remember this", "Forget this", "Purge memories"
+REMEMBER, FORGET, ASK, PURGE = "Remember this", "Forget this", "Ask about this", "Purge memories"
+ASK_TEXT = "What can you tell me about this message?"
+ASK_FAILED = "Sorry, I couldn't come up with an answer just now. Please try again in a moment."
 NOT_YOURS = "I only learn about people from what they say themselves, so this only works on your own messages."
 EVERYWHERE = app_commands.AppCommandContext(guild=True, dm_channel=True, private_channel=True)
 ANY_INSTALL = app_commands.AppInstallationType(guild=True, user=True)
@@ -59,6 +70,8 @@ class ContextMenus(commands.Cog):
                                      allowed_installs=ANY_INSTALL),
             app_commands.ContextMenu(name=FORGET, callback=self.forget_message, allowed_contexts=EVERYWHERE,
                                      allowed_installs=ANY_INSTALL),
+            app_commands.ContextMenu(name=ASK, callback=self.ask_about, allowed_contexts=EVERYWHERE,
+                                     allowed_installs=ANY_INSTALL),
             purge_menu,
         ]
 
@@ -69,6 +82,31 @@ class ContextMenus(commands.Cog):
     async def cog_unload(self) -> None:
         for menu in self.menus:
             self.bot.tree.remove_command(menu.name, type=menu.type)
+
+    async def ask_about(self, interaction: discord.Interaction, message: discord.Message) -> None:
+        """Answer about a message, ephemerally, with it as context (see the module docstring)."""
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        guild_id = str(interaction.guild_id) if interaction.guild_id and self.bot.get_guild(interaction.guild_id) else "dm"
+        place = "a direct message with them" if guild_id == "dm" else f"#{getattr(interaction.channel, 'name', 'channel')}"
+        speaker = Speaker(user_id=str(interaction.user.id), name=speaker_name(interaction.user), guild_id=guild_id,
+                          channel_id=str(interaction.channel_id or ""), place=place)
+        policy = replace(await self.engine.guild_policy(None if guild_id == "dm" else guild_id), learning=False)
+        thread = f"ask:{interaction.channel_id}:{interaction.user.id}"
+
+        async def context() -> tuple:
+            return (quote_of(message, "reply"),)
+
+        try:
+            result = await self.engine.turn(thread, [Incoming(speaker, ASK_TEXT)], context=context, policy=policy)
+        except Exception:  # noqa: BLE001 - a short apology here, the details in the log
+            log.exception("answering Ask about this in channel %s failed", interaction.channel_id)
+            await interaction.followup.send(ASK_FAILED, ephemeral=True)
+            return
+        if result.reply is None:
+            await interaction.followup.send(OUT_OF_BUDGET, ephemeral=True)
+            return
+        for part in split_message(result.reply.text) or ["…"]:
+            await interaction.followup.send(part, ephemeral=True, allowed_mentions=discord.AllowedMentions.none())
 
     @staticmethod
     async def refuse(interaction: discord.Interaction, text: str) -> None:

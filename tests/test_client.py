@@ -11,7 +11,7 @@ async def test_commands_sync_once_then_only_when_they_change(tmp_path):
     async with rig(tmp_path) as r:
         (first,) = r.h.calls_to("PUT", PUT_GLOBAL)
         names = sorted(c["name"] for c in first.json)
-        assert names == ["Forget this", "Purge memories", "Remember this", "memories", "purge-memories", "settings"]
+        assert names == ["Ask about this", "Forget this", "Purge memories", "Remember this", "memories", "purge-memories", "settings"]
         assert {e for e in r.bot.extensions} == {"cogs.errors", "cogs.chat", "cogs.message_events", "cogs.memories",
                                                   "cogs.memory_signal", "cogs.moderation", "cogs.settings",
                                                   "cogs.context_menus"}
@@ -26,5 +26,5 @@ async def test_a_dev_guild_gets_the_commands_at_once(tmp_path):
     async with rig(tmp_path, discord={"dev_guild_id": 900}) as r:
         (guild_put,) = r.h.calls_to("PUT", "/applications/{application_id}/guilds/{guild_id}/commands")
         assert guild_put.params["guild_id"] == "900"
-        assert sorted(c["name"] for c in guild_put.json) == ["Forget this", "Purge memories", "Remember this", "memories",
+        assert sorted(c["name"] for c in guild_put.json) == ["Ask about this", "Forget this", "Purge memories", "Remember this", "memories",
                                                             "purge-memories", "settings"]

@@ -25,7 +25,7 @@ def final(res) -> dict:
 async def test_the_menus_are_registered_with_discords_shapes(r):
     menus = {c.name: c.to_dict(r.bot.tree) for t in (discord.AppCommandType.message, discord.AppCommandType.user)
              for c in r.bot.tree.get_commands(type=t)}
-    assert set(menus) == {"Remember this", "Forget this", "Purge memories"}
+    assert set(menus) == {"Remember this", "Forget this", "Ask about this", "Purge memories"}
     assert all(len(name) <= 32 for name in menus)
     assert menus["Remember this"]["type"] == 3 and menus["Forget this"]["type"] == 3
     assert menus["Purge memories"]["type"] == 2
@@ -35,7 +35,7 @@ async def test_the_menus_are_registered_with_discords_shapes(r):
     assert menus["Purge memories"]["default_member_permissions"] in (8192, "8192")
     # And they reach Discord with the sync.
     synced = {c["name"] for call in r.h.calls_to("PUT", "/applications/{application_id}/commands") for c in call.json}
-    assert {"Remember this", "Forget this", "Purge memories"} <= synced
+    assert {"Remember this", "Forget this", "Ask about this", "Purge memories"} <= synced
 
 
 async def test_remember_this_on_ones_own_message_teaches_it_with_that_message_as_source(r):
@@ -179,3 +179,25 @@ async def test_remember_and_forget_this_on_every_backend(tmp_path, backend):
         assert "shells" in prompt.content and "stamps" not in prompt.content
         await click_erasure(r, button(prompt, "Forget"), prompt.message, user=ALICE)
         assert [m.content for m in await r.engine.list_memories(ALICE["id"])] == ["I collect stamps"]
+
+
+async def test_ask_about_this_answers_privately_with_the_message_as_context_and_keeps_it_apart(r):
+    bob = said(r, BOB, "the release moves to friday because of the audit")
+    res = await r.h.invoke_context_menu("Ask about this", bob, user=ALICE, channel_id=GENERAL)
+    assert res[0].callback_type == 5 and res[0].ephemeral  # deferred at once: the 3-second deadline
+    answer = final(res)
+    assert answer.ephemeral and answer.content.startswith("reply to")
+    assert answer.json["allowed_mentions"]["parse"] == []
+    call = r.model.chat_calls[-1]
+    assert "[Bob | user 803]\n> the release moves to friday because of the audit" in call.prompt_text
+    assert "audit" not in call.system  # someone else's words: quoted context, never the system role
+    assert not (await r.engine.thread_state(str(GENERAL))).get("messages")  # the channel's conversation is untouched
+    await r.engine.flush_learning()
+    assert await r.engine.list_memories(ALICE["id"]) == [] and await r.engine.list_memories(BOB["id"]) == []
+
+
+async def test_ask_about_this_does_not_show_a_private_authors_words(r):
+    await r.engine.set_preferences(str(BOB["id"]), private=True)
+    bob = said(r, BOB, "my private plans for the weekend")
+    await r.h.invoke_context_menu("Ask about this", bob, user=ALICE, channel_id=GENERAL)
+    assert "private plans" not in r.model.chat_calls[-1].prompt_text
