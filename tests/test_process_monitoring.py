@@ -47,7 +47,8 @@ async def fake_discord(gateway_port: int) -> tuple[web.AppRunner, int]:
 
     async def commands(request: web.Request) -> web.Response:
         sent = await request.json()
-        return as_discord([dict(c, id=str(1000 + n), application_id=BOT["id"], version="1")
+        # Discord answers every command with a description: "" for context menus, which send none.
+        return as_discord([{"description": "", **c, "id": str(1000 + n), "application_id": BOT["id"], "version": "1"}
                            for n, c in enumerate(sent)])
 
     async def gateway(request: web.Request) -> web.Response:
