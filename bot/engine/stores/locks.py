@@ -1,6 +1,6 @@
 """Exclusion across processes: one turn of a channel at a time, one piece of work on a person at a time.
 
-The engine keeps its own in-process locks (``bot.engine.locking`` is their one home) and asks storage for
+The engine keeps its own in-process locks (``bot.engine.concurrency`` is their one home) and asks storage for
 the cross-process half. An embedded backend has one process, so its half is a no-op; a shared database
 (PostgreSQL) implements it with an advisory lock per channel and an expiring claim (a lease) per person.
 """

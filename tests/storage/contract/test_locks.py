@@ -173,7 +173,8 @@ async def test_an_unheld_channel_and_person_are_granted_at_once(storage):
         assert held is True
 
 
-async def test_nesting_in_one_process_is_granted_the_engine_keeps_the_order(storage, backend, raw, second_process_or_none):
+async def test_nesting_in_one_process_is_granted_the_engine_keeps_the_order(storage, backend, raw,
+                                                                           second_process_or_none, monkeypatch):
     """Re-entrancy as implemented: within one process storage grants a nested channel lock or claim at once
     (PostgreSQL advisory locks are re-entrant per session; a claim of this process's own is replaced).
     Exclusion within a process is the engine's (``bot.engine.concurrency``); storage only excludes others.
@@ -182,8 +183,10 @@ async def test_nesting_in_one_process_is_granted_the_engine_keeps_the_order(stor
         async with storage.locks.channel("t"):
             pass
         if second_process_or_none is not None:  # the outer lock still holds after the inner one went
+            steps = Steps()
+            instrument(second_process_or_none.locks, steps, monkeypatch)
             other = asyncio.create_task(_enter_channel(second_process_or_none, "t"))
-            await asyncio.sleep(0.2)
+            await until(lambda: steps.seen >= 9, what="the other process tried the lock three times")
             assert not other.done()
     if second_process_or_none is not None:
         await asyncio.wait_for(other, 20)
