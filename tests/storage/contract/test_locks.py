@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 from contextlib import asynccontextmanager
 from itertools import count
 
@@ -457,8 +458,10 @@ async def test_a_second_writer_on_the_same_data_directory_is_refused(tmp_path):
 
 @pytest.mark.parametrize("after", [0.0, 0.001, 0.003, 0.01, 0.03, 0.1])
 async def test_a_start_up_cancelled_part_way_leaves_the_data_directory_free(tmp_path, after):
-    """The writer lock is the one thing SQLite's half holds: however far opening got, a cancel lets it go."""
+    """The writer lock is the one thing SQLite's half holds: however far opening got, a cancel lets it go,
+    and closes every connection it had opened (each is a thread that would keep the process alive)."""
     settings = make_settings(tmp_path / "data")
+    threads = {t for t in threading.enumerate() if t.is_alive()}
 
     async def run_bot() -> None:
         async with open_storage(settings):
@@ -469,5 +472,7 @@ async def test_a_start_up_cancelled_part_way_leaves_the_data_directory_free(tmp_
     bot.cancel()
     await asyncio.wait((bot,))
     assert bot.cancelled()
+    await until(lambda: {t for t in threading.enumerate() if t.is_alive()} <= threads,
+                what="every connection thread the cancelled start-up opened has ended")
     async with open_storage(settings) as storage:  # not StorageBusy
         assert await storage.erasures.unfinished() == []
