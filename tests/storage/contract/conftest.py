@@ -142,6 +142,14 @@ def postgres_only(backend) -> None:
         pytest.skip(SINGLE_WRITER)
 
 
+@pytest.fixture
+def holds_locks(backend) -> None:
+    """For what a backend's lock half holds (and could leak): SQLite's holds nothing."""
+    if backend.name != "postgres":
+        pytest.skip("SQLite's cross-process half (SingleProcessLocks) holds nothing a cancel could leave behind;"
+                    " its one lock, the data directory's, is tested without this fixture")
+
+
 async def until(check: Callable[[], Awaitable[bool] | bool], *, what: str, timeout: float = 20.0) -> None:
     """Wait for a condition another task or process brings about; fail (naming it) if it never comes.
 

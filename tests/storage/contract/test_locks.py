@@ -365,7 +365,7 @@ async def test_two_processes_waiting_for_each_others_person_wait_for_ever(postgr
 CHANNEL_LOCK_CLASS = 0x6D6E  # bot.storage.postgres.locks: the first key of a channel's advisory lock
 
 
-async def test_a_turn_cancelled_at_any_await_of_its_channel_lock_leaves_no_lock(postgres_only, storage, raw,
+async def test_a_turn_cancelled_at_any_await_of_its_channel_lock_leaves_no_lock(holds_locks, storage, raw,
                                                                                monkeypatch):
     async def turn(steps: Steps) -> None:
         async with storage.locks.channel("t"):
@@ -383,7 +383,7 @@ async def test_a_turn_cancelled_at_any_await_of_its_channel_lock_leaves_no_lock(
 
 
 @pytest.mark.parametrize("kind, wait", [(EXTRACTION, False), (ERASURE, True)])
-async def test_work_cancelled_at_any_await_of_its_claim_leaves_no_claim(postgres_only, storage, second_process,
+async def test_work_cancelled_at_any_await_of_its_claim_leaves_no_claim(holds_locks, storage, second_process,
                                                                      raw, monkeypatch, kind, wait):
     async def work(steps: Steps) -> None:
         async with storage.locks.person("42", kind=kind, wait=wait) as held:
@@ -399,7 +399,7 @@ async def test_work_cancelled_at_any_await_of_its_claim_leaves_no_claim(postgres
     assert awaits >= 5  # a connection, the claim and its answer, the work, a connection and the release
 
 
-async def test_a_cancelled_waiter_for_a_channel_leaves_nothing_behind(postgres_only, storage, second_process,
+async def test_a_cancelled_waiter_for_a_channel_leaves_nothing_behind(holds_locks, storage, second_process,
                                                                      raw, monkeypatch):
     steps = Steps()
     instrument(storage.locks, steps, monkeypatch)
@@ -420,7 +420,7 @@ async def test_a_cancelled_waiter_for_a_channel_leaves_nothing_behind(postgres_o
     assert await raw.can_take_advisory(CHANNEL_LOCK_CLASS, "t")
 
 
-async def test_a_cancelled_waiter_for_a_person_leaves_nothing_behind(postgres_only, storage, second_process,
+async def test_a_cancelled_waiter_for_a_person_leaves_nothing_behind(holds_locks, storage, second_process,
                                                                     raw, monkeypatch):
     steps = Steps()
     instrument(storage.locks, steps, monkeypatch)
