@@ -1,4 +1,4 @@
-"""Writes that finish even when their caller is cancelled (shared by every backend)."""
+"""Work that finishes even when its caller is cancelled (shared by every backend)."""
 
 from __future__ import annotations
 
@@ -23,3 +23,22 @@ def shielded(method: Callable[Concatenate[S, P], Awaitable[T]]) -> Callable[Conc
         return await asyncio.shield(method(self, *args, **kwargs))
 
     return wrapper
+
+
+async def run_through(step: Awaitable[T]) -> tuple[asyncio.Future[T], bool]:
+    """Run ``step`` to its end even if this task is cancelled meanwhile; return it (done) and whether a
+    cancel came.
+
+    For what must not be cut off half-way and whose outcome the caller must know: a lock statement that may
+    already have been granted, a connection that may already be open. The caller undoes what it must, then
+    re-raises the cancel. Unlike :func:`shielded` the caller waits until the step is over, so when a
+    cancelled task ends nothing of its own is still running.
+    """
+    task = asyncio.ensure_future(step)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait((task,))  # unlike awaiting the task, a cancel here does not reach it
+        except asyncio.CancelledError:
+            cancelled = True
+    return task, cancelled

@@ -16,7 +16,8 @@ How to add a store (say, per-server settings):
    ``open_*`` function, next to the others.
 3. If erasing a person must remove rows from it, extend ``Maintenance.erase_person_rows`` in each backend:
    erasure goes through that one method.
-4. Test it in ``tests/storage/``: the ``storage`` fixture there runs every test on both backends.
+4. Test it in ``tests/storage/contract/``, one file per protocol: the ``storage`` fixture there runs every
+   test on both backends (``second_process`` and ``raw`` for what one process sees of another, and rows).
 """
 
 from __future__ import annotations

@@ -48,7 +48,11 @@ class Inbox(Protocol):
         ...
 
     async def record(self, *, thread_id: str, user_id: str, author: str, human: str, ai: str, origin: dict) -> int:
-        """Store a finished turn; return how many are now pending for that (thread, person)."""
+        """Store a finished turn; return how many are now pending for that (thread, person).
+
+        Returns 0, storing nothing, while an ``ERASURE`` claim on the person is held in any process (a
+        shared backend; see :class:`bot.engine.stores.locks.CrossProcessLocks`).
+        """
         ...
 
     async def pending(self) -> list[PendingKey]:

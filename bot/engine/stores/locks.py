@@ -1,6 +1,6 @@
 """Exclusion across processes: one turn of a channel at a time, one piece of work on a person at a time.
 
-The engine keeps its own in-process locks (``bot.engine.locking`` is their one home) and asks storage for
+The engine keeps its own in-process locks (``bot.engine.concurrency`` is their one home) and asks storage for
 the cross-process half. An embedded backend has one process, so its half is a no-op; a shared database
 (PostgreSQL) implements it with an advisory lock per channel and an expiring claim (a lease) per person.
 """
@@ -34,7 +34,12 @@ class CrossProcessLocks(Protocol):
         With ``wait`` False a claim held elsewhere yields False at once (try again later); with ``wait``
         True it waits until the holder is done or its lease ran out. While an ``ERASURE`` claim is held no
         process records new turns of that person. A store write made under a claim whose lease has run out
-        raises :class:`ClaimLost` and writes nothing.
+        raises :class:`ClaimLost` and writes nothing: an ``abatch`` from the task holding the claim (the
+        store's ``aput`` queues to a task of LangGraph's own, which the claim does not reach).
+
+        Neither lock excludes work of the same process: storage grants a nested ``channel`` at once (and
+        on PostgreSQL a nested ``person`` claim replaces the outer one). The engine's in-process locks
+        come first (``bot.engine.concurrency``). A cancelled task leaves nothing held.
         """
         ...
 

@@ -14,8 +14,9 @@ class Maintenance(Protocol):
     async def erase_person_rows(self, user_id: str, *, guild_id: str | None = None) -> int:
         """Delete the person's rows from the engine's own stores; return how many pending turns went.
 
-        All their pending turns (or, with ``guild_id``, those from that server) and all their cached
-        vectors (derived from memory text; recomputed on demand for what remains).
+        All their inbox rows, pending or kept as context (or, with ``guild_id``, those from that server;
+        only the pending ones are counted), and all their cached vectors (derived from memory text;
+        recomputed on demand for what remains).
         """
         ...
 

@@ -11,6 +11,15 @@ run out. Every store batch written under a claim first locks the claim row and c
 its own (``fence``), inside the batch's transaction: a holder that stalled past its lease and woke up to
 find its work taken over writes nothing (``ClaimLost``). So each turn is learned exactly once, whichever
 process dies when.
+
+Cancellation (a reply deadline) may strike at any await. A lock or claim statement, once sent, is run to
+its end (``bot.storage.shielding.run_through``) and its answer read, so whatever the server granted is
+known and given back; releasing runs to its end the same way. A cancelled task leaves nothing held, and
+sees its cancel once the releasing is done.
+
+Within one process these are not exclusive on their own: advisory locks are re-entrant per session and
+every channel lock of a process shares one session, and a claim of this process's own replaces its
+earlier one. The engine's in-process locks (``bot.engine.concurrency``) keep a process to one holder each.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import psycopg
 
 from bot.engine.stores.locks import ERASURE, ClaimLost
 from bot.storage.postgres.db import PgDb
+from bot.storage.shielding import run_through
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +52,11 @@ class Claim:
 
 #: The claim the current task works under (set by ``person``; read by the store's batches).
 CURRENT_CLAIM: contextvars.ContextVar[Claim | None] = contextvars.ContextVar("mnemo_claim", default=None)
+
+
+def _granted(task: asyncio.Future[bool]) -> bool:
+    """Whether a lock or claim attempt that ran to its end got what it asked for."""
+    return not task.cancelled() and task.exception() is None and bool(task.result())
 
 
 async def fence(conn: psycopg.AsyncConnection) -> None:
@@ -79,20 +94,34 @@ class PostgresLocks:
                 self._conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
             return self._conn
 
+    async def _try_lock(self, conn: psycopg.AsyncConnection, thread_id: str) -> bool:
+        cur = await conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (CHANNEL_LOCK_CLASS, thread_id))
+        return bool((await cur.fetchone())[0])
+
+    async def _unlock(self, conn: psycopg.AsyncConnection, thread_id: str) -> None:
+        try:
+            await conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (CHANNEL_LOCK_CLASS, thread_id))
+        except psycopg.Error:  # the connection went: the server released the lock with it
+            log.debug("channel lock of %s released with its connection", thread_id)
+
     @asynccontextmanager
     async def channel(self, thread_id: str) -> AsyncIterator[None]:
         conn = await self._lock_conn()
-        while not (await (await conn.execute(
-                "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (CHANNEL_LOCK_CLASS, thread_id))).fetchone())[0]:
+        while True:
+            attempt, cancelled = await run_through(self._try_lock(conn, thread_id))
+            if cancelled:
+                if _granted(attempt):  # granted as the cancel came: give it back before going
+                    await run_through(self._unlock(conn, thread_id))
+                raise asyncio.CancelledError
+            if attempt.result():
+                break
             await asyncio.sleep(POLL_SECONDS)  # another process is answering in this channel
         try:
             yield
         finally:
-            try:
-                await asyncio.shield(conn.execute(
-                    "SELECT pg_advisory_unlock(%s, hashtext(%s))", (CHANNEL_LOCK_CLASS, thread_id)))
-            except psycopg.Error:  # the connection went: the server released the lock with it
-                log.debug("channel lock of %s released with its connection", thread_id)
+            _, cancelled = await run_through(self._unlock(conn, thread_id))
+            if cancelled:
+                raise asyncio.CancelledError
 
     async def _try_claim(self, user_id: str, owner: str, kind: str) -> bool:
         async with self._db.connection() as conn:
@@ -119,10 +148,28 @@ class PostgresLocks:
             except psycopg.Error as exc:  # an outage: the fence decides at write time
                 log.debug("renewing the claim on user %s failed: %r", claim.user_id, exc)
 
+    async def _release(self, claim: Claim, renewing: asyncio.Task | None = None) -> None:
+        if renewing is not None:
+            renewing.cancel()
+            await asyncio.wait((renewing,))  # its connection is back in the pool before the row goes
+        try:
+            async with self._db.connection() as conn:
+                await conn.execute("DELETE FROM bot_claims WHERE user_id = %s AND owner = %s",
+                                   (claim.user_id, claim.owner))
+        except psycopg.Error as exc:  # it runs out by itself
+            log.debug("releasing the claim on user %s failed: %r", claim.user_id, exc)
+
     @asynccontextmanager
     async def person(self, user_id: str, *, kind: str, wait: bool) -> AsyncIterator[bool]:
         claim = Claim(user_id, f"{self.process}:{kind}:{uuid.uuid4().hex[:12]}")
-        while not await self._try_claim(user_id, claim.owner, kind):
+        while True:
+            attempt, cancelled = await run_through(self._try_claim(user_id, claim.owner, kind))
+            if cancelled:
+                if _granted(attempt):  # the row was written as the cancel came: take it back out
+                    await run_through(self._release(claim))
+                raise asyncio.CancelledError
+            if attempt.result():
+                break
             if not wait:
                 yield False
                 return
@@ -133,13 +180,9 @@ class PostgresLocks:
             yield True
         finally:
             CURRENT_CLAIM.reset(token)
-            renewing.cancel()
-            try:
-                async with self._db.connection() as conn:
-                    await asyncio.shield(conn.execute(
-                        "DELETE FROM bot_claims WHERE user_id = %s AND owner = %s", (user_id, claim.owner)))
-            except psycopg.Error as exc:  # it runs out by itself
-                log.debug("releasing the claim on user %s failed: %r", user_id, exc)
+            _, cancelled = await run_through(self._release(claim, renewing))
+            if cancelled:
+                raise asyncio.CancelledError
 
     @staticmethod
     def erasing_clause() -> str:

@@ -59,12 +59,13 @@ class PostgresMaintenance:
     async def erase_person_rows(self, user_id: str, *, guild_id: str | None = None) -> int:
         async with self._db.tx() as conn:
             await conn.execute("DELETE FROM bot_embeddings WHERE user_id = %s", (user_id,))
-            if guild_id is None:
-                cur = await conn.execute("DELETE FROM bot_inbox WHERE user_id = %s", (user_id,))
-            else:
-                cur = await conn.execute(
-                    "DELETE FROM bot_inbox WHERE user_id = %s AND origin->>'guild_id' = %s", (user_id, str(guild_id)))
-            return cur.rowcount
+            # Every row goes (turns kept as context too); what is counted is the pending ones, as promised.
+            where, args = "user_id = %s", (user_id,)
+            if guild_id is not None:
+                where, args = "user_id = %s AND origin->>'guild_id' = %s", (user_id, str(guild_id))
+            cur = await conn.execute(f"WITH gone AS (DELETE FROM bot_inbox WHERE {where} RETURNING extracted)"
+                                     " SELECT COUNT(*) FILTER (WHERE NOT extracted) AS n FROM gone", args)
+            return int((await cur.fetchone())["n"])
 
     @shielded
     async def compact(self) -> dict[str, int]:

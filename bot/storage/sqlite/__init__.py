@@ -8,6 +8,7 @@ wait for the store's (SQLite busy waits cost up to 100 ms).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import asynccontextmanager, nullcontext
 from pathlib import Path
@@ -18,6 +19,7 @@ from langgraph.store.sqlite.aio import AsyncSqliteStore
 
 from bot.settings import Settings
 from bot.storage.bundle import OpenStorage
+from bot.storage.shielding import run_through
 from bot.storage.sqlite import schema
 from bot.storage.sqlite.connection import LedgerDb, connect
 from bot.storage.sqlite.guild_settings import SqliteGuildSettings
@@ -54,10 +56,14 @@ async def open_sqlite(settings: Settings, *, writer: bool = True) -> AsyncIterat
 async def _open_files(settings: Settings, data_dir: Path) -> AsyncIterator[OpenStorage]:
     # The saver commits explicitly (as its own from_conn_string does), so it gets a deferred connection;
     # the store and the ledger issue their own BEGIN/COMMIT and need autocommit.
-    conv_conn = await connect(data_dir / CONVERSATIONS_FILE, autocommit=False)
-    mem_conn = await connect(data_dir / MEMORIES_FILE)
-    ledger_conn = await connect(data_dir / LEDGER_FILE)
+    opened: list = []  # closed on the way out, however far opening got (a cancel included)
     try:
+        conv_conn = await connect(data_dir / CONVERSATIONS_FILE, autocommit=False)
+        opened.append(conv_conn)
+        mem_conn = await connect(data_dir / MEMORIES_FILE)
+        opened.append(mem_conn)
+        ledger_conn = await connect(data_dir / LEDGER_FILE)
+        opened.append(ledger_conn)
         checkpointer = AsyncSqliteSaver(conv_conn)
         await checkpointer.setup()
         store = AsyncSqliteStore(mem_conn)
@@ -79,9 +85,12 @@ async def _open_files(settings: Settings, data_dir: Path) -> AsyncIterator[OpenS
             erasures=SqliteErasures(ledger),
         )
     finally:
-        for conn in (ledger_conn, mem_conn, conv_conn):
-            try:
-                await conn.close()
-            except Exception:  # noqa: BLE001 - closing must try every connection
-                log.exception("closing a database failed")
+        cancelled = False
+        for conn in reversed(opened):
+            closing, cut = await run_through(conn.close())  # a second cancel must not leave a thread behind
+            cancelled = cancelled or cut
+            if not closing.cancelled() and closing.exception() is not None:
+                log.error("closing a database failed", exc_info=closing.exception())
         log.info("storage closed")
+        if cancelled:
+            raise asyncio.CancelledError

@@ -9,6 +9,8 @@ from typing import AsyncIterator
 
 import aiosqlite
 
+from bot.storage.shielding import run_through
+
 
 async def connect(path: Path, *, autocommit: bool = True) -> aiosqlite.Connection:
     """Open a SQLite file in WAL mode with incremental vacuum and a busy timeout.
@@ -16,9 +18,30 @@ async def connect(path: Path, *, autocommit: bool = True) -> aiosqlite.Connectio
     ``auto_vacuum`` only takes effect before the first table exists, so it is set first on new files;
     WAL lets the store, the checkpointer and the ledger read while another writes; the busy timeout turns
     writer contention into a short wait instead of "database is locked"; ``synchronous=NORMAL`` in WAL
-    mode loses no committed transaction when the process dies (only on power loss).
+    mode loses no committed transaction when the process dies (only on power loss). A cancel while opening
+    waits for the open to end and closes what it opened: each connection runs a thread, and one left behind
+    keeps the process from exiting.
     """
+    opening, cancelled = await run_through(_configured(path, autocommit))
+    if cancelled:  # an open connection is a thread of its own: a cancel must not leave it running
+        if not opening.cancelled() and opening.exception() is None:
+            await run_through(opening.result().close())
+        raise asyncio.CancelledError
+    return opening.result()
+
+
+async def _configured(path: Path, autocommit: bool) -> aiosqlite.Connection:
+    """Open and set up one connection; closed again if setting it up fails."""
     conn = await aiosqlite.connect(path, isolation_level=None if autocommit else "DEFERRED", timeout=30.0)
+    try:
+        await _pragmas(conn)
+    except BaseException:
+        await run_through(conn.close())
+        raise
+    return conn
+
+
+async def _pragmas(conn: aiosqlite.Connection) -> None:
     await conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
     await conn.execute("PRAGMA journal_mode=WAL")
     await conn.execute("PRAGMA synchronous=NORMAL")
@@ -29,7 +52,6 @@ async def connect(path: Path, *, autocommit: bool = True) -> aiosqlite.Connectio
     # size limit the -wal file stays at its high-water mark (4 MiB by default) for the life of the process.
     await conn.execute("PRAGMA wal_autocheckpoint=64")
     await conn.execute("PRAGMA journal_size_limit=262144")
-    return conn
 
 
 class LedgerDb:

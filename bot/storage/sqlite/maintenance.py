@@ -98,14 +98,14 @@ class SqliteMaintenance:
     async def erase_person_rows(self, user_id: str, *, guild_id: str | None = None) -> int:
         async with self._ledger.tx() as db:
             await db.execute("DELETE FROM embeddings WHERE user_id=?", (user_id,))
-            if guild_id is None:
-                cur = await db.execute("DELETE FROM memory_inbox WHERE user_id=?", (user_id,))
-            else:
-                cur = await db.execute(
-                    "DELETE FROM memory_inbox WHERE user_id=? AND json_extract(origin, '$.guild_id')=?",
-                    (user_id, guild_id),
-                )
-            return cur.rowcount
+            # Every row goes (turns kept as context too); what is counted is the pending ones, as promised.
+            where, args = "user_id=?", (user_id,)
+            if guild_id is not None:
+                where, args = "user_id=? AND json_extract(origin, '$.guild_id')=?", (user_id, guild_id)
+            cur = await db.execute(f"SELECT COUNT(*) FROM memory_inbox WHERE {where} AND extracted=0", args)
+            (pending,) = await cur.fetchone()
+            await db.execute(f"DELETE FROM memory_inbox WHERE {where}", args)
+            return int(pending)
 
     async def compact(self) -> dict[str, int]:
         """Flush the write-ahead logs into the databases and truncate them, reclaiming free pages.

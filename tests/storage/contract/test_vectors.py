@@ -1,0 +1,47 @@
+"""The memory-embedding cache (``bot.engine.stores.vectors``): per person, replaced by memory key, and
+the vector bytes come back exactly."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+
+async def test_vectors_are_replaced_by_key(storage):
+    await storage.vectors.put("42", [("k1", "d1", b"\x00\x01"), ("k2", "d2", b"\x02")])
+    await storage.vectors.put("42", [("k1", "d3", b"\x03")])
+    assert await storage.vectors.get("42") == {"k1": ("d3", b"\x03"), "k2": ("d2", b"\x02")}
+    assert await storage.vectors.get("7") == {}
+
+
+async def test_vectors_are_deleted_by_key_for_one_person_only(storage):
+    await storage.vectors.put("42", [("k1", "d1", b"\x01"), ("k2", "d2", b"\x02"), ("k3", "d3", b"\x03")])
+    await storage.vectors.put("7", [("k1", "d1", b"\x01")])
+    assert await storage.vectors.delete("42", ["k1", "k3", "absent"]) == 2
+    assert await storage.vectors.delete("42", []) == 0
+    assert await storage.vectors.get("42") == {"k2": ("d2", b"\x02")}
+    assert await storage.vectors.get("7") == {"k1": ("d1", b"\x01")}
+    assert await storage.vectors.delete("42", ["k1"]) == 0  # again: nothing, no error
+
+
+async def test_a_vector_comes_back_byte_for_byte(storage):
+    vector = struct.pack("<384f", *[(i % 7 - 3) / 3 for i in range(384)])  # float32, NUL bytes included
+    await storage.vectors.put("42", [("k", "sha-1", vector)])
+    digest, back = (await storage.vectors.get("42"))["k"]
+    assert (digest, back) == ("sha-1", vector) and isinstance(back, bytes)
+
+
+async def test_people_keep_their_own_vectors_and_an_empty_put_changes_nothing(storage, raw):
+    await storage.vectors.put("42", [("k", "d42", b"\x01")])
+    await storage.vectors.put("7", [("k", "d7", b"\x02")])  # the same memory key for another person
+    await storage.vectors.put("42", [])
+    assert await storage.vectors.get("42") == {"k": ("d42", b"\x01")}
+    assert await storage.vectors.get("7") == {"k": ("d7", b"\x02")}
+    assert await raw.count("embeddings") == 2
+
+
+@pytest.mark.second_process_reads_only
+async def test_another_process_reads_the_cached_vectors(storage, second_process):
+    await storage.vectors.put("42", [("k", "d", b"\x05")])
+    assert await second_process.vectors.get("42") == {"k": ("d", b"\x05")}
