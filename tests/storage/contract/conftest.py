@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from contextlib import AsyncExitStack
 from typing import Any, Awaitable, Callable
 
 import pytest
