@@ -1,0 +1,300 @@
+"""Generate the hard recall set: ``hard_tune_locomo.json`` and ``hard_test_locomo.json`` (LoCoMo layout).
+
+Written for this project (names, events, wording); nothing is copied from a public benchmark. It is built to
+fail the ways real conversations fail a retriever (issue 20), not to be easy to win:
+
+- questions use other words than the facts (hypernyms and synonyms: "dog" for "beagle", "sibling" for
+  "sister"), and first-person wording ("when did I ...") asked by the person themself;
+- answers that need two to four facts from different sessions (a sister's name, then her wedding; the
+  hobbies picked up over a year), and facts learned in the same session that never say the question's word
+  ("when did she go camping" answered by "slept in a tent");
+- time questions over dated facts: "when did ...", a named month, "last year", "last month", with the same
+  kind of event at other times as the competitor;
+- superseded facts (a job, a city) with "what changed" questions needing both;
+- distractors about other people in the person's life sharing the question's words ("her neighbour adopted
+  a terrier"), and generic hub facts that match everything ("has been working on a project recently");
+- a small share of questions in German and Spanish (the embedded model is English-only; reported apart).
+
+Categories follow LoCoMo: 1 several facts, 2 about time, 3 inference, 4 single fact; 6 is ours, "what
+changed". ``tags`` marks cross-cutting kinds (``first-person``, ``de``, ``es``). Two splits with disjoint
+names and different seeds: tune on one, report the other. Questions are asked on the day after the last
+session (the benchmark's "now").
+
+    python -m benchmarks.data.make_hard       # rewrites both files
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import datetime, timedelta
+from pathlib import Path
+
+HERE = Path(__file__).parent
+SPLITS = {"tune": (20261202, 12), "test": (20261203, 12)}
+
+FEMALE = ["Ilka", "Maren", "Tilde", "Roswitha", "Priyanka", "Quirina", "Saskia", "Theda", "Ulrike", "Vinka",
+          "Wiebke", "Xenia", "Yolanda", "Zuzana", "Agathe", "Brigid", "Clodagh", "Dagny", "Eske", "Fiona",
+          "Gunhild", "Hanne", "Ingrid", "Jolien"]
+MALE = ["Aldo", "Bastian", "Casimir", "Dorian", "Emeric", "Florin", "Goran", "Hauke", "Ivo", "Jannik", "Kolja",
+        "Lorenz", "Milo", "Nikolai", "Ossian", "Piet", "Radek", "Sander", "Thorben", "Ugo", "Valentin", "Wendelin",
+        "Yorick", "Zeno"]
+OTHERS = ["Tomas", "Ruth", "Keld", "Amira", "Jonas", "Lotte", "Benedek", "Carla", "Dmitri", "Esme", "Frode",
+          "Greet", "Henrik", "Inez"]
+RELATIONS = ["neighbour", "coworker", "cousin", "best friend", "flatmate", "old classmate"]
+
+PETS = [("beagle", "dog"), ("border collie", "dog"), ("greyhound", "dog"), ("tabby", "cat"),
+        ("Maine Coon", "cat"), ("lop-eared rabbit", "rabbit"), ("cockatiel", "bird")]
+PET_NAMES = ["Biscuit", "Juniper", "Pepper", "Moss", "Tofu", "Captain", "Olive", "Pickle", "Mango", "Noodle"]
+JOBS = [("ferry mechanic", "the harbour"), ("school librarian", "a primary school"), ("sound engineer", "a radio station"),
+        ("hospital pharmacist", "the general hospital"), ("bakery manager", "a family bakery"),
+        ("museum archivist", "the city museum"), ("park ranger", "the national park"), ("tram driver", "the transit company"),
+        ("data analyst", "an insurance firm"), ("carpenter", "a boatyard")]
+CITIES = ["Lisbon", "Tallinn", "Montreal", "Osaka", "Valparaiso", "Ghent", "Leipzig", "Bergen", "Porto", "Gdansk",
+          "Aarhus", "Bologna"]
+REASONS = ["a new job", "a partner", "cheaper rent", "a university place", "the climate"]
+VENUES = ["a lighthouse", "a vineyard", "a mountain hut", "a castle", "the old town hall", "a beach club"]
+HOBBIES = [("signed up for pottery classes", "making ceramics"), ("joined a rowing club", "rowing"),
+           ("started learning the cello", "playing the cello"), ("took up bouldering at a climbing gym", "climbing"),
+           ("began a watercolour course", "painting"), ("joined a community choir", "singing"),
+           ("started woodcarving in the shed", "carving"), ("joined a chess club", "chess")]
+TRIPS = ["Iceland", "the Dolomites", "Crete", "Hokkaido", "Patagonia", "the Faroe Islands", "Morocco", "Sicily",
+         "Lapland", "the Azores"]
+TRIP_DOING = ["saw the northern lights", "hiked every day", "ate far too much", "got badly sunburnt", "rented a small boat"]
+BANDS = ["a jazz quartet", "a folk duo", "a heavy metal band", "an opera company", "a techno DJ", "a bluegrass band"]
+BAND_PLACES = ["an old church", "a festival field", "a tiny bar", "the stadium"]
+BUYS = [("a second-hand camper van", "vehicle"), ("an electric scooter", "vehicle"), ("a cargo bike", "vehicle"),
+        ("a vintage record player", "gadget"), ("a sailing dinghy", "boat"), ("a secondhand piano", "instrument")]
+LAKES = ["Lake Orta", "a glacier lake", "a quiet forest lake", "Lake Bled", "a reservoir in the hills"]
+ANIMALS = ["a moose", "a fox", "a pair of deer", "an owl", "a wild boar"]
+COMPANIONS = ["two cousins", "old school friends", "a hiking group", "their kids"]
+HUBS = ["{n} has been working on a project recently.", "{n} has been really busy lately.",
+        "{n} enjoys spending time with friends and family.", "{n} is trying to find more balance in life.",
+        "{n} feels excited about what is coming next.", "{n} has been thinking a lot about the future.",
+        "{n} said things have been going well overall.", "{n} wants to make more time for the things they love."]
+FILLER = ["{n} drinks two coffees every morning.", "{n} prefers trains to planes.", "{n} repainted the kitchen {c}.",
+          "{n} bought new running shoes.", "{n} is saving up for a holiday.", "{n} fixed a leaking tap at home.",
+          "{n} had a long chat with an old teacher.", "{n} tried a new ramen place downtown.",
+          "{n} watched a documentary about volcanoes.", "{n} lost their umbrella on the bus.",
+          "{n} keeps a journal every evening.", "{n} has started waking up at six."]
+COLOURS = ["yellow", "sage green", "white", "terracotta"]
+
+
+def locomo_date(t: datetime) -> str:
+    hour = t.strftime("%I").lstrip("0")
+    return f"{hour}:{t:%M} {t:%p}".lower() + f" on {t.day} {t:%B}, {t.year}"
+
+
+def spoken(fact: str, name: str) -> str:
+    """A rough first-person turn for the conversation (the benchmark reads the observations)."""
+    return (fact.replace(f"{name}'s", "my").replace(f"{name} has", "I have").replace(f"{name} is", "I am")
+            .replace(name, "I"))
+
+
+class Person:
+    def __init__(self, name: str, female: bool) -> None:
+        self.name = name
+        self.she, self.her, self.hers = ("she", "her", "her") if female else ("he", "him", "his")
+        self.facts: list[tuple[int, str]] = []  # (session, text)
+        self.questions: list[dict] = []
+
+
+def build_person(r: random.Random, p: Person, sessions: int, dates: list[datetime], now: datetime) -> None:
+    """Plan one person's facts and questions. ``fact`` returns a fact's index (its dia id is given later)."""
+    n, she, her = p.name, p.she, p.hers
+    Her = her.capitalize()
+
+    def fact(session: int, text: str) -> int:
+        p.facts.append((session, text))
+        return len(p.facts) - 1
+
+    def ask(question: str, evidence: list[int], category: int, answer: str = "", tags: tuple[str, ...] = ()) -> None:
+        p.questions.append({"question": question, "answer": answer, "evidence": evidence, "category": category,
+                            "tags": list(tags)})
+
+    def session(lo: int = 1, hi: int | None = None) -> int:
+        return r.randint(lo, hi or sessions)
+
+    others = r.sample(OTHERS, 6)
+    # --- pet (paraphrase: the breed is never named in the question) + a neighbour's pet as the distractor
+    (breed, kind), pet = r.choice(PETS), r.choice(PET_NAMES)
+    s = session(1, sessions - 3)
+    i = fact(s, f"{n} adopted a {breed} named {pet} from the animal shelter.")
+    d_breed = r.choice([b for b, k in PETS if k == kind and b != breed] or [breed])
+    fact(session(), f"{n}'s {r.choice(RELATIONS)} {others[0]} got a {d_breed} called {r.choice(PET_NAMES)}.")
+    style = r.random()
+    if style < 0.35:
+        ask(f"What is my {kind} called?", [i], 4, pet, ("first-person",))
+    elif style < 0.5:
+        ask(f"¿Cómo se llama la mascota de {n}?", [i], 4, pet, ("es",))
+    else:
+        ask(f"What did {n} name the {kind} {she} rescued?", [i], 4, pet)
+    # --- job, superseded: "what now" (single) and "what changed" (both)
+    (job1, at1), (job2, at2) = r.sample(JOBS, 2)
+    s1 = session(1, sessions // 2)
+    s2 = session(s1 + 2, sessions)
+    j1 = fact(s1, f"{n} works as a {job1} at {at1}.")
+    j2 = fact(s2, f"{n} quit the job at {at1} and now works as a {job2} at {at2}.")
+    fact(session(), f"{n}'s {r.choice(RELATIONS)} {others[1]} works as a {r.choice(JOBS)[0]} too.")
+    if r.random() < 0.25:
+        ask(f"Was arbeitet {n} jetzt beruflich?", [j2], 4, job2, ("de",))
+    else:
+        ask(f"What does {n} do for a living these days?", [j2], 4, job2)
+    ask(f"How has {n}'s career changed over the past year?", [j1, j2], 6, f"{job1} -> {job2}")
+    # --- city, superseded: "where before"
+    c1, c2 = r.sample(CITIES, 2)
+    s1 = session(1, sessions // 2)
+    s2 = session(s1 + 1, sessions)
+    k1 = fact(s1, f"{n} has an apartment in {c1}.")
+    k2 = fact(s2, f"{n} relocated to {c2} because of {r.choice(REASONS)}.")
+    ask(f"In which town is {n} settled now?", [k2], 4, c2)
+    if r.random() < 0.4:
+        ask(f"Where was I living before I moved?", [k1, k2], 6, c1, ("first-person",))
+    else:
+        ask(f"Which city was {n} based in before the move?", [k1, k2], 6, c1)
+    # --- sibling bridge: the name in one session, the wedding in another; a cousin's wedding distracts
+    sis = r.choice(OTHERS[6:] + ["Hedda", "Noor", "Ottilie", "Greta"])
+    venue, venue2 = r.sample(VENUES, 2)
+    s1 = session(1, sessions // 2)
+    b1 = fact(s1, f"{n}'s younger sister is called {sis}.")
+    b2 = fact(session(s1 + 1, sessions), f"{sis} is getting married at {venue} next spring.")
+    fact(session(), f"{n}'s cousin {others[2]} got married at {venue2}.")
+    ask(f"Where is {n}'s sibling having {Her.lower()} wedding?", [b1, b2], 1, venue)
+    ask(f"What is the name of {n}'s sibling?", [b1], 4, sis)
+    # --- hobbies over the year: three facts, three sessions; asked without any of their words
+    picks = r.sample(HOBBIES, 3)
+    hs = r.sample(range(1, sessions + 1), 3)
+    hob = [fact(s, f"{n} {h[0]}.") for s, h in zip(hs, picks)]
+    if r.random() < 0.3:
+        ask("What new pastimes have I picked up this year?", hob, 1, ", ".join(h[1] for h in picks), ("first-person",))
+    else:
+        ask(f"What leisure activities has {n} taken up over time?", hob, 1, ", ".join(h[1] for h in picks))
+    # --- camping: two facts of one session, neither says "camping"; a later hike with a friend distracts
+    s = session(2, sessions)
+    cam1 = fact(s, f"{n} spent a long weekend at {r.choice(LAKES)} with {r.choice(COMPANIONS)}.")
+    cam2 = fact(s, f"{n} slept in a tent and saw {r.choice(ANIMALS)} at dawn.")
+    fact(session(), f"{n}'s {r.choice(RELATIONS)} {others[3]} went camping in the mountains.")
+    if r.random() < 0.35:
+        ask("When did I go camping?", [cam1, cam2], 2, locomo_date(dates[s - 1]), ("first-person",))
+    else:
+        ask(f"When did {n} go camping?", [cam1, cam2], 2, locomo_date(dates[s - 1]))
+    # --- trips: two or three, asked by month
+    t_sessions = r.sample(range(1, sessions + 1), 3)
+    trips = r.sample(TRIPS, 3)
+    t_ids = [fact(s, f"{n} went on holiday to {t} and {r.choice(TRIP_DOING)}.") for s, t in zip(t_sessions, trips)]
+    pick = r.randrange(3)
+    month = dates[t_sessions[pick] - 1]
+    if len({dates[s - 1].strftime('%Y-%m') for s in t_sessions}) == 3:
+        ask(f"Where did {n} travel in {month:%B %Y}?", [t_ids[pick]], 2, trips[pick])
+    # --- concerts: one last year, one this year (relative to "now")
+    last_year = [s for s in range(1, sessions + 1) if dates[s - 1].year == now.year - 1]
+    this_year = [s for s in range(1, sessions + 1) if dates[s - 1].year == now.year]
+    if last_year and this_year:
+        (b_old, b_new), place = r.sample(BANDS, 2), r.choice(BAND_PLACES)
+        o = fact(r.choice(last_year), f"{n} saw {b_old} play live at {place}.")
+        fact(r.choice(this_year), f"{n} saw {b_new} play live at {r.choice(BAND_PLACES)}.")
+        ask(f"Which band did {n} go to see last year?", [o], 2, b_old)
+    # --- purchases: one last month, one long ago
+    recent = [s for s in range(1, sessions + 1) if 0 < (now - dates[s - 1]).days <= 45]
+    early = [s for s in range(1, sessions + 1) if (now - dates[s - 1]).days > 120]
+    if recent and early:
+        (buy1, _), (buy2, _) = r.sample(BUYS, 2)
+        fact(r.choice(early), f"{n} bought {buy1}.")
+        x = fact(r.choice(recent), f"{n} bought {buy2}.")
+        ask(f"What did {n} purchase last month?", [x], 2, buy2)
+    # --- inference: no word in common with the evidence
+    inference = [
+        ("{n} found out {she} is allergic to shellfish after a wedding buffet.", "Would {n} enjoy a prawn cocktail?", "no"),
+        ("{n} has been raising two kids alone since the divorce.", "Is {n} in a relationship at the moment?", "no"),
+        ("{n} has been terrified of deep water since childhood.", "Would {n} like a snorkelling trip?", "no"),
+        ("{n} went vegetarian after watching a documentary.", "Would {n} order the steak at a grill house?", "no"),
+        ("{n} broke {her} leg in a cycling accident and is on crutches.", "Could {n} join a ski weekend right now?", "no"),
+        ("{n} reads three novels a month and runs a book club.", "Would a bookshop voucher make a good gift for {n}?", "yes"),
+    ]
+    for text, q, a in r.sample(inference, 3):
+        s = session()
+        e = fact(s, text.format(n=n, she=she, her=her))
+        if r.random() < 0.15:
+            ask(q.format(n=n).replace(f"{n} ", "I ").replace("Would I", "Would I").replace("Is I", "Am I"),
+                [e], 3, a, ("first-person",))
+        else:
+            ask(q.format(n=n), [e], 3, a)
+    # --- a fact stated once, asked in other words, sometimes in Spanish or German
+    food, cook = r.choice(["mushroom risotto", "lamb tagine", "pierogi", "shakshuka", "dumplings"]), r.choice(
+        ["grandmother", "father", "first flatmate"])
+    f = fact(session(), f"{n}'s favourite dish is {food}, which {her} {cook} used to cook.")
+    if r.random() < 0.3:
+        ask(f"¿Cuál es la comida preferida de {n}?", [f], 4, food, ("es",))
+    else:
+        ask(f"What meal does {n} love most?", [f], 4, food)
+    # --- hubs and filler: chosen for many questions, evidence for none
+    for h in r.sample(HUBS, 5):
+        fact(session(), h.format(n=n))
+    for x in r.sample(FILLER, 8):
+        fact(session(), x.format(n=n, c=r.choice(COLOURS)))
+
+
+def session_dates(r: random.Random, n: int) -> list[datetime]:
+    """Sessions spread over about fourteen months across a new year, so "last year" means something."""
+    t = datetime(2023, 1, 10) + timedelta(days=r.randrange(0, 60))
+    out = []
+    for _ in range(n):
+        t += timedelta(days=r.randrange(20, 40), hours=r.randrange(0, 10), minutes=r.randrange(0, 60))
+        out.append(t)
+    return out
+
+
+def make_sample(r: random.Random, a: tuple[str, bool], b: tuple[str, bool], idx: int, split: str) -> dict:
+    sessions = r.randrange(13, 16)
+    dates = session_dates(r, sessions)
+    now = dates[-1] + timedelta(days=1)
+    people = [Person(*a), Person(*b)]
+    for p in people:
+        build_person(r, p, sessions, dates, now)
+    conversation: dict = {"speaker_a": people[0].name, "speaker_b": people[1].name}
+    observation: dict = {}
+    dia: dict[tuple[str, int], str] = {}
+    for s in range(1, sessions + 1):
+        here = [(p, i, text) for p in people for i, (fs, text) in enumerate(p.facts) if fs == s]
+        r.shuffle(here)
+        turns, obs = [], {p.name: [] for p in people}
+        for p, i, text in here:
+            d = f"D{s}:{len(turns) + 1}"
+            dia[(p.name, i)] = d
+            turns.append({"speaker": p.name, "dia_id": d, "text": spoken(text, p.name)})
+            obs[p.name].append([text, d])
+        conversation[f"session_{s}"] = turns
+        conversation[f"session_{s}_date_time"] = locomo_date(dates[s - 1])
+        observation[f"session_{s}_observation"] = obs
+    qa = []
+    for p in people:
+        for q in p.questions:
+            qa.append({**q, "evidence": [dia[(p.name, i)] for i in q["evidence"]]})
+        qa.append({"question": f"What is the name of {p.name}'s pet dragon?", "answer": "", "evidence": [],
+                   "adversarial_answer": "none", "category": 5})
+    return {"sample_id": f"hard-{split}-{idx}", "conversation": conversation, "observation": observation, "qa": qa}
+
+
+def make_split(split: str) -> list[dict]:
+    seed, count = SPLITS[split]
+    r = random.Random(seed)
+    half = 0 if split == "tune" else 1  # disjoint names between the splits
+    women = [w for k, w in enumerate(FEMALE) if k % 2 == half]
+    men = [m for k, m in enumerate(MALE) if k % 2 == half]
+    pool = [(w, True) for w in women] + [(m, False) for m in men]
+    r.shuffle(pool)
+    return [make_sample(r, pool[2 * i], pool[2 * i + 1], i, split) for i in range(count)]
+
+
+def main() -> None:
+    for split in SPLITS:
+        samples = make_split(split)
+        out = HERE / f"hard_{split}_locomo.json"
+        out.write_text(json.dumps(samples, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        facts = sum(len(v) for s in samples for o in s["observation"].values() for v in o.values())
+        questions = sum(1 for s in samples for q in s["qa"] if q["category"] != 5)
+        print(f"wrote {out} ({len(samples)} conversations, {facts} observations, {questions} questions)")
+
+
+if __name__ == "__main__":
+    main()
