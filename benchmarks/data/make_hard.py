@@ -230,7 +230,7 @@ def build_person(r: random.Random, p: Person, sessions: int, dates: list[datetim
     # --- hubs and filler: chosen for many questions, evidence for none
     for h in r.sample(HUBS, 5):
         fact(session(), h.format(n=n))
-    for x in r.sample(FILLER, 8):
+    for x in r.sample(FILLER, 10):
         fact(session(), x.format(n=n, c=r.choice(COLOURS)))
 
 

@@ -16,6 +16,7 @@ a newer fact visibly follows (and supersedes) an older one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal, Sequence
 
 from bot.engine.memories.records import StoredMemory
@@ -130,6 +131,8 @@ async def choose_memories(
     index: SemanticIndex | None = None,
     mode: Mode = "fused",
     weights: Weights = DEFAULT_WEIGHTS,
+    now: datetime | None = None,
+    speaker: str | None = None,
 ) -> Selection:
     """Choose which of a person's memories go into a prompt.
 
