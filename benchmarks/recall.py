@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from bot.engine.memories.records import StoredMemory
-from bot.engine.recall import Mode, SemanticIndex, choose_memories
+from bot.engine.recall import DEFAULT_WEIGHTS, Mode, SemanticIndex, Weights, choose_memories
 from bot.engine.recall.embedders import LocalMiniLM, local_model_installed
 from bot.engine.recall.vectors import MemoryVectorCache
 from bot.settings import MemorySection
@@ -276,13 +276,13 @@ class Row:
 
 
 async def evaluate(questions: list[Question], memories: dict[str, list[StoredMemory]], mode: Mode, size: int,
-                   budget: int, index: SemanticIndex | None) -> Row:
+                   budget: int, index: SemanticIndex | None, weights: Weights = DEFAULT_WEIGHTS) -> Row:
     row = Row(mode, size, budget)
     for q in questions:
         t0 = time.perf_counter()
         sel = await choose_memories(memories[q.person.key], q.text, budget, user_id=q.person.key,
                                     index=index if mode != "lexical" else None, mode=mode,
-                                    now=q.now, speaker=q.person.name)
+                                    now=q.now, speaker=q.person.name, weights=weights)
         row.seconds += time.perf_counter() - t0
         chosen = {m.key for m in sel.memories}
         row.questions += 1
