@@ -128,3 +128,37 @@ def closeness(when: datetime, window: Window, falloff_days: float = 30.0) -> flo
         return 1.0
     gap = (start - when).days if when < start else (when - end).days
     return max(0.0, 1.0 - gap / falloff_days)
+
+
+_TIME_KEYS = ("sent_at", "created_at", "timestamp", "date")
+
+
+def message_time(metadata: dict | None) -> datetime | None:
+    """The date a message's metadata carries (ISO text, a datetime or epoch seconds), or None."""
+    for key in _TIME_KEYS:
+        value = (metadata or {}).get(key)
+        if value is None or value == "":
+            continue
+        try:
+            if isinstance(value, datetime):
+                return _utc(value)
+            if isinstance(value, (int, float)):
+                return datetime.fromtimestamp(float(value), tz=timezone.utc)
+            return _utc(datetime.fromisoformat(str(value)))
+        except (ValueError, OverflowError, OSError):
+            continue
+    return None
+
+
+def reply_time(messages: list) -> datetime:
+    """"Now" for a reply: the date of the latest human message when its metadata has one, else the clock.
+
+    The message's own date, not the moment the reply is computed, is what "last week" in it refers to.
+    """
+    for m in reversed(messages):
+        if getattr(m, "type", None) == "human":
+            found = message_time(getattr(m, "additional_kwargs", None))
+            if found is not None:
+                return found
+            break
+    return datetime.now(timezone.utc)
