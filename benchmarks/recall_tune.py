@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -31,8 +32,9 @@ async def run(args: argparse.Namespace) -> int:
     memories = {p.key: grown(p, everyone, args.memories) for p in everyone}
     for key, mems in memories.items():
         await index.index(key, mems)
-    for change in GRID:
-        w = dataclasses.replace(DEFAULT_WEIGHTS, **change)
+    base = json.loads(args.base) if args.base else {}
+    for change in json.loads(args.grid) if args.grid else GRID:
+        w = dataclasses.replace(DEFAULT_WEIGHTS, **{**base, **change})
         row = await evaluate(questions, memories, "fused", args.memories, args.budget, index, w)
         cats = " ".join(f"{name[:8]}={a:.0f}/{b:.0f}" for name, _n, a, b in by_category(row.hits) if name != "all")
         print(f"{str(change):<60} any={row.pct(row.any_hit):5.1f} all={row.pct(row.all_hit):5.1f}  {cats}", flush=True)
@@ -45,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int)
     parser.add_argument("--memories", type=int, default=1000)
     parser.add_argument("--budget", type=int, default=1000)
+    parser.add_argument("--base", help='JSON changes to the defaults under every setting, e.g. {"hub": 2.0}')
+    parser.add_argument("--grid", help="JSON list of changes to try (default: a built-in grid)")
     return asyncio.run(run(parser.parse_args(argv)))
 
 

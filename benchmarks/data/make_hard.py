@@ -68,15 +68,13 @@ BUYS = [("a second-hand camper van", "vehicle"), ("an electric scooter", "vehicl
 LAKES = ["Lake Orta", "a glacier lake", "a quiet forest lake", "Lake Bled", "a reservoir in the hills"]
 ANIMALS = ["a moose", "a fox", "a pair of deer", "an owl", "a wild boar"]
 COMPANIONS = ["two cousins", "old school friends", "a hiking group", "their kids"]
-HUBS = ["{n} has been working on a project recently.", "{n} has been really busy lately.",
-        "{n} enjoys spending time with friends and family.", "{n} is trying to find more balance in life.",
-        "{n} feels excited about what is coming next.", "{n} has been thinking a lot about the future.",
-        "{n} said things have been going well overall.", "{n} wants to make more time for the things they love."]
-FILLER = ["{n} drinks two coffees every morning.", "{n} prefers trains to planes.", "{n} repainted the kitchen {c}.",
-          "{n} bought new running shoes.", "{n} is saving up for a holiday.", "{n} fixed a leaking tap at home.",
-          "{n} had a long chat with an old teacher.", "{n} tried a new ramen place downtown.",
-          "{n} watched a documentary about volcanoes.", "{n} lost their umbrella on the bus.",
-          "{n} keeps a journal every evening.", "{n} has started waking up at six."]
+HUBS = ["{n} has been working on a {x} project recently.", "{n} has been really busy lately with {x}.",
+        "{n} enjoys spending time with friends and family, especially {y}.", "{n} is trying to find more balance between {x} and rest.",
+        "{n} feels excited about what is coming next {y}.", "{n} has been thinking a lot about the future {y}.",
+        "{n} said things have been going well overall, {y}.", "{n} wants to make more time for {x}."]
+HUB_X = ["new", "big", "personal", "side", "creative", "group", "school", "work", "long", "secret"]
+HUB_Y = ["at weekends", "this season", "after a hard winter", "these days", "with everything going on",
+         "since the summer", "now that work is calmer", "on quiet evenings"]
 COLOURS = ["yellow", "sage green", "white", "terracotta"]
 
 
@@ -123,6 +121,10 @@ INFERENCE = [
     ("{n} is saving every penny for a deposit on a flat.", "Is {n} likely to book a luxury cruise soon?", "no"),
     ("{n} grew up on a dairy farm and still milks cows at {her} uncle's.", "Does {n} know much about looking after cattle?", "yes"),
 ]
+INFERENCE_TAILS = [".", ", and talks about it openly.", ", which few people know.", ", as " + "they told a friend.",
+                   ", said with a shrug.", ", and takes it seriously.", ", mentioned over dinner.", ", since last spring."]
+FILLER_TAILS = [".", " last weekend.", " with a friend.", " after work.", " on a rainy day.", " for the first time in years.",
+                " and posted about it.", " without telling anyone.", " on a Sunday morning.", " during a long lunch."]
 FILLER_PARTS = [
     ("{n} repaired {x} for a neighbour.", ["an old radio", "a wobbly chair", "a bicycle wheel", "a garden gate"]),
     ("{n} baked {x} for a colleague's leaving party.", ["a lemon tart", "forty cupcakes", "a rye loaf", "a plum cake"]),
@@ -280,7 +282,7 @@ def build_person(r: random.Random, p: Person, sessions: int, dates: list[datetim
         ask(f"What did {n} purchase last month?", [x], 2, buy2)
     # --- inference: no word in common with the evidence
     for text, q, a in r.sample(INFERENCE, 3):
-        e = fact(session(), text.format(n=n, she=she, her=her))
+        e = fact(session(), text.format(n=n, she=she, her=her).rstrip(".") + r.choice(INFERENCE_TAILS))
         if r.random() < 0.15:
             ask(q.format(n=n).replace(f"{n} ", "I ").replace("Is I", "Am I").replace("Does I", "Do I"),
                 [e], 3, a, ("first-person",))
@@ -297,10 +299,10 @@ def build_person(r: random.Random, p: Person, sessions: int, dates: list[datetim
         else:
             ask(f"What meal does {n} love most?", [f], 4, food)
     # --- hubs and filler: chosen for many questions, evidence for none
-    for h in r.sample(HUBS, 5):
-        fact(session(), h.format(n=n))
-    for template, values in r.sample(FILLER_PARTS, 16):
-        fact(session(), template.format(n=n, x=r.choice(values)))
+    for h in r.sample(HUBS, 4):
+        fact(session(), h.format(n=n, x=r.choice(HUB_X), y=r.choice(HUB_Y)))
+    for template, values in r.sample(FILLER_PARTS, 17):
+        fact(session(), template.format(n=n, x=r.choice(values)).rstrip(".") + r.choice(FILLER_TAILS))
 
 
 def session_dates(r: random.Random, n: int) -> list[datetime]:
