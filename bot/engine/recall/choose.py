@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from typing import Literal, Sequence
 
 from bot.engine.memories.records import StoredMemory
-from bot.engine.recall.lexical import bm25_scores, estimate_tokens
+from bot.engine.recall.lexical import bm25_scores, estimate_tokens, tokenize
 from bot.engine.recall.temporal import MONTHS, asks_when, closeness, mentions_time, time_window
 from bot.engine.recall.vectors import SemanticIndex
 
@@ -53,6 +53,8 @@ class Weights:
     together: float = 0.3  # learned with one of the best candidates (share of that candidate's score)
     entity: float = 0.3  # names a rare name or place one of the best candidates names
     seeds: int = 6  # how many of the best candidates lend their score
+    aspect_slots: int = 0  # per word of the question, its best memories (among the broad top) go in first
+    broad: int = 150  # how far down the fused ranking an aspect's memories may be taken from
 
 
 DEFAULT_WEIGHTS = Weights()
@@ -257,6 +259,42 @@ def coverage_boost(memories: Sequence[StoredMemory], scores: Sequence[float], sp
     return out
 
 
+_NOT_ASPECTS = frozenset(
+    "name named call called happen happened much many long time think like would could should now ago last year month"
+    " week day days recently lately new old ever still get got go went going take taken up over doe thing kind"
+    " favourite favorite first before after since".split()) | frozenset(MONTHS)
+
+
+def aspect_words(query: str, speaker: str | None, limit: int = 4) -> list[str]:
+    """The question's content words other than the speaker's name and question filler, at most ``limit``.
+
+    Each is embedded on its own so that every part of a several-facts question ("sibling" and "wedding")
+    gets memories of its own into the prompt, not only the part the whole question is nearest to.
+    """
+    own = set(tokenize(speaker or ""))
+    words = [w for w in dict.fromkeys(tokenize(query)) if w not in own and w not in _NOT_ASPECTS and not w.isdigit()]
+    return words[:limit] if len(words) >= 2 else []
+
+
+def aspect_picks(scores: Sequence[float], per_aspect: Sequence[Sequence[float | None]],
+                 hubness: Sequence[float | None] | None, weights: Weights) -> set[int]:
+    """For each aspect, its best ``aspect_slots`` memories among the ``broad`` best by score."""
+    if not per_aspect or weights.aspect_slots <= 0:
+        return set()
+    n = len(scores)
+    broad = sorted(range(n), key=lambda i: scores[i], reverse=True)[: weights.broad]
+    hubs = [h for h in (hubness or []) if h is not None]
+    middle = sorted(hubs)[len(hubs) // 2] if hubs else 0.0
+    picks: set[int] = set()
+    for cos in per_aspect:
+        def value(i: int) -> float:
+            c = cos[i] if cos[i] is not None else -1.0
+            h = hubness[i] if hubness is not None and hubness[i] is not None else middle
+            return c - weights.hub * max(0.0, h - middle)
+        picks.update(sorted(broad, key=value, reverse=True)[: weights.aspect_slots])
+    return picks
+
+
 def pack(memories: Sequence[StoredMemory], scores: Sequence[float], budget_tokens: int) -> tuple[list[StoredMemory], int]:
     """The best-scored memories that fit the budget (greedy, skipping one that does not fit), oldest first."""
     chosen: list[int] = []
@@ -324,13 +362,19 @@ async def choose_memories(
         return Selection(ordered, sum(line_tokens(m) for m in ordered), len(memories), "all")
     query = third_person(query, speaker)
     semantic = hubness = None
+    per_aspect: list = []
     if index is not None and mode != "lexical":
-        found = await index.scores_and_hubness(user_id, memories, query)
+        aspects = aspect_words(query, speaker) if weights.aspect_slots > 0 else []
+        found = await index.scores_and_hubness(user_id, memories, query, aspects)
         if found is not None:
-            semantic, hubness = found
+            semantic, hubness, per_aspect = found
     method = mode if semantic is not None else "lexical"
     scores = score_memories(memories, query, semantic, mode=method, weights=weights, hubness=hubness,
                             now=now, speaker=speaker)
+    if per_aspect:
+        first = aspect_picks(scores, per_aspect, hubness, weights)
+        top = max(scores) + 1.0
+        scores = [top + s if i in first else s for i, s in enumerate(scores)]
     picked, used = pack(memories, scores, budget_tokens)
     return Selection(picked, used, len(memories), method)
 
