@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import pickle
 import sys
 from pathlib import Path
 
@@ -28,10 +29,19 @@ GRID = [{}, {"hub": 0.0}, {"time": 0.0, "dated": 0.0}, {"together": 0.0}, {"enti
 
 async def run(args: argparse.Namespace) -> int:
     everyone, questions, _ = load(Path(args.data), args.limit)
-    index = SemanticIndex(CachedEmbeddings(LocalMiniLM(threads=2)), MemoryVectorCache())  # type: ignore[arg-type]
+    embedder = CachedEmbeddings(LocalMiniLM(threads=2))
+    saved = Path(args.vectors) if args.vectors else None
+    if saved is not None and saved.exists():
+        embedder.cache = pickle.loads(saved.read_bytes())
+    index = SemanticIndex(embedder, MemoryVectorCache())  # type: ignore[arg-type]
     memories = {p.key: grown(p, everyone, args.memories) for p in everyone}
     for key, mems in memories.items():
         await index.index(key, mems)
+    if saved is not None:
+        saved.write_bytes(pickle.dumps(embedder.cache))
+    if args.show:
+        await show(questions, memories, index, args)
+        return 0
     base = json.loads(args.base) if args.base else {}
     for change in json.loads(args.grid) if args.grid else GRID:
         w = dataclasses.replace(DEFAULT_WEIGHTS, **{**base, **change})
@@ -41,6 +51,28 @@ async def run(args: argparse.Namespace) -> int:
     return 0
 
 
+async def show(questions, memories, index, args) -> None:
+    """Where each evidence memory of the missed questions ranked (for reading misses, not for figures)."""
+    from bot.engine.recall.choose import aspect_words, score_memories, third_person
+
+    w = dataclasses.replace(DEFAULT_WEIGHTS, **(json.loads(args.base) if args.base else {}))
+    for q in questions:
+        if args.show != "all" and str(q.category) != args.show:
+            continue
+        mems = memories[q.person.key]
+        query = third_person(q.text, q.person.name)
+        sem, hubs, _ = await index.scores_and_hubness(q.person.key, mems, query, aspect_words(query, q.person.name))
+        scores = score_memories(mems, query, sem, weights=w, hubness=hubs, now=q.now, speaker=q.person.name)
+        order = sorted(range(len(mems)), key=lambda i: scores[i], reverse=True)
+        rank = {mems[i].key: r for r, i in enumerate(order)}
+        print(f"\n{q.text}  [{q.category}]")
+        for k in sorted(q.evidence, key=lambda k: rank[k]):
+            m = next(m for m in mems if m.key == k)
+            print(f"   rank {rank[k]:>4}  {m.created_at:%Y-%m-%d}  {m.content}")
+        for i in order[:5]:
+            print(f"      top {mems[i].created_at:%Y-%m-%d} {scores[i]:.2f} {mems[i].content}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.recall_tune")
     parser.add_argument("--data", default="benchmarks/data/hard_tune_locomo.json")
@@ -48,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memories", type=int, default=1000)
     parser.add_argument("--budget", type=int, default=1000)
     parser.add_argument("--base", help='JSON changes to the defaults under every setting, e.g. {"hub": 2.0}')
+    parser.add_argument("--vectors", help="a file keeping memory vectors between runs (tuning only)")
+    parser.add_argument("--show", help="print evidence ranks for one category (or 'all') instead of tuning")
     parser.add_argument("--grid", help="JSON list of changes to try (default: a built-in grid)")
     return asyncio.run(run(parser.parse_args(argv)))
 

@@ -40,7 +40,15 @@ MALE = ["Aldo", "Bastian", "Casimir", "Dorian", "Emeric", "Florin", "Goran", "Ha
         "Lorenz", "Milo", "Nikolai", "Ossian", "Piet", "Radek", "Sander", "Thorben", "Ugo", "Valentin", "Wendelin",
         "Yorick", "Zeno", "Anders", "Birger", "Cyprian", "Detlef", "Egon", "Fabian", "Gero", "Hilmar"]
 OTHERS = ["Tomas", "Ruth", "Keld", "Amira", "Jonas", "Lotte", "Benedek", "Carla", "Dmitri", "Esme", "Frode",
-          "Greet", "Henrik", "Inez"]
+          "Greet", "Henrik", "Inez", "Alvar", "Bettina", "Cormac", "Delphine", "Eero", "Filippa", "Gustav", "Hortense",
+          "Isak", "Jacinta", "Kalle", "Leonie", "Mathis", "Nanna", "Oskar", "Perpetua", "Rasmus", "Solveig", "Teodor",
+          "Ursula", "Vilhelm", "Wanda", "Xaver", "Ylva", "Zoltan", "Aino", "Bertil", "Cecilie", "Dalibor", "Edda",
+          "Ferdinand", "Gitte", "Hjalmar", "Ida", "Jarl", "Kaja", "Linus", "Magnhild", "Nils", "Oda", "Paulina",
+          "Ragnar", "Sigrid", "Tuomas", "Unni", "Vidar"]
+SIBLINGS = ["Hedda", "Noor", "Ottilie", "Greta", "Bjarne", "Anselm", "Liselotte", "Ambrose", "Clementine", "Darius",
+            "Elodie", "Florian", "Genoveva", "Horatio", "Isolde", "Jasper", "Katinka", "Leopold", "Mirabel", "Nikodem",
+            "Philippa", "Quentin", "Rosalind", "Severin", "Theodora", "Ulrich", "Valentina", "Wolfgang", "Zinnia",
+            "Bartholomew", "Cordelia", "Evander"]
 RELATIONS = ["neighbour", "coworker", "cousin", "best friend", "flatmate", "old classmate"]
 
 PETS = [("beagle", "dog"), ("border collie", "dog"), ("greyhound", "dog"), ("tabby", "cat"),
@@ -123,7 +131,7 @@ INFERENCE = [
 ]
 INFERENCE_TAILS = [".", ", and talks about it openly.", ", which few people know.", ", as " + "they told a friend.",
                    ", said with a shrug.", ", and takes it seriously.", ", mentioned over dinner.", ", since last spring."]
-FILLER_TAILS = [".", " last weekend.", " with a friend.", " after work.", " on a rainy day.", " for the first time in years.",
+FILLER_TAILS = [".", " last weekend.", " with a friend.", " after work.", " on a rainy day.", " again after years.",
                 " and posted about it.", " without telling anyone.", " on a Sunday morning.", " during a long lunch."]
 FILLER_PARTS = [
     ("{n} repaired {x} for a neighbour.", ["an old radio", "a wobbly chair", "a bicycle wheel", "a garden gate"]),
@@ -171,7 +179,7 @@ def build_person(r: random.Random, p: Person, sessions: int, dates: list[datetim
     def lives(share: float = 0.55) -> bool:
         return r.random() < share
 
-    others = r.sample(OTHERS, 6)
+    others = r.sample(OTHERS, 6)  # the people around them: a few recur across people, most do not
     # --- pet (paraphrase: the breed is never named in the question) + a neighbour's pet as the distractor
     if lives():
         (breed, kind), pet = r.choice(PETS), r.choice(PET_NAMES)
@@ -221,14 +229,14 @@ def build_person(r: random.Random, p: Person, sessions: int, dates: list[datetim
     # --- sibling bridge: the name in one session, the wedding in another; a cousin's wedding distracts
     if lives(0.5):
         rel = r.choice(["younger sister", "older sister", "little brother", "big brother"])
-        sis = r.choice(OTHERS[6:] + ["Hedda", "Noor", "Ottilie", "Greta", "Bjarne", "Anselm"])
+        sis = r.choice(SIBLINGS)
         venue, venue2 = r.sample(VENUES, 2)
         s1 = session(1, sessions // 2)
         b1 = fact(s1, r.choice([f"{n}'s {rel} is called {sis}.", f"{n} has a {rel}, {sis}, who is a nurse.",
                                 f"{n} talked about {her} {rel} {sis} a lot."]))
         b2 = fact(session(s1 + 1, sessions), r.choice([
             f"{sis} is getting married at {venue} next spring.", f"{sis}'s wedding will be held at {venue}.",
-            f"{sis} and {r.choice(OTHERS)} will tie the knot at {venue}."]))
+            f"{sis} and {r.choice(OTHERS[14:])} will tie the knot at {venue}."]))
         fact(session(), f"{n}'s cousin {others[2]} got married at {venue2}.")
         ask(f"Where is {n}'s sibling having the wedding?", [b1, b2], 1, venue)
         ask(f"What is the name of {n}'s sibling?", [b1], 4, sis)

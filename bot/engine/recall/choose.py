@@ -52,7 +52,9 @@ class Weights:
     dated: float = 0.1  # a "when" question: a memory whose text carries a time
     together: float = 0.3  # learned with one of the best candidates (share of that candidate's score)
     entity: float = 0.3  # names a rare name or place one of the best candidates names
-    seeds: int = 6  # how many of the best candidates lend their score
+    seeds: int = 6  # how many of the best candidates lend their score to memories learned with them
+    entity_seeds: int = 6  # how many lend it to memories naming the same rare name
+    rare: int = 200  # a name is rare when at most one memory in this many (and at least 2) names it
     aspect_slots: int = 0  # per word of the question, its best memories (among the broad top) go in first
     broad: int = 150  # how far down the fused ranking an aspect's memories may be taken from
 
@@ -213,7 +215,7 @@ def coverage_boost(memories: Sequence[StoredMemory], scores: Sequence[float], sp
     if top - middle <= 1e-12:
         return out
     seeds = ranked[: weights.seeds]
-    strength = {s: (scores[s] - middle) / (top - middle) for s in seeds}
+    strength = {s: (scores[s] - middle) / (top - middle) for s in ranked[: max(weights.seeds, weights.entity_seeds)]}
     # learned together: by shared source message, or created within TOGETHER of each other
     if weights.together:
         by_time = sorted(range(n), key=lambda i: memories[i].created_at)
@@ -238,6 +240,7 @@ def coverage_boost(memories: Sequence[StoredMemory], scores: Sequence[float], sp
     if weights.entity:
         own = {w.lower() for w in (speaker or "").split()}
         names = [_names(m.content) for m in memories]
+        seeds = ranked[: weights.entity_seeds]
         wanted = {w for s in seeds for w in names[s]} - own
         if wanted:
             df: dict[str, int] = {}
@@ -245,7 +248,7 @@ def coverage_boost(memories: Sequence[StoredMemory], scores: Sequence[float], sp
                 for w in ws:
                     if w in wanted:
                         df[w] = df.get(w, 0) + 1
-            rare = {w: math.log(n / c) / math.log(n) for w, c in df.items() if c <= max(2, n // 50)}
+            rare = {w: math.log(n / c) / math.log(n) for w, c in df.items() if c <= max(2, n // weights.rare)}
             for s in seeds:
                 mine = [w for w in names[s] if w in rare]
                 if not mine:
