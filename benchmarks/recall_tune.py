@@ -53,7 +53,7 @@ async def run(args: argparse.Namespace) -> int:
 
 async def show(questions, memories, index, args) -> None:
     """Where each evidence memory of the missed questions ranked (for reading misses, not for figures)."""
-    from bot.engine.recall.choose import aspect_words, score_memories, third_person
+    from bot.engine.recall.choose import score_memories, third_person
 
     w = dataclasses.replace(DEFAULT_WEIGHTS, **(json.loads(args.base) if args.base else {}))
     for q in questions:
@@ -61,7 +61,7 @@ async def show(questions, memories, index, args) -> None:
             continue
         mems = memories[q.person.key]
         query = third_person(q.text, q.person.name)
-        sem, hubs, _ = await index.scores_and_hubness(q.person.key, mems, query, aspect_words(query, q.person.name))
+        sem, hubs = await index.scores_and_hubness(q.person.key, mems, query)
         scores = score_memories(mems, query, sem, weights=w, hubness=hubs, now=q.now, speaker=q.person.name)
         order = sorted(range(len(mems)), key=lambda i: scores[i], reverse=True)
         rank = {mems[i].key: r for r, i in enumerate(order)}

@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from typing import Literal, Sequence
 
 from bot.engine.memories.records import StoredMemory
-from bot.engine.recall.lexical import bm25_scores, estimate_tokens, tokenize
+from bot.engine.recall.lexical import bm25_scores, estimate_tokens
 from bot.engine.recall.temporal import MONTHS, asks_when, closeness, mentions_time, time_window
 from bot.engine.recall.vectors import SemanticIndex
 
@@ -44,19 +44,17 @@ Mode = Literal["lexical", "semantic", "fused"]
 class Weights:
     """How much each signal counts in the fused score (see the module docstring)."""
 
-    lexical: float = 0.25
+    lexical: float = 0.12
     semantic: float = 1.0
     recency: float = 0.05
-    hub: float = 1.0  # cosine with the person's centre, above the median, taken off the semantic cosine
+    hub: float = 1.5  # cosine with the person's centre, above the median, taken off the semantic cosine
     time: float = 0.35  # a memory dated inside the time the question names
     dated: float = 0.1  # a "when" question: a memory whose text carries a time
-    together: float = 0.3  # learned with one of the best candidates (share of that candidate's score)
+    together: float = 0.1  # learned with one of the best candidates (share of that candidate's score)
     entity: float = 0.3  # names a rare name or place one of the best candidates names
-    seeds: int = 6  # how many of the best candidates lend their score to memories learned with them
-    entity_seeds: int = 6  # how many lend it to memories naming the same rare name
+    seeds: int = 3  # how many of the best candidates lend their score to memories learned with them
+    entity_seeds: int = 20  # how many lend it to memories naming the same rare name
     rare: int = 200  # a name is rare when at most one memory in this many (and at least 2) names it
-    aspect_slots: int = 0  # per word of the question, its best memories (among the broad top) go in first
-    broad: int = 150  # how far down the fused ranking an aspect's memories may be taken from
 
 
 DEFAULT_WEIGHTS = Weights()
@@ -193,10 +191,20 @@ _NOT_NAMES = frozenset(MONTHS) | frozenset("monday tuesday wednesday thursday fr
 
 
 @functools.lru_cache(maxsize=65_536)
-def _names(text: str) -> tuple[str, ...]:
-    """Capitalised words of a memory (names, places, titles), the first one included: facts often start
-    with a name ("Hedda is getting married"); a sentence-initial common word is filtered by its frequency."""
-    return tuple(dict.fromkeys(w.lower() for w in _CAPITALISED.findall(text) if w.lower() not in _NOT_NAMES))
+def _names(text: str) -> tuple[str | None, tuple[str, ...]]:
+    """A memory's first word if capitalised, and its capitalised words after it (names, places, titles)."""
+    found = [(m.start(), m.group(1).lower()) for m in _CAPITALISED.finditer(text)]
+    first = found[0][1] if found and not text[: found[0][0]].strip() else None
+    rest = tuple(dict.fromkeys(w for pos, w in found if w != first or pos > 0))
+    return (first if first not in _NOT_NAMES else None), tuple(w for w in rest if w not in _NOT_NAMES)
+
+
+def memory_names(memories: Sequence[StoredMemory]) -> list[tuple[str, ...]]:
+    """The names each memory mentions. A first word counts only when some memory has it mid-sentence too:
+    facts often start with a name ("Hedda is getting married"), but as often with a verb ("Lives in Ghent")."""
+    parsed = [_names(m.content) for m in memories]
+    inside = {w for _first, rest in parsed for w in rest}
+    return [tuple(dict.fromkeys(((first,) if first in inside else ()) + rest)) for first, rest in parsed]
 
 
 def coverage_boost(memories: Sequence[StoredMemory], scores: Sequence[float], speaker: str | None,
@@ -239,7 +247,7 @@ def coverage_boost(memories: Sequence[StoredMemory], scores: Sequence[float], sp
     # shared rare names: idf over the person's memories, the speaker's own name excluded
     if weights.entity:
         own = {w.lower() for w in (speaker or "").split()}
-        names = [_names(m.content) for m in memories]
+        names = memory_names(memories)
         seeds = ranked[: weights.entity_seeds]
         wanted = {w for s in seeds for w in names[s]} - own
         if wanted:
@@ -260,42 +268,6 @@ def coverage_boost(memories: Sequence[StoredMemory], scores: Sequence[float], sp
                     if shared:
                         out[j] = max(out[j], weights.entity * strength[s] * max(shared))
     return out
-
-
-_NOT_ASPECTS = frozenset(
-    "name named call called happen happened much many long time think like would could should now ago last year month"
-    " week day days recently lately new old ever still get got go went going take taken up over doe thing kind"
-    " favourite favorite first before after since".split()) | frozenset(MONTHS)
-
-
-def aspect_words(query: str, speaker: str | None, limit: int = 4) -> list[str]:
-    """The question's content words other than the speaker's name and question filler, at most ``limit``.
-
-    Each is embedded on its own so that every part of a several-facts question ("sibling" and "wedding")
-    gets memories of its own into the prompt, not only the part the whole question is nearest to.
-    """
-    own = set(tokenize(speaker or ""))
-    words = [w for w in dict.fromkeys(tokenize(query)) if w not in own and w not in _NOT_ASPECTS and not w.isdigit()]
-    return words[:limit] if len(words) >= 2 else []
-
-
-def aspect_picks(scores: Sequence[float], per_aspect: Sequence[Sequence[float | None]],
-                 hubness: Sequence[float | None] | None, weights: Weights) -> set[int]:
-    """For each aspect, its best ``aspect_slots`` memories among the ``broad`` best by score."""
-    if not per_aspect or weights.aspect_slots <= 0:
-        return set()
-    n = len(scores)
-    broad = sorted(range(n), key=lambda i: scores[i], reverse=True)[: weights.broad]
-    hubs = [h for h in (hubness or []) if h is not None]
-    middle = sorted(hubs)[len(hubs) // 2] if hubs else 0.0
-    picks: set[int] = set()
-    for cos in per_aspect:
-        def value(i: int) -> float:
-            c = cos[i] if cos[i] is not None else -1.0
-            h = hubness[i] if hubness is not None and hubness[i] is not None else middle
-            return c - weights.hub * max(0.0, h - middle)
-        picks.update(sorted(broad, key=value, reverse=True)[: weights.aspect_slots])
-    return picks
 
 
 def pack(memories: Sequence[StoredMemory], scores: Sequence[float], budget_tokens: int) -> tuple[list[StoredMemory], int]:
@@ -365,19 +337,13 @@ async def choose_memories(
         return Selection(ordered, sum(line_tokens(m) for m in ordered), len(memories), "all")
     query = third_person(query, speaker)
     semantic = hubness = None
-    per_aspect: list = []
     if index is not None and mode != "lexical":
-        aspects = aspect_words(query, speaker) if weights.aspect_slots > 0 else []
-        found = await index.scores_and_hubness(user_id, memories, query, aspects)
+        found = await index.scores_and_hubness(user_id, memories, query)
         if found is not None:
-            semantic, hubness, per_aspect = found
+            semantic, hubness = found
     method = mode if semantic is not None else "lexical"
     scores = score_memories(memories, query, semantic, mode=method, weights=weights, hubness=hubness,
                             now=now, speaker=speaker)
-    if per_aspect:
-        first = aspect_picks(scores, per_aspect, hubness, weights)
-        top = max(scores) + 1.0
-        scores = [top + s if i in first else s for i, s in enumerate(scores)]
     picked, used = pack(memories, scores, budget_tokens)
     return Selection(picked, used, len(memories), method)
 

@@ -154,15 +154,13 @@ class SemanticIndex:
         return None if found is None else found[0]
 
     async def scores_and_hubness(
-        self, user_id: str, memories: Sequence[StoredMemory], query: str, aspects: Sequence[str] = ()
-    ) -> tuple[list[float | None], list[float | None], list[list[float | None]]] | None:
+        self, user_id: str, memories: Sequence[StoredMemory], query: str
+    ) -> tuple[list[float | None], list[float | None]] | None:
         """The cosines of ``scores`` and each memory's hubness: its cosine with the mean of the person's vectors.
 
         A memory close to the centre of everything the person said ("has been busy lately") is close to
         every question too, and wins for questions it does not answer; the choice damps it by this figure.
-        It costs one more matrix-vector product and no embedding. ``aspects`` (a few words of the question)
-        are embedded in one batch and scored the same way, for the choice's coverage of each part of a
-        question; an aspect that fails to embed is left out.
+        It costs one more matrix-vector product and no embedding.
         """
         if not memories or not query.strip():
             return None
@@ -180,15 +178,7 @@ class SemanticIndex:
             vectors.append(v if v is not None and v.shape == query_vec.shape else None)
         if any(v is None for v in vectors):
             self.index_later(user_id, memories)
-        per_aspect: list[list[float | None]] = []
-        if aspects:
-            try:
-                for a in await self.embeddings.aembed_documents(list(aspects)):
-                    per_aspect.append(_cosines(unit(a), vectors))
-            except Exception as exc:  # noqa: BLE001 - coverage is an extra; the query's scores stand
-                self._failed(exc)
-                per_aspect = []
-        return _cosines(query_vec, vectors), _hubness(vectors), per_aspect  # about a millisecond for 1,000
+        return _cosines(query_vec, vectors), _hubness(vectors)  # matrix products: about a millisecond for 1,000
 
 
 def _hubness(vectors: list[np.ndarray | None]) -> list[float | None]:

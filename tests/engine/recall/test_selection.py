@@ -82,3 +82,11 @@ async def test_choose_memories_uses_now_and_keeps_todays_behaviour_without_it():
     plain = await choose_memories(memories, "Which band did Ann see play live last year?", budget, user_id="u",
                                   weights=DEFAULT_WEIGHTS)
     assert [m.key for m in plain.memories] == ["new"]  # no date given: the newer of two equal matches
+
+
+def test_a_first_word_is_a_name_only_when_it_also_appears_mid_sentence():
+    from bot.engine.recall.choose import memory_names
+
+    names = memory_names([mem("a", "Lives in Ghent with Hedda."), mem("b", "Hedda is getting married in May."),
+                          mem("c", "Likes tea.")])
+    assert names == [("ghent", "hedda"), ("hedda",), ()]
