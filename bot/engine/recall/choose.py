@@ -47,7 +47,8 @@ class Weights:
     lexical: float = 0.12
     semantic: float = 1.0
     recency: float = 0.05
-    hub: float = 1.5  # cosine with the person's centre, above the median, taken off the semantic cosine
+    hub: float = 1.5  # cosine with the person's centre, above the hub_quantile's, taken off the semantic cosine
+    hub_quantile: float = 0.5  # from which centrality on a memory counts as a hub
     time: float = 0.35  # a memory dated inside the time the question names
     dated: float = 0.1  # a "when" question: a memory whose text carries a time
     together: float = 0.1  # learned with one of the best candidates (share of that candidate's score)
@@ -160,7 +161,7 @@ def fused_scores(
     if hubness is not None and weights.hub:
         hubs = [h for h in hubness if h is not None]
         if hubs:
-            middle = sorted(hubs)[len(hubs) // 2]
+            middle = sorted(hubs)[min(len(hubs) - 1, int(len(hubs) * weights.hub_quantile))]
             raw = [r - weights.hub * max(0.0, (h if h is not None else middle) - middle)
                    for r, h in zip(raw, hubness)]
     sem = _scaled(raw)
