@@ -43,7 +43,13 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from bot.engine.memories.records import StoredMemory
-from bot.engine.recall import DEFAULT_WEIGHTS, Mode, SemanticIndex, Weights, choose_memories
+from bot.engine.recall import (
+    DEFAULT_WEIGHTS,
+    Mode,
+    SemanticIndex,
+    Weights,
+    choose_memories,
+)
 from bot.engine.recall.embedders import LocalMiniLM, local_model_installed
 from bot.engine.recall.vectors import MemoryVectorCache
 from bot.settings import MemorySection

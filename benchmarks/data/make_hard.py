@@ -162,7 +162,6 @@ def build_person(r: random.Random, p: Person, sessions: int, dates: list[datetim
     few other people (whose facts, renamed, are the benchmark's distractors) rather than for everyone.
     """
     n, she, her = p.name, p.she, p.hers
-    Her = her.capitalize()
 
     def fact(session: int, text: str) -> int:
         p.facts.append((session, text))

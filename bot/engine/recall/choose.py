@@ -34,7 +34,13 @@ from typing import Literal, Sequence
 
 from bot.engine.memories.records import StoredMemory
 from bot.engine.recall.lexical import bm25_scores, estimate_tokens
-from bot.engine.recall.temporal import MONTHS, asks_when, closeness, mentions_time, time_window
+from bot.engine.recall.temporal import (
+    MONTHS,
+    asks_when,
+    closeness,
+    mentions_time,
+    time_window,
+)
 from bot.engine.recall.vectors import SemanticIndex
 
 Mode = Literal["lexical", "semantic", "fused"]

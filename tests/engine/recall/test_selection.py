@@ -7,7 +7,12 @@ from datetime import datetime, timedelta, timezone
 from bot.engine.memories.records import StoredMemory
 from bot.engine.recall import choose_memories, memory_line
 from bot.engine.recall.choose import (
-    DEFAULT_WEIGHTS, Weights, coverage_boost, fused_scores, temporal_boost, third_person,
+    DEFAULT_WEIGHTS,
+    Weights,
+    coverage_boost,
+    fused_scores,
+    temporal_boost,
+    third_person,
 )
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)

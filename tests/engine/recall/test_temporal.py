@@ -5,7 +5,14 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from types import SimpleNamespace
 
-from bot.engine.recall.temporal import asks_when, closeness, mentions_time, message_time, reply_time, time_window
+from bot.engine.recall.temporal import (
+    asks_when,
+    closeness,
+    mentions_time,
+    message_time,
+    reply_time,
+    time_window,
+)
 
 NOW = datetime(2024, 3, 5, 12, tzinfo=timezone.utc)
 
