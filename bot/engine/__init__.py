@@ -14,16 +14,18 @@ from bot.engine.memories.records import Actor, HistoryEntry, StoredMemory
 from bot.engine.memories.repository import MemoryRepository
 from bot.engine.policy.limits import TokenBucket
 from bot.engine.policy.server_settings import OPERATOR, Edit, GuildPolicy, channel_listed, channel_persona, reset, set_field
-from bot.engine.recall import Mode, SemanticIndex, bm25_scores, choose_memories, estimate_tokens, memory_line
+from bot.engine.recall import DEFAULT_WEIGHTS, Mode, SemanticIndex, Weights, bm25_scores, choose_memories, estimate_tokens, memory_line
+from bot.engine.recall.choose import score_memories, third_person  # for benchmarks/recall_tune.py's reading of misses
 from bot.engine.recall.embedders import LocalMiniLM, local_model_installed
 from bot.engine.recall.vectors import MemoryVectorCache
 from bot.engine.state import Image, Incoming, Quote, Speaker
 from bot.engine.stores import Prefs, ServerSettings, Storage
 
 __all__ = [
-    "MAX_CONTENT", "OPERATOR", "Actor", "ChatEngine", "Edit", "GuildPolicy", "HistoryEntry", "Image", "ImportRefused",
+    "DEFAULT_WEIGHTS", "MAX_CONTENT", "OPERATOR", "Actor", "ChatEngine", "Edit", "GuildPolicy", "HistoryEntry", "Image", "ImportRefused",
     "Incoming", "LocalMiniLM", "MemoryRepository", "MemoryVectorCache", "Mode", "Prefs", "Quote", "Reply", "SemanticIndex",
-    "ServerSettings", "SettingRefused", "Speaker", "Storage", "StorageUnavailable", "StoredMemory", "TokenBucket", "TurnResult",
+    "ServerSettings", "SettingRefused", "Speaker", "Storage", "StorageUnavailable", "StoredMemory", "TokenBucket", "TurnResult", "Weights",
     "WriteRequest", "bm25_scores", "channel_listed", "channel_persona", "choose_memories", "create_engine", "estimate_tokens",
-    "export_memories", "is_transient", "local_model_installed", "memory_line", "parse_import", "request_erasure", "reset", "set_field",
+    "export_memories", "is_transient", "local_model_installed", "memory_line", "parse_import", "request_erasure", "reset",
+    "score_memories", "set_field", "third_person",
 ]

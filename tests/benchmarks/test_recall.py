@@ -70,3 +70,35 @@ def test_other_peoples_observations_are_renamed_to_the_person():
     assert len(grown) == 40 and grown[: len(ann.memories)] == ann.memories
     for m in grown[len(ann.memories):]:
         assert not any(re.search(rf"\b{o.name}\b", m.content) for o in others)
+
+
+def test_the_per_category_table_counts_any_and_all_evidence():
+    person = recall.Person("p", "Ann")
+    q = lambda cat, tags=(): recall.Question(person, "?", {"a", "b"}, cat, None, tags)  # noqa: E731
+    hits = [(q(4), True, True), (q(4), True, False), (q(4), False, False), (q(2, ("first-person",)), True, False),
+            (q(6), True, True)]
+    rows = {name: (n, any_, all_) for name, n, any_, all_ in recall.by_category(hits)}
+    assert rows["single fact"] == (3, 200 / 3, 100 / 3)
+    assert rows["about time"] == (1, 100.0, 0.0) and rows["tag: first-person"] == (1, 100.0, 0.0)
+    assert rows["what changed"] == (1, 100.0, 100.0)
+    assert rows["all"] == (5, 80.0, 40.0)
+    assert [name for name, *_ in recall.by_category(hits)] == [
+        "single fact", "about time", "what changed", "tag: first-person", "all"]
+    lines = recall.category_table(hits)
+    assert lines[2].startswith("| single fact") and "66.7%" in lines[2] and "33.3%" in lines[2]
+
+
+def test_questions_carry_the_message_date_and_the_hard_sets_tags(tmp_path):
+    sample = {
+        "conversation": {"speaker_a": "Ann", "speaker_b": "Ben", "session_1_date_time": "1:56 pm on 8 May, 2023",
+                         "session_2_date_time": "2:00 pm on 20 June, 2023"},
+        "observation": {"session_1_observation": {"Ann": [["Ann adopted a beagle.", "D1:1"]]},
+                        "session_2_observation": {"Ann": [["Ann moved to Ghent.", "D2:1"]]}},
+        "qa": [{"question": "Where did I move?", "evidence": ["D1:1", "D2:1"], "category": 6, "tags": ["first-person"]}],
+    }
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps([sample]))
+    _people, questions, _counts = recall.load(path)
+    (question,) = questions
+    assert question.now.date().isoformat() == "2023-06-21" and question.tags == ("first-person",)
+    assert question.category == 6 and len(question.evidence) == 2

@@ -36,6 +36,7 @@ from bot.engine.recall import (
     choose_memories,
     estimate_tokens,
 )
+from bot.engine.recall.temporal import reply_time
 from bot.engine.state import ChatState, Image, Speaker
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
             selection = await choose_memories(
                 shown, recall_query(state["messages"]), deps.memory_budget_tokens,
                 user_id=speaker.user_id, index=deps.semantic,
+                now=reply_time(state["messages"]), speaker=speaker.name,
             )
             memories = selection.memories
         system = SystemMessage(content=system_prompt(deps.persona, speaker, memories))

@@ -1,25 +1,46 @@
 """The choice of memories for a reply prompt: all while they fit, the most relevant ones once they don't.
 
 This is the one place that decides; the chat graph and ``benchmarks/recall.py`` both call
-``choose_memories``. Relevance fuses three signals, each scaled to [0, 1] over the person's memories:
+``choose_memories``. Relevance fuses signals, each scaled to [0, 1] over the person's memories:
 
 - lexical: BM25 of the memory against the query (names, rare words, exact phrases);
-- semantic: cosine similarity of embeddings (meaning without shared words), when an index is available;
-- recency: the memory's rank by date, so of two equally relevant facts the newer one wins.
+- semantic: cosine similarity of embeddings (meaning without shared words), when an index is available,
+  damped for hubs: a memory close to the centre of all the person's memories ("has been busy lately") is
+  close to every question and would otherwise win for questions it does not answer;
+- recency: the memory's rank by when it was last changed, so of two equally relevant facts the newer wins;
+- time: when the message names a time ("last year", "in May", "two weeks ago", relative to the message's
+  own date ``now``), memories dated inside it gain; a "when" question prefers facts whose text carries a time;
+- coverage: an answer often needs facts that share nothing with the question (her sister's name, then the
+  sister's wedding; "camping" answered by "slept in a tent" from the same conversation). The best few
+  candidates lend part of their score to the memories learned together with them (same message or
+  within half an hour) and to those naming the same rare name or place.
 
-The weights were chosen on the recall benchmark (see docs/benchmarks.md: fused beats lexical and semantic
-alone at every budget); without semantic scores the lexical and recency weights are used alone. The query is
-the current message plus the recent turns. The chosen memories are shown oldest first, each with its date,
-so a newer fact visibly follows (and supersedes) an older one.
+The query is the current message plus the recent turns, with first-person words ("I", "my") read as the
+speaker's name, since memories are written in the third person. The weights were tuned on the hard recall
+set's tune split and are reported on its test split (RECALL-NOTES / docs/benchmarks.md). The chosen
+memories are shown oldest first, each with the date it was first learned, so a newer fact visibly follows
+(and supersedes) an older one.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
+import math
+import re
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Literal, Sequence
 
 from bot.engine.memories.records import StoredMemory
 from bot.engine.recall.lexical import bm25_scores, estimate_tokens
+from bot.engine.recall.temporal import (
+    MONTHS,
+    asks_when,
+    closeness,
+    mentions_time,
+    time_window,
+)
 from bot.engine.recall.vectors import SemanticIndex
 
 Mode = Literal["lexical", "semantic", "fused"]
@@ -27,14 +48,24 @@ Mode = Literal["lexical", "semantic", "fused"]
 
 @dataclass(frozen=True)
 class Weights:
-    """How much each signal counts in the fused score."""
+    """How much each signal counts in the fused score (see the module docstring)."""
 
-    lexical: float = 0.25
+    lexical: float = 0.12
     semantic: float = 1.0
     recency: float = 0.05
+    hub: float = 1.5  # cosine with the person's centre, above the hub_quantile's, taken off the semantic cosine
+    hub_quantile: float = 0.5  # from which centrality on a memory counts as a hub
+    time: float = 0.35  # a memory dated inside the time the question names
+    dated: float = 0.1  # a "when" question: a memory whose text carries a time
+    together: float = 0.1  # learned with one of the best candidates (share of that candidate's score)
+    entity: float = 0.3  # names a rare name or place one of the best candidates names
+    seeds: int = 3  # how many of the best candidates lend their score to memories learned with them
+    entity_seeds: int = 20  # how many lend it to memories naming the same rare name
+    rare: int = 200  # a name is rare when at most one memory in this many (and at least 2) names it
 
 
 DEFAULT_WEIGHTS = Weights()
+TOGETHER = timedelta(minutes=30)  # memories learned this close together come from one conversation
 
 
 @dataclass(frozen=True)
@@ -48,8 +79,12 @@ class Selection:
 
 
 def memory_date(memory: StoredMemory) -> str:
-    """The date a memory was learned or last changed, as the model sees it (UTC day)."""
-    return memory.updated_at.strftime("%Y-%m-%d")
+    """The date a memory was first learned (UTC day), as the model sees it.
+
+    ``created_at``, not ``updated_at``: any patch moves ``updated_at``, and a "when did ..." question needs
+    the date of what the memory describes, which is when it was learned (the conversation's date).
+    """
+    return memory.created_at.strftime("%Y-%m-%d")
 
 
 def memory_line(memory: StoredMemory) -> str:
@@ -65,6 +100,10 @@ def fits(memories: Sequence[StoredMemory], budget_tokens: int) -> bool:
     return sum(line_tokens(m) for m in memories) <= budget_tokens
 
 
+def _display_order(m: StoredMemory) -> tuple:
+    return (m.created_at, m.key)
+
+
 def _scaled(values: Sequence[float]) -> list[float]:
     """Min-max scaling to [0, 1] (all zeros when the values do not differ)."""
     lo, hi = min(values), max(values)
@@ -74,11 +113,35 @@ def _scaled(values: Sequence[float]) -> list[float]:
 
 
 def recency_scores(memories: Sequence[StoredMemory]) -> list[float]:
-    """Each memory's rank by date, scaled to (0, 1]: the newest is 1."""
+    """Each memory's rank by when it was last changed, scaled to (0, 1]: the newest is 1."""
     order = sorted(range(len(memories)), key=lambda i: (memories[i].updated_at, memories[i].key))
     out = [0.0] * len(memories)
     for pos, i in enumerate(order):
         out[i] = (pos + 1) / len(memories)
+    return out
+
+
+_FIRST_PERSON = [
+    (r"\bam I\b", "is {n}"), (r"\bI am\b", "{n} is"), (r"\bI'm\b", "{n} is"), (r"\bhave I\b", "has {n}"),
+    (r"\bI have\b", "{n} has"), (r"\bI've\b", "{n} has"), (r"\bdo I\b", "does {n}"), (r"\bI was\b", "{n} was"),
+    (r"\bwas I\b", "was {n}"), (r"\bmy\b", "{n}'s"), (r"\bmine\b", "{n}'s"), (r"\bmyself\b", "{n}"),
+    (r"\bme\b", "{n}"), (r"\bI\b", "{n}"),
+]
+
+
+def third_person(query: str, speaker: str | None) -> str:
+    """The query with the speaker's first-person words as their name ("when did I" -> "when did Ann").
+
+    Memories are written in the third person ("Ann adopted a beagle"), so "my dog" shares neither a word
+    nor much meaning with them until it says whose dog.
+    """
+    name = (speaker or "").strip()
+    if not name:
+        return query
+    out = query
+    for pattern, repl in _FIRST_PERSON:
+        flags = re.IGNORECASE if pattern not in (r"\bI\b",) else 0
+        out = re.sub(pattern, repl.replace("{n}", name), out, flags=flags)
     return out
 
 
@@ -89,8 +152,9 @@ def fused_scores(
     *,
     mode: Mode = "fused",
     weights: Weights = DEFAULT_WEIGHTS,
+    hubness: Sequence[float | None] | None = None,
 ) -> list[float]:
-    """One relevance score per memory (higher is better)."""
+    """One relevance score per memory from what matches the query itself (higher is better)."""
     lexical = _scaled(bm25_scores(query, [m.content for m in memories]))
     recency = recency_scores(memories)
     if semantic is None or mode == "lexical":
@@ -99,11 +163,118 @@ def fused_scores(
     if not known:
         return [weights.lexical * lx + weights.recency * rc for lx, rc in zip(lexical, recency)]
     floor = sorted(known)[len(known) // 2]  # a memory not indexed yet counts as typical, not as unrelated
-    sem = _scaled([floor if s is None else s for s in semantic])
+    raw = [floor if s is None else s for s in semantic]
+    if hubness is not None and weights.hub:
+        hubs = [h for h in hubness if h is not None]
+        if hubs:
+            middle = sorted(hubs)[min(len(hubs) - 1, int(len(hubs) * weights.hub_quantile))]
+            raw = [r - weights.hub * max(0.0, (h if h is not None else middle) - middle)
+                   for r, h in zip(raw, hubness)]
+    sem = _scaled(raw)
     if mode == "semantic":
         return [s + weights.recency * rc * 0.01 for s, rc in zip(sem, recency)]  # recency only breaks ties
     return [weights.lexical * lx + weights.semantic * s + weights.recency * rc
             for lx, s, rc in zip(lexical, sem, recency)]
+
+
+def temporal_boost(memories: Sequence[StoredMemory], query: str, now: datetime | None,
+                   weights: Weights = DEFAULT_WEIGHTS) -> list[float] | None:
+    """What each memory gains from the time the query names or asks for (None: the query is not about time)."""
+    window = time_window(query, now)
+    when = asks_when(query)
+    if window is None and not when:
+        return None
+    out = [0.0] * len(memories)
+    for i, m in enumerate(memories):
+        if window is not None:
+            out[i] += weights.time * closeness(m.created_at, window)
+        if when and mentions_time(m.content):
+            out[i] += weights.dated
+    return out
+
+
+_CAPITALISED = re.compile(r"\b([A-Z][\w-]+)(?:'s)?")
+_NOT_NAMES = frozenset(MONTHS) | frozenset("monday tuesday wednesday thursday friday saturday sunday i".split())
+
+
+@functools.lru_cache(maxsize=65_536)
+def _names(text: str) -> tuple[str | None, tuple[str, ...]]:
+    """A memory's first word if capitalised, and its capitalised words after it (names, places, titles)."""
+    found = [(m.start(), m.group(1).lower()) for m in _CAPITALISED.finditer(text)]
+    first = found[0][1] if found and not text[: found[0][0]].strip() else None
+    rest = tuple(dict.fromkeys(w for pos, w in found if w != first or pos > 0))
+    return (first if first not in _NOT_NAMES else None), tuple(w for w in rest if w not in _NOT_NAMES)
+
+
+def memory_names(memories: Sequence[StoredMemory]) -> list[tuple[str, ...]]:
+    """The names each memory mentions. A first word counts only when some memory has it mid-sentence too:
+    facts often start with a name ("Hedda is getting married"), but as often with a verb ("Lives in Ghent")."""
+    parsed = [_names(m.content) for m in memories]
+    inside = {w for _first, rest in parsed for w in rest}
+    return [tuple(dict.fromkeys(((first,) if first in inside else ()) + rest)) for first, rest in parsed]
+
+
+def coverage_boost(memories: Sequence[StoredMemory], scores: Sequence[float], speaker: str | None,
+                   weights: Weights = DEFAULT_WEIGHTS) -> list[float]:
+    """What each memory gains from the best candidates: learned with one, or naming the same rare name.
+
+    Each of the ``weights.seeds`` best lends a share of its own strength (its score over the median,
+    relative to the best's), and a memory keeps the largest loan, so a big conversation does not pile up.
+    """
+    n = len(memories)
+    out = [0.0] * n
+    if n < 3 or weights.seeds <= 0 or (not weights.together and not weights.entity):
+        return out
+    ranked = sorted(range(n), key=lambda i: scores[i], reverse=True)
+    middle, top = scores[ranked[n // 2]], scores[ranked[0]]
+    if top - middle <= 1e-12:
+        return out
+    seeds = ranked[: weights.seeds]
+    strength = {s: (scores[s] - middle) / (top - middle) for s in ranked[: max(weights.seeds, weights.entity_seeds)]}
+    # learned together: by shared source message, or created within TOGETHER of each other
+    if weights.together:
+        by_time = sorted(range(n), key=lambda i: memories[i].created_at)
+        stamps = [memories[i].created_at for i in by_time]
+        for s in seeds:
+            t = memories[s].created_at
+            lo, hi = bisect.bisect_left(stamps, t - TOGETHER), bisect.bisect_right(stamps, t + TOGETHER)
+            for j in by_time[lo:hi]:
+                if j != s:
+                    out[j] = max(out[j], weights.together * strength[s])
+        if any(memories[s].sources for s in seeds):
+            by_message: dict[str, list[int]] = {}
+            for j, m in enumerate(memories):
+                for mid in m.message_ids():
+                    by_message.setdefault(mid, []).append(j)
+            for s in seeds:
+                for mid in memories[s].message_ids():
+                    for j in by_message.get(mid, ()):
+                        if j != s:
+                            out[j] = max(out[j], weights.together * strength[s])
+    # shared rare names: idf over the person's memories, the speaker's own name excluded
+    if weights.entity:
+        own = {w.lower() for w in (speaker or "").split()}
+        names = memory_names(memories)
+        seeds = ranked[: weights.entity_seeds]
+        wanted = {w for s in seeds for w in names[s]} - own
+        if wanted:
+            df: dict[str, int] = {}
+            for ws in names:
+                for w in ws:
+                    if w in wanted:
+                        df[w] = df.get(w, 0) + 1
+            rare = {w: math.log(n / c) / math.log(n) for w, c in df.items() if c <= max(2, n // weights.rare)}
+            for s in seeds:
+                mine = [w for w in names[s] if w in rare]
+                if not mine:
+                    continue
+                for j in range(n):
+                    if j == s:
+                        continue
+                    shared = [rare[w] for w in names[j] if w in mine]
+                    if shared:
+                        out[j] = max(out[j], weights.entity * strength[s] * max(shared))
+    return out
 
 
 def pack(memories: Sequence[StoredMemory], scores: Sequence[float], budget_tokens: int) -> tuple[list[StoredMemory], int]:
@@ -117,8 +288,28 @@ def pack(memories: Sequence[StoredMemory], scores: Sequence[float], budget_token
         chosen.append(i)
         used += cost
     picked = [memories[i] for i in chosen]
-    picked.sort(key=lambda m: (m.updated_at, m.key))
+    picked.sort(key=_display_order)
     return picked, used
+
+
+def score_memories(
+    memories: Sequence[StoredMemory],
+    query: str,
+    semantic: Sequence[float | None] | None,
+    *,
+    mode: Mode = "fused",
+    weights: Weights = DEFAULT_WEIGHTS,
+    hubness: Sequence[float | None] | None = None,
+    now: datetime | None = None,
+    speaker: str | None = None,
+) -> list[float]:
+    """The final score of every memory: what matches the query, the time it names, then coverage."""
+    scores = fused_scores(memories, query, semantic, mode=mode, weights=weights, hubness=hubness)
+    boost = temporal_boost(memories, query, now, weights)
+    if boost is not None:
+        scores = [s + b for s, b in zip(scores, boost)]
+    cover = coverage_boost(memories, scores, speaker, weights)
+    return [s + c for s, c in zip(scores, cover)]
 
 
 async def choose_memories(
@@ -130,6 +321,8 @@ async def choose_memories(
     index: SemanticIndex | None = None,
     mode: Mode = "fused",
     weights: Weights = DEFAULT_WEIGHTS,
+    now: datetime | None = None,
+    speaker: str | None = None,
 ) -> Selection:
     """Choose which of a person's memories go into a prompt.
 
@@ -141,16 +334,23 @@ async def choose_memories(
         index: semantic relevance, when available; consulted (one query vector) only when the memories
             do not all fit.
         mode: ``fused`` in production; ``lexical`` and ``semantic`` exist for the benchmark's comparison.
+        now: the message's own date, for "last week", "in May", "two years ago"; without it only absolute
+            times ("May 2023") are understood.
+        speaker: the person's display name, so "I" and "my" in the query mean them.
     """
     memories = list(memories)
-    ordered = sorted(memories, key=lambda m: (m.updated_at, m.key))
+    ordered = sorted(memories, key=_display_order)
     if fits(ordered, budget_tokens):
         return Selection(ordered, sum(line_tokens(m) for m in ordered), len(memories), "all")
-    semantic = None
+    query = third_person(query, speaker)
+    semantic = hubness = None
     if index is not None and mode != "lexical":
-        semantic = await index.scores(user_id, memories, query)
+        found = await index.scores_and_hubness(user_id, memories, query)
+        if found is not None:
+            semantic, hubness = found
     method = mode if semantic is not None else "lexical"
-    scores = fused_scores(memories, query, semantic, mode=method, weights=weights)
+    scores = score_memories(memories, query, semantic, mode=method, weights=weights, hubness=hubness,
+                            now=now, speaker=speaker)
     picked, used = pack(memories, scores, budget_tokens)
     return Selection(picked, used, len(memories), method)
 

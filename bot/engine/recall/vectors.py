@@ -159,6 +159,18 @@ class SemanticIndex:
 
         Embeds exactly one text, the query. Memories without a vector are indexed in the background.
         """
+        found = await self.scores_and_hubness(user_id, memories, query)
+        return None if found is None else found[0]
+
+    async def scores_and_hubness(
+        self, user_id: str, memories: Sequence[StoredMemory], query: str
+    ) -> tuple[list[float | None], list[float | None]] | None:
+        """The cosines of ``scores`` and each memory's hubness: its cosine with the mean of the person's vectors.
+
+        A memory close to the centre of everything the person said ("has been busy lately") is close to
+        every question too, and wins for questions it does not answer; the choice damps it by this figure.
+        It costs one more matrix-vector product and no embedding.
+        """
         if not memories or not query.strip():
             return None
         try:
@@ -175,4 +187,12 @@ class SemanticIndex:
             vectors.append(v if v is not None and v.shape == query_vec.shape else None)
         if any(v is None for v in vectors):
             self.index_later(user_id, memories)
-        return _cosines(query_vec, vectors)  # one matrix product: well under a millisecond for 1,000
+        return _cosines(query_vec, vectors), _hubness(vectors)  # matrix products: about a millisecond for 1,000
+
+
+def _hubness(vectors: list[np.ndarray | None]) -> list[float | None]:
+    present = [v for v in vectors if v is not None]
+    if len(present) < 2:
+        return [None] * len(vectors)
+    centre = unit(np.stack(present).mean(axis=0))
+    return _cosines(centre, vectors)

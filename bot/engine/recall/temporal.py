@@ -1,0 +1,164 @@
+"""Time in questions: which stretch of time a message names, and whether it asks "when".
+
+Memories carry the date of what they describe (``created_at``: when the fact was first learned), and a
+question often names a time relative to the message's own date ("last year", "in May", "three weeks ago").
+``time_window`` turns that into a window of dates so the choice can prefer facts dated inside it;
+``asks_when`` says the question wants a date, so facts that carry one are worth more. Both are plain rules
+over English (and a few German/Spanish month words); a phrase they do not know means no window, never a
+wrong one on purpose.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from datetime import datetime, timedelta, timezone
+
+MONTHS = {name: i + 1 for i, name in enumerate(
+    "january february march april may june july august september october november december".split())}
+MONTHS.update({name[:3]: i for name, i in list(MONTHS.items()) if name != "may"})
+MONTHS.update({"sept": 9, "januar": 1, "februar": 2, "märz": 3, "mai": 5, "juni": 6, "juli": 7, "oktober": 10,
+               "dezember": 12, "enero": 1, "febrero": 2, "marzo": 3, "abril": 4, "mayo": 5, "junio": 6, "julio": 7,
+               "agosto": 8, "septiembre": 9, "octubre": 10, "noviembre": 11, "diciembre": 12})
+UNITS = {"day": 1, "week": 7, "month": 30, "year": 365}
+NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "couple": 2, "few": 3,
+           "several": 4}
+SEASONS = {"spring": (3, 5), "summer": (6, 8), "autumn": (9, 11), "fall": (9, 11), "winter": (12, 2)}
+
+_MONTH_RE = "|".join(sorted(MONTHS, key=len, reverse=True))
+_MONTH = re.compile(rf"\b(?:in|during|of|since|by|im|en|de)?\s*(?:early |late |mid-?)?({_MONTH_RE})\b\.?(?:\s+(?:of\s+)?(\d{{4}}))?",
+                    re.IGNORECASE)
+_YEAR = re.compile(r"\b(?:in|during|of|im|en)\s+((?:19|20)\d{2})\b", re.IGNORECASE)
+_AGO = re.compile(r"\b(\d+|a|an|one|two|three|four|five|six|couple|few|several)\s+(?:of\s+)?(day|week|month|year)s?\s+ago\b",
+                  re.IGNORECASE)
+_RELATIVE = re.compile(r"\b(last|this|past|previous)\s+(week|month|year|spring|summer|autumn|fall|winter|weekend)\b",
+                       re.IGNORECASE)
+_YESTERDAY = re.compile(r"\b(yesterday|gestern|ayer)\b", re.IGNORECASE)
+_LAST_YEAR_OTHER = re.compile(r"\b(letztes jahr|letzten jahr|el año pasado|año pasado)\b", re.IGNORECASE)
+_WHEN = re.compile(r"\b(when|what date|what day|what month|what year|how long ago|since when|wann|cuándo|cuando)\b",
+                   re.IGNORECASE)
+_DATED = re.compile(rf"\b({_MONTH_RE}|yesterday|today|tonight|last (?:week|month|year|weekend|night)|ago|"
+                    r"(?:19|20)\d{2}|monday|tuesday|wednesday|thursday|friday|saturday|sunday|next (?:week|month|year|"
+                    r"spring|summer|autumn|winter))\b", re.IGNORECASE)
+
+Window = tuple[datetime, datetime]
+
+
+def _utc(t: datetime) -> datetime:
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def _month_span(year: int, month: int) -> Window:
+    start = datetime(year, month, 1, tzinfo=timezone.utc)
+    end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=timezone.utc)
+    return start, end
+
+
+def time_window(query: str, now: datetime | None) -> Window | None:
+    """The stretch of time the query names, relative to ``now`` (the message's date), or None.
+
+    A bare month means its latest occurrence not after ``now`` ("in May" asked in March 2024 is May 2023).
+    Without ``now`` only absolute times (a month with its year, a year) are understood.
+    """
+    now = _utc(now) if now is not None else None
+    text = query.lower()
+    if m := _MONTH.search(text):
+        name, year = m.group(1).lower(), m.group(2)
+        month = MONTHS[name]
+        if name == "may" and not year and not re.search(r"\b(in|during|of|since|by|early|late|mid-?)\s+may\b", text):
+            m = None  # "may" the verb
+        elif year:
+            return _month_span(int(year), month)
+        elif now is not None:
+            y = now.year if month <= now.month else now.year - 1
+            return _month_span(y, month)
+    if now is None:
+        if y := _YEAR.search(text):
+            year = int(y.group(1))
+            return datetime(year, 1, 1, tzinfo=timezone.utc), datetime(year + 1, 1, 1, tzinfo=timezone.utc)
+        return None
+    if _YESTERDAY.search(text):
+        return now - timedelta(days=2), now
+    if _LAST_YEAR_OTHER.search(text):
+        return datetime(now.year - 1, 1, 1, tzinfo=timezone.utc), datetime(now.year, 1, 1, tzinfo=timezone.utc)
+    if m := _AGO.search(text):
+        count = int(m.group(1)) if m.group(1).isdigit() else NUMBERS[m.group(1).lower()]
+        days = count * UNITS[m.group(2).lower()]
+        slack = max(2, days // 3)
+        return now - timedelta(days=days + slack), now - timedelta(days=max(0, days - slack))
+    if m := _RELATIVE.search(text):
+        which, unit = m.group(1).lower(), m.group(2).lower()
+        if unit in ("week", "weekend"):
+            return (now - timedelta(days=14), now) if which != "this" else (now - timedelta(days=7), now)
+        if unit == "month":
+            return (now - timedelta(days=45), now) if which != "this" else (now - timedelta(days=31), now)
+        if unit == "year":
+            if which == "this":
+                return datetime(now.year, 1, 1, tzinfo=timezone.utc), now
+            if which == "past":
+                return now - timedelta(days=365), now
+            return datetime(now.year - 1, 1, 1, tzinfo=timezone.utc), datetime(now.year, 1, 1, tzinfo=timezone.utc)
+        first, last = SEASONS[unit]
+        year = now.year if which == "this" else now.year - 1
+        if first > last:  # winter runs over the new year
+            return datetime(year - 1, first, 1, tzinfo=timezone.utc), _month_span(year, last)[1]
+        return _month_span(year, first)[0], _month_span(year, last)[1]
+    if y := _YEAR.search(text):
+        year = int(y.group(1))
+        return datetime(year, 1, 1, tzinfo=timezone.utc), datetime(year + 1, 1, 1, tzinfo=timezone.utc)
+    return None
+
+
+def asks_when(query: str) -> bool:
+    """Whether the question asks for a time ("when did ...", "what month ...")."""
+    return bool(_WHEN.search(query))
+
+
+@functools.lru_cache(maxsize=65_536)
+def mentions_time(text: str) -> bool:
+    """Whether a memory's text itself carries a time ("in May", "last week", "2023"): a dated fact."""
+    return bool(_DATED.search(text))
+
+
+def closeness(when: datetime, window: Window, falloff_days: float = 30.0) -> float:
+    """1 inside the window, falling off linearly to 0 at ``falloff_days`` outside it."""
+    when = _utc(when)
+    start, end = window
+    if start <= when < end:
+        return 1.0
+    gap = (start - when).days if when < start else (when - end).days
+    return max(0.0, 1.0 - gap / falloff_days)
+
+
+_TIME_KEYS = ("sent_at", "created_at", "timestamp", "date")
+
+
+def message_time(metadata: dict | None) -> datetime | None:
+    """The date a message's metadata carries (ISO text, a datetime or epoch seconds), or None."""
+    for key in _TIME_KEYS:
+        value = (metadata or {}).get(key)
+        if value is None or value == "":
+            continue
+        try:
+            if isinstance(value, datetime):
+                return _utc(value)
+            if isinstance(value, (int, float)):
+                return datetime.fromtimestamp(float(value), tz=timezone.utc)
+            return _utc(datetime.fromisoformat(str(value)))
+        except (ValueError, OverflowError, OSError):
+            continue
+    return None
+
+
+def reply_time(messages: list) -> datetime:
+    """"Now" for a reply: the date of the latest human message when its metadata has one, else the clock.
+
+    The message's own date, not the moment the reply is computed, is what "last week" in it refers to.
+    """
+    for m in reversed(messages):
+        if getattr(m, "type", None) == "human":
+            found = message_time(getattr(m, "additional_kwargs", None))
+            if found is not None:
+                return found
+            break
+    return datetime.now(timezone.utc)
