@@ -40,43 +40,27 @@ removal"):
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
-import time
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import AsyncIterator, Awaitable, Callable, Iterable, TypeVar
 
 from bot.engine.concurrency import Hold, Holds
 from bot.engine.erasure.conversations import ConversationEraser
+from bot.engine.erasure.jobs import EDIT, GUILD, MEMORIES, MESSAGES, PERSON, QUOTES, THREAD, counted
 from bot.engine.erasure.memories import memory_texts
 from bot.engine.erasure.quotes import QuoteRule
+from bot.engine.erasure.replay import JournalReplay
 from bot.engine.erasure.steps import ErasureResult, ErasureSteps, MessageErasure
 from bot.engine.memories.records import Actor, MemoryChanges
 from bot.engine.memories.repository import MemoryRepository
-from bot.engine.stores import ErasureJob, Storage
+from bot.engine.stores import Storage
 
 log = logging.getLogger(__name__)
 
-PERSON, QUOTES, MESSAGES, THREAD, GUILD = "person", "quotes", "messages", "thread", "guild"
-EDIT, MEMORIES = "edit", "memories"
 T = TypeVar("T")
 
 __all__ = ["ErasureResult", "Eraser", "MessageErasure", "request_erasure"]
-
-
-def counted(method):
-    """Count the erasure as running while it runs (``Eraser.active``: for shutdown checks and tests)."""
-
-    @functools.wraps(method)
-    async def wrapper(self, *args, **kwargs):
-        self.active += 1
-        try:
-            return await method(self, *args, **kwargs)
-        finally:
-            self.active -= 1
-
-    return wrapper
 
 
 async def request_erasure(storage: Storage, user_id: str | int) -> int:
@@ -89,11 +73,12 @@ def _one_at_a_time() -> Callable[[], AbstractAsyncContextManager]:
     return lambda: lock
 
 
-class Eraser:
+class Eraser(JournalReplay):
     """Runs erasures: records them, gathers the words, removes and redacts them everywhere, compacts.
 
     Every erasure first takes ``exclusive()`` (one erasure at a time over the whole database, see
-    :meth:`bot.engine.concurrency.Locks.erasures`), then holds the people whose data it changes.
+    :meth:`bot.engine.concurrency.Locks.erasures`), then holds the people whose data it changes. Running
+    the journal again after a crash (``resume``) is :class:`~bot.engine.erasure.replay.JournalReplay`'s.
     """
 
     def __init__(
@@ -183,95 +168,6 @@ class Eraser:
     async def request(self, user_id: str) -> int:
         """Record a wipe for the running bot to do (from another process); return the journal ID."""
         return await request_erasure(self.storage, user_id)
-
-    async def resume(self) -> int:
-        """Finish every erasure in the journal that this process is not already running: those a crash
-        left, those another process requested, those that failed here before; return how many finished.
-
-        A job another live process is running is never run twice: :meth:`run_job` waits for the global
-        erasure lock that process holds, then finds the row gone and does nothing. A failure is logged and
-        the erasure stays recorded, retried later with a growing pause (a compaction a reader blocks for a
-        long time must not stop the bot from starting).
-        """
-        done = 0
-        now = time.monotonic()
-        for job in await self.storage.erasures.unfinished():
-            failures, not_before = self._failures.get(job.id, (0, 0.0))
-            if job.id in self._running or now < not_before:
-                continue
-            try:
-                ran = await self.run_job(job)
-            except Exception:  # noqa: BLE001 - stays in the journal; the next round retries
-                self._failures[job.id] = (failures + 1, now + min(300.0, 5.0 * 2**failures))
-                log.exception("erasure %d (user %s) failed; it stays recorded and will be retried", job.id, job.user_id)
-                continue
-            self._failures.pop(job.id, None)
-            if ran:
-                done += 1
-                log.info("finished erasure %d (user %s) left in the journal", job.id, job.user_id)
-        return done
-
-    @counted
-    async def run_job(self, job: ErasureJob) -> bool:
-        """Run one recorded erasure again, from the start (every step is idempotent); False if it was
-        finished meanwhile (by another process, or by whoever held the person)."""
-        async with self._exclusive():
-            if job.id not in {j.id for j in await self.storage.erasures.unfinished()}:
-                return False
-            self._running.add(job.id)
-            try:
-                await self._run_job(job)
-            finally:
-                self._running.discard(job.id)
-        return True
-
-    async def _run_job(self, job: ErasureJob) -> None:
-        if job.kind == EDIT:
-            plan = json.loads(job.subject or "{}")
-            await self.steps.edit(plan)  # (its holds are taken inside)
-            await self.steps.learn_again(plan)
-            await self._finish(job.id)
-            return
-        if job.kind == MEMORIES:
-            subject = json.loads(job.subject or "{}")
-            async with self.hold(job.user_id):
-                if subject.get("replaced"):  # an edit by the person: the new text landed or it did not
-                    await self.steps.drop_vectors(job.user_id, subject["keys"])
-                else:
-                    await self.steps.delete_memories(job.user_id, list(subject["keys"]),
-                                                     Actor(job.actor or "user", job.actor_id))
-            await self._finish(job.id)
-            return
-        if job.kind in (MESSAGES, THREAD, GUILD):
-            subject = json.loads(job.subject or "{}")
-            if job.kind == MESSAGES:
-                recorded = QuoteRule.from_bytes(job.quotes or b"")
-                await self.steps.messages(job.id, subject["thread"], set(subject["messages"]),
-                                          list(subject.get("authors", [])), recorded)
-            elif job.kind == THREAD:
-                await self.steps.thread(subject["thread"])
-            else:
-                await self.steps.guild(str(job.guild_id))
-            await self._finish(job.id)
-            return
-        if job.kind == QUOTES:
-            await self.steps.cut_quotes(QuoteRule.from_bytes(job.quotes or b""), job.user_id or None)
-            await self._finish(job.id)
-            return
-        by = Actor(job.actor, job.actor_id) if job.actor else None
-        self.on_erase(job.user_id)
-        async with self.hold(job.user_id):
-            if job.id not in {j.id for j in await self.storage.erasures.unfinished()}:
-                return  # finished meanwhile by whoever held the person (it must not run twice)
-            if job.quotes is None:  # requested by another process: gather the words first, then record them
-                quotes = await self.words_of(job.user_id, job.guild_id)
-                await self.storage.erasures.set_quotes(job.id, quotes.to_bytes())
-            else:  # what is left now, plus what was gathered before the crash (same key)
-                recorded = QuoteRule.from_bytes(job.quotes)
-                quotes = await self.words_of(job.user_id, job.guild_id, recorded.key)
-                quotes.merge(recorded)
-            await self.steps.person(job.id, job.user_id, job.guild_id, by, quotes)
-            await self._finish(job.id)
 
     @counted
     async def erase_messages(self, thread_id: str, message_ids: set[str], *, authors: Iterable[str] = ()) -> MessageErasure:

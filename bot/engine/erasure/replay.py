@@ -1,0 +1,124 @@
+"""Running the erasure journal again: what a crash, another process's request or a failure left.
+
+A mixin of :class:`~bot.engine.erasure.eraser.Eraser`, which sets the attributes annotated here and
+provides ``hold``, ``words_of`` and ``_finish``. Every
+step of every job is idempotent, so a job runs again from its start; each kind of job knows what its
+row names (IDs, the quote rule's keyed hashes, an edit's new text) and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from contextlib import AbstractAsyncContextManager
+from typing import Callable
+
+from bot.engine.erasure.jobs import EDIT, GUILD, MEMORIES, MESSAGES, QUOTES, THREAD, counted
+from bot.engine.erasure.quotes import QuoteRule
+from bot.engine.erasure.steps import ErasureSteps
+from bot.engine.memories.records import Actor
+from bot.engine.stores import ErasureJob, Storage
+
+log = logging.getLogger(__name__)
+
+
+class JournalReplay:
+    """``resume``: finish every recorded erasure nobody is running; ``run_job``: one of them."""
+
+    storage: Storage
+    steps: ErasureSteps
+    active: int
+    _running: set[int]
+    _failures: dict[int, tuple[int, float]]
+    _exclusive: Callable[[], AbstractAsyncContextManager]
+    on_erase: Callable[[str], None]
+
+    async def resume(self) -> int:
+        """Finish every erasure in the journal that this process is not already running: those a crash
+        left, those another process requested, those that failed here before; return how many finished.
+
+        A job another live process is running is never run twice: :meth:`run_job` waits for the global
+        erasure lock that process holds, then finds the row gone and does nothing. A failure is logged and
+        the erasure stays recorded, retried later with a growing pause (a compaction a reader blocks for a
+        long time must not stop the bot from starting).
+        """
+        done = 0
+        now = time.monotonic()
+        for job in await self.storage.erasures.unfinished():
+            failures, not_before = self._failures.get(job.id, (0, 0.0))
+            if job.id in self._running or now < not_before:
+                continue
+            try:
+                ran = await self.run_job(job)
+            except Exception:  # noqa: BLE001 - stays in the journal; the next round retries
+                self._failures[job.id] = (failures + 1, now + min(300.0, 5.0 * 2**failures))
+                log.exception("erasure %d (user %s) failed; it stays recorded and will be retried", job.id, job.user_id)
+                continue
+            self._failures.pop(job.id, None)
+            if ran:
+                done += 1
+                log.info("finished erasure %d (user %s) left in the journal", job.id, job.user_id)
+        return done
+
+    @counted
+    async def run_job(self, job: ErasureJob) -> bool:
+        """Run one recorded erasure again, from the start (every step is idempotent); False if it was
+        finished meanwhile (by another process, or by whoever held the person)."""
+        async with self._exclusive():
+            if job.id not in {j.id for j in await self.storage.erasures.unfinished()}:
+                return False
+            self._running.add(job.id)
+            try:
+                await self._run_job(job)
+            finally:
+                self._running.discard(job.id)
+        return True
+
+    async def _run_job(self, job: ErasureJob) -> None:
+        if job.kind == EDIT:
+            plan = json.loads(job.subject or "{}")
+            await self.steps.edit(plan)  # (its holds are taken inside)
+            await self.steps.learn_again(plan)
+            await self._finish(job.id)
+            return
+        if job.kind == MEMORIES:
+            subject = json.loads(job.subject or "{}")
+            async with self.hold(job.user_id):
+                if subject.get("replaced"):  # an edit by the person: the new text landed or it did not
+                    await self.steps.drop_vectors(job.user_id, subject["keys"])
+                else:
+                    await self.steps.delete_memories(job.user_id, list(subject["keys"]),
+                                                     Actor(job.actor or "user", job.actor_id))
+            await self._finish(job.id)
+            return
+        if job.kind in (MESSAGES, THREAD, GUILD):
+            subject = json.loads(job.subject or "{}")
+            if job.kind == MESSAGES:
+                recorded = QuoteRule.from_bytes(job.quotes or b"")
+                await self.steps.messages(job.id, subject["thread"], set(subject["messages"]),
+                                          list(subject.get("authors", [])), recorded)
+            elif job.kind == THREAD:
+                await self.steps.thread(subject["thread"])
+            else:
+                await self.steps.guild(str(job.guild_id))
+            await self._finish(job.id)
+            return
+        if job.kind == QUOTES:
+            await self.steps.cut_quotes(QuoteRule.from_bytes(job.quotes or b""), job.user_id or None)
+            await self._finish(job.id)
+            return
+        by = Actor(job.actor, job.actor_id) if job.actor else None
+        self.on_erase(job.user_id)
+        async with self.hold(job.user_id):
+            if job.id not in {j.id for j in await self.storage.erasures.unfinished()}:
+                return  # finished meanwhile by whoever held the person (it must not run twice)
+            if job.quotes is None:  # requested by another process: gather the words first, then record them
+                quotes = await self.words_of(job.user_id, job.guild_id)
+                await self.storage.erasures.set_quotes(job.id, quotes.to_bytes())
+            else:  # what is left now, plus what was gathered before the crash (same key)
+                recorded = QuoteRule.from_bytes(job.quotes)
+                quotes = await self.words_of(job.user_id, job.guild_id, recorded.key)
+                quotes.merge(recorded)
+            await self.steps.person(job.id, job.user_id, job.guild_id, by, quotes)
+            await self._finish(job.id)
