@@ -6,14 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 from bot.engine.memories.records import StoredMemory
 from bot.engine.recall import choose_memories, memory_line
-from bot.engine.recall.choose import (
-    DEFAULT_WEIGHTS,
-    Weights,
-    coverage_boost,
-    fused_scores,
-    temporal_boost,
-    third_person,
-)
+from bot.engine.recall.boosts import coverage_boost, memory_names, temporal_boost
+from bot.engine.recall.choose import DEFAULT_WEIGHTS, Weights, fused_scores, third_person
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
@@ -90,7 +84,6 @@ async def test_choose_memories_uses_now_and_keeps_todays_behaviour_without_it():
 
 
 def test_a_first_word_is_a_name_only_when_it_also_appears_mid_sentence():
-    from bot.engine.recall.choose import memory_names
 
     names = memory_names([mem("a", "Lives in Ghent with Hedda."), mem("b", "Hedda is getting married in May."),
                           mem("c", "Likes tea.")])

@@ -1,0 +1,119 @@
+"""What a memory gains beyond matching the question: the time the question names, and coverage (memories
+learned together with the best candidates, or naming the same rare name), for answers that need facts
+sharing no word with the question. See ``choose.py``'s docstring for how they enter the score.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+import re
+from datetime import datetime, timedelta
+from typing import Sequence
+
+from bot.engine.memories.records import StoredMemory
+from bot.engine.recall.temporal import MONTHS, asks_when, closeness, mentions_time, time_window
+from bot.engine.recall.weights import DEFAULT_WEIGHTS, Weights
+
+TOGETHER = timedelta(minutes=30)  # memories learned this close together come from one conversation
+
+
+def temporal_boost(memories: Sequence[StoredMemory], query: str, now: datetime | None,
+                   weights: Weights = DEFAULT_WEIGHTS) -> list[float] | None:
+    """What each memory gains from the time the query names or asks for (None: the query is not about time)."""
+    window = time_window(query, now)
+    when = asks_when(query)
+    if window is None and not when:
+        return None
+    out = [0.0] * len(memories)
+    for i, m in enumerate(memories):
+        if window is not None:
+            out[i] += weights.time * closeness(m.created_at, window)
+        if when and mentions_time(m.content):
+            out[i] += weights.dated
+    return out
+
+
+_CAPITALISED = re.compile(r"\b([A-Z][\w-]+)(?:'s)?")
+_NOT_NAMES = frozenset(MONTHS) | frozenset("monday tuesday wednesday thursday friday saturday sunday i".split())
+
+
+@functools.lru_cache(maxsize=65_536)
+def _names(text: str) -> tuple[str | None, tuple[str, ...]]:
+    """A memory's first word if capitalised, and its capitalised words after it (names, places, titles)."""
+    found = [(m.start(), m.group(1).lower()) for m in _CAPITALISED.finditer(text)]
+    first = found[0][1] if found and not text[: found[0][0]].strip() else None
+    rest = tuple(dict.fromkeys(w for pos, w in found if w != first or pos > 0))
+    return (first if first not in _NOT_NAMES else None), tuple(w for w in rest if w not in _NOT_NAMES)
+
+
+def memory_names(memories: Sequence[StoredMemory]) -> list[tuple[str, ...]]:
+    """The names each memory mentions. A first word counts only when some memory has it mid-sentence too:
+    facts often start with a name ("Hedda is getting married"), but as often with a verb ("Lives in Ghent")."""
+    parsed = [_names(m.content) for m in memories]
+    inside = {w for _first, rest in parsed for w in rest}
+    return [tuple(dict.fromkeys(((first,) if first in inside else ()) + rest)) for first, rest in parsed]
+
+
+def coverage_boost(memories: Sequence[StoredMemory], scores: Sequence[float], speaker: str | None,
+                   weights: Weights = DEFAULT_WEIGHTS) -> list[float]:
+    """What each memory gains from the best candidates: learned with one, or naming the same rare name.
+
+    Each of the ``weights.seeds`` best lends a share of its own strength (its score over the median,
+    relative to the best's), and a memory keeps the largest loan, so a big conversation does not pile up.
+    """
+    n = len(memories)
+    out = [0.0] * n
+    if n < 3 or weights.seeds <= 0 or (not weights.together and not weights.entity):
+        return out
+    ranked = sorted(range(n), key=lambda i: scores[i], reverse=True)
+    middle, top = scores[ranked[n // 2]], scores[ranked[0]]
+    if top - middle <= 1e-12:
+        return out
+    seeds = ranked[: weights.seeds]
+    strength = {s: (scores[s] - middle) / (top - middle) for s in ranked[: max(weights.seeds, weights.entity_seeds)]}
+    # learned together: by shared source message, or created within TOGETHER of each other
+    if weights.together:
+        by_time = sorted(range(n), key=lambda i: memories[i].created_at)
+        stamps = [memories[i].created_at for i in by_time]
+        for s in seeds:
+            t = memories[s].created_at
+            lo, hi = bisect.bisect_left(stamps, t - TOGETHER), bisect.bisect_right(stamps, t + TOGETHER)
+            for j in by_time[lo:hi]:
+                if j != s:
+                    out[j] = max(out[j], weights.together * strength[s])
+        if any(memories[s].sources for s in seeds):
+            by_message: dict[str, list[int]] = {}
+            for j, m in enumerate(memories):
+                for mid in m.message_ids():
+                    by_message.setdefault(mid, []).append(j)
+            for s in seeds:
+                for mid in memories[s].message_ids():
+                    for j in by_message.get(mid, ()):
+                        if j != s:
+                            out[j] = max(out[j], weights.together * strength[s])
+    # shared rare names: idf over the person's memories, the speaker's own name excluded
+    if weights.entity:
+        own = {w.lower() for w in (speaker or "").split()}
+        names = memory_names(memories)
+        seeds = ranked[: weights.entity_seeds]
+        wanted = {w for s in seeds for w in names[s]} - own
+        if wanted:
+            df: dict[str, int] = {}
+            for ws in names:
+                for w in ws:
+                    if w in wanted:
+                        df[w] = df.get(w, 0) + 1
+            rare = {w: math.log(n / c) / math.log(n) for w, c in df.items() if c <= max(2, n // weights.rare)}
+            for s in seeds:
+                mine = [w for w in names[s] if w in rare]
+                if not mine:
+                    continue
+                for j in range(n):
+                    if j == s:
+                        continue
+                    shared = [rare[w] for w in names[j] if w in mine]
+                    if shared:
+                        out[j] = max(out[j], weights.entity * strength[s] * max(shared))
+    return out

@@ -1,0 +1,26 @@
+"""How much each signal counts when memories are chosen (tuned on the hard recall set's tune split)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Weights:
+    """How much each signal counts in the fused score (see the module docstring)."""
+
+    lexical: float = 0.12
+    semantic: float = 1.0
+    recency: float = 0.05
+    hub: float = 1.5  # cosine with the person's centre, above the hub_quantile's, taken off the semantic cosine
+    hub_quantile: float = 0.5  # from which centrality on a memory counts as a hub
+    time: float = 0.35  # a memory dated inside the time the question names
+    dated: float = 0.1  # a "when" question: a memory whose text carries a time
+    together: float = 0.1  # learned with one of the best candidates (share of that candidate's score)
+    entity: float = 0.3  # names a rare name or place one of the best candidates names
+    seeds: int = 3  # how many of the best candidates lend their score to memories learned with them
+    entity_seeds: int = 20  # how many lend it to memories naming the same rare name
+    rare: int = 200  # a name is rare when at most one memory in this many (and at least 2) names it
+
+
+DEFAULT_WEIGHTS = Weights()
