@@ -1,6 +1,8 @@
 """Semantic relevance: one unit vector per memory text, computed when memories are written.
 
-Vectors are cached per person, keyed by memory and a digest of its text, in storage's vector cache
+Vectors are cached per person, keyed by memory and a *version* (the memory's key, when it was last changed,
+its length and which embedder made the vector: never a digest of its text, from which a guessed phrase
+could be confirmed; see ``version``), in storage's vector cache
 (``bot.engine.stores.VectorCache``; the benchmark uses an in-memory one), and compared with one matrix
 product: no vector extension is needed, so this works on a Python whose ``sqlite3`` cannot load sqlite-vec.
 
@@ -53,8 +55,22 @@ def unit(vector: Sequence[float]) -> np.ndarray:
     return v / norm
 
 
-def digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+def version(memory: StoredMemory, embedder: str) -> str:
+    """What a cached vector was made from: this memory as last changed, by this embedder.
+
+    No text goes into it, so a row proves nothing about what a memory said (a digest of the text would let
+    anyone with the files confirm a guessed phrase). Every change of a memory's text moves ``updated_at``
+    (and a redaction its length); a vector of another embedder never matches, so switching embedders
+    re-makes the vectors in the background instead of mixing two spaces.
+    """
+    raw = f"{memory.key}|{memory.updated_at.isoformat()}|{len(memory.content)}|{embedder}"
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:16]
+
+
+def embedder_name(embeddings: Embeddings) -> str:
+    """Which model makes the vectors: the class, and the model it names when it names one."""
+    model = getattr(embeddings, "model", None) or getattr(embeddings, "model_name", None)
+    return f"{type(embeddings).__name__}:{model}" if isinstance(model, str) else type(embeddings).__name__
 
 
 def _cosines(query: np.ndarray, vectors: list[np.ndarray | None]) -> list[float | None]:
@@ -70,6 +86,7 @@ class SemanticIndex:
 
     def __init__(self, embeddings: Embeddings, cache: VectorCache, *, batch_size: int = 64) -> None:
         self.embeddings = embeddings
+        self.embedder = embedder_name(embeddings)
         self.cache = cache
         self.batch_size = batch_size
         self._warned = False
@@ -97,13 +114,13 @@ class SemanticIndex:
                 gone = sorted(set(cached) - {m.key for m in memories})
                 if gone:
                     await self.cache.delete(user_id, gone)
-            stale = [m for m in memories if cached.get(m.key, ("", b""))[0] != digest(m.content)]
+            stale = [m for m in memories if cached.get(m.key, ("", b""))[0] != version(m, self.embedder)]
             for start in range(0, len(stale), self.batch_size):
                 chunk = stale[start:start + self.batch_size]
                 fresh = await self.embeddings.aembed_documents([m.content for m in chunk])
                 if user_id in self._paused:  # an erasure began while this batch was being embedded
                     return 0
-                rows = [(m.key, digest(m.content), unit(v).tobytes()) for m, v in zip(chunk, fresh)]
+                rows = [(m.key, version(m, self.embedder), unit(v).tobytes()) for m, v in zip(chunk, fresh)]
                 await self.cache.put(user_id, rows)
             return len(stale)
         except Exception as exc:  # noqa: BLE001 - indexing is an optimisation; the reply path falls back
@@ -183,7 +200,7 @@ class SemanticIndex:
         vectors: list[np.ndarray | None] = []
         for m in memories:
             row = cached.get(m.key)
-            v = np.frombuffer(row[1], dtype=np.float32) if row is not None and row[0] == digest(m.content) else None
+            v = np.frombuffer(row[1], dtype=np.float32) if row is not None and row[0] == version(m, self.embedder) else None
             vectors.append(v if v is not None and v.shape == query_vec.shape else None)
         if any(v is None for v in vectors):
             self.index_later(user_id, memories)

@@ -101,3 +101,53 @@ async def test_no_query_vector_while_everything_fits(tmp_path):
             await engine.reply("t", Speaker(user_id="7", name="Sam"), "any croissant?")
             await engine.close()
         assert server.embedding_requests == []
+
+
+async def test_a_cached_vector_is_keyed_by_version_never_by_a_digest_of_the_text_and_follows_the_embedder():
+    import hashlib
+    from datetime import datetime, timezone
+
+    from langchain_core.embeddings import Embeddings
+
+    from bot.engine.memories.records import StoredMemory
+    from bot.engine.recall.vectors import SemanticIndex
+
+    class Cache:
+        def __init__(self) -> None:
+            self.rows: dict[str, dict[str, tuple[str, bytes]]] = {}
+
+        async def get(self, user_id):
+            return dict(self.rows.get(user_id, {}))
+
+        async def put(self, user_id, rows):
+            self.rows.setdefault(user_id, {}).update({k: (d, b) for k, d, b in rows})
+
+        async def delete(self, user_id, keys):
+            mine = self.rows.get(user_id, {})
+            return sum(mine.pop(k, None) is not None for k in keys)
+
+    class Fixed(Embeddings):
+        calls = 0
+
+        def embed_documents(self, texts):
+            type(self).calls += len(texts)
+            return [[1.0, float(len(t))] for t in texts]
+
+        def embed_query(self, text):
+            return [1.0, 0.0]
+
+    class Other(Fixed):
+        pass
+
+    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    memory = StoredMemory(key="k1", content="my door code is 4417", origin={}, created_at=at, updated_at=at)
+    cache = Cache()
+    await SemanticIndex(Fixed(), cache).index("42", [memory])
+    (version, _vector), = cache.rows["42"].values()
+    for guess in ("my door code is 4417", "4417"):
+        assert version != hashlib.sha256(guess.encode()).hexdigest()[:16]  # the row confirms no guessed phrase
+    assert await SemanticIndex(Fixed(), cache).index("42", [memory]) == 0  # same embedder: nothing to re-make
+    assert await SemanticIndex(Other(), cache).index("42", [memory]) == 1  # another embedder: made again
+    later = StoredMemory(key="k1", content="my door code is secret", origin={}, created_at=at,
+                         updated_at=datetime(2026, 1, 2, tzinfo=timezone.utc))
+    assert await SemanticIndex(Other(), cache).index("42", [later]) == 1  # changed text: made again
