@@ -23,7 +23,7 @@ from tests.cogs.test_message_events import (
     no_echo,
     settle,
 )
-from tests.conftest import Call, ScriptedChatModel
+from tests.conftest import Call, ScriptedChatModel, record_figure
 from tests.fakes import discord_harness as dh
 
 NOTES_URL = "https://cdn.discordapp.com/attachments/0/1/notes.txt"
@@ -168,6 +168,7 @@ async def test_a_hand_corrected_memory_outlives_edits_unfurls_and_the_deletion_o
         await r.h.invoke_slash("memories delete", user=ALICE, channel_id=GENERAL, options={"memory": corrected.short_id})
         assert await contents(r, ALICE) == ["Alice rows"]  # the person's own delete still removes it
         assert await r.engine.storage.erasures.unfinished() == []
+        record_figure("hand-written memories facing an unfurl, an edit and a deletion", 2, "0 corrections undone")
 
 
 async def test_an_edit_while_the_message_is_being_extracted_ends_with_the_new_text(tmp_path, backend):

@@ -12,7 +12,7 @@ from langchain_core.embeddings import Embeddings
 
 from bot.engine.memories.records import Actor
 from bot.engine.state import Speaker
-from tests.conftest import Call, ScriptedChatModel, default_script, running_engine
+from tests.conftest import Call, ScriptedChatModel, default_script, record_figure, running_engine
 
 ALICE, BOB = "802", "803"
 
@@ -103,6 +103,8 @@ async def test_no_word_and_no_vector_byte_is_left_after_a_wipe_a_deletion_and_an
             assert await vector_rows(engine, user, key) == 0
         assert await vector_rows(engine, ALICE, kept[0]) == 1  # the rest of her index stays
         assert await engine.storage.erasures.unfinished() == []
+        record_figure("removals checked for words and vector bytes", 3,
+                      "a wipe, a deletion and an edit: 0 words and 0 vector bytes left, 0 vector rows")
 
 
 async def test_the_persons_delete_and_edit_drop_the_old_texts_vector(settings):
