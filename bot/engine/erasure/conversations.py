@@ -86,6 +86,12 @@ class ConversationEraser:
                 removed, redacted = removed + r, redacted + q
         return removed, redacted
 
+    async def cut_quotes_in_thread(self, thread_id: str, quotes: QuoteRule, *, keep_author: str | None) -> int:
+        """Cut ``quotes`` out of one thread (its messages but ``keep_author``'s, the bot's answers, the summary);
+        return how many texts changed. For an edit's taken-back words: they were said in this thread."""
+        async with self.lock_for(thread_id):
+            return (await self._erase_in_thread(thread_id, None, None, quotes, keep_author))[1]
+
     async def _erase_in_thread(
         self, thread_id: str, user_id: str | None, guild_id: str | None, quotes: QuoteRule | None,
         keep_author: str | None,

@@ -28,6 +28,9 @@ removal"):
   from its old text go, the thread and the learning queue take the new text, and the message is queued
   to be learned again. Its row names the message by IDs and holds its *new* text (what the message says
   now, which the thread keeps anyway; never the old), so :meth:`resume` finishes it with the new text.
+  The words the edit takes back (``quotes.taken_back``: every run of the old text through a word the new
+  text dropped) leave the thread's other texts, the bot's answers first, and its queued turns; the row
+  holds them as keyed hashes, like a deletion's.
 - ``/memories delete`` and ``forget`` (:meth:`Eraser.erase_memories`) and ``/memories edit``
   (:meth:`Eraser.replace_memory`) are journaled jobs (``memories``) under the person's hold. The change log
   keeps its entry with the old text, as before (``/memories history`` explains it); the cached vector of
@@ -220,10 +223,13 @@ class Eraser(JournalReplay):
             plan = await self.steps.edit_plan(thread_id, message_id, text, candidates, edited_at)
             if plan is None:
                 return False
-            job_id = await self.storage.erasures.begin(kind=EDIT, user_id=candidates[0] if len(candidates) == 1 else "",
-                                                       subject=json.dumps(plan))
+            rule = await self.steps.taken_back(thread_id, message_id, text)  # before the old text goes
+            author = candidates[0] if len(candidates) == 1 else ""
+            job_id = await self.storage.erasures.begin(kind=EDIT, user_id=author, subject=json.dumps(plan),
+                                                       quotes=rule.to_bytes())
             async with self._journaled(job_id):
                 await self.steps.edit(plan)
+                await self.steps.cut_taken_back(thread_id, rule, author or None)
                 await stack.aclose()  # the holds go first: a shared database refuses turns of a held person
                 await self.steps.learn_again(plan)
         return True

@@ -127,3 +127,21 @@ class QuoteRule:
     def from_bytes(cls, data: bytes) -> "QuoteRule":
         key, rest = data[:16], data[16:]
         return cls(key, (rest[i : i + _HASH_BYTES] for i in range(0, len(rest), _HASH_BYTES)))
+
+
+def taken_back(old_texts: Iterable[str], new: str, key: bytes | None = None) -> QuoteRule:
+    """The words an edit takes back, as a rule: every run of the old text that covers a word the new text
+    no longer has.
+
+    So "my door code is 4417" edited to "my door code is secret" takes back "door code is 4417" (and the
+    other runs through "4417"): the bot's answer "your door code is 4417" loses it, while runs the new text
+    still says ("my door code is") stay everywhere. A lone short word is covered through the runs around it,
+    without redacting whole messages that merely share the unchanged words.
+    """
+    kept = {w for w, _, _ in _words(new or "")}
+    rule = QuoteRule(key)
+    for old in old_texts:
+        words = [w for w, _, _ in _words(old or "")]
+        dropped = {i for i, w in enumerate(words) if w not in kept}
+        rule.grams.update(h for i, n, h in rule._runs(words) if any(j in dropped for j in range(i, i + n)))
+    return rule

@@ -79,6 +79,8 @@ class JournalReplay:
         if job.kind == EDIT:
             plan = json.loads(job.subject or "{}")
             await self.steps.edit(plan)  # (its holds are taken inside)
+            if job.quotes:  # the taken-back words, gathered before the first run changed anything
+                await self.steps.cut_taken_back(plan["thread"], QuoteRule.from_bytes(job.quotes), job.user_id or None)
             await self.steps.learn_again(plan)
             await self._finish(job.id)
             return

@@ -31,7 +31,7 @@ from bot.engine.erasure.memories import (
     quoting_people,
     redact_memory_keys,
 )
-from bot.engine.erasure.quotes import QuoteRule
+from bot.engine.erasure.quotes import QuoteRule, taken_back
 from bot.engine.memories.records import Actor, MemoryChanges, StoredMemory
 from bot.engine.memories.repository import MemoryRepository
 from bot.engine.stores import Storage
@@ -257,6 +257,34 @@ class ErasureSteps:
             return None
         return {"thread": thread_id, "message": message_id, "text": text, "authors": sorted(set(authors)),
                 "erase": erase, "relearn": relearn}
+
+    async def taken_back(self, thread_id: str, message_id: str, text: str) -> QuoteRule:
+        """The rule of the words an edit takes back (read before anything changes; see ``quotes.taken_back``)."""
+        rows = [t.human for t in await self.storage.inbox.every_turn() if str(t.origin.get("message_id")) == message_id]
+        said: list[str] = []
+        if self.conversations is not None:
+            said, _ = await self.conversations.texts_of_messages(thread_id, {message_id})
+        return taken_back([*said, *rows], text)
+
+    async def cut_taken_back(self, thread_id: str, rule: QuoteRule, author: str | None) -> int:
+        """An edit's taken-back words leave the thread (the bot's answers that repeated them, the summary,
+        others' messages) and that thread's queued turns (the bot's answers kept with them); idempotent."""
+        if not rule:
+            return 0
+        cut = 0
+        if self.conversations is not None:
+            cut = await self.conversations.cut_quotes_in_thread(thread_id, rule, keep_author=author)
+        changed: dict[int, tuple[str, str]] = {}
+        for t in await self.storage.inbox.every_turn():
+            if t.thread_id != thread_id:
+                continue
+            human = t.human if t.user_id == author else rule.redact(t.human)
+            ai = rule.redact(t.ai)
+            if (human, ai) != (t.human, t.ai):
+                changed[t.id] = (human, ai)
+        if changed:
+            await self.storage.inbox.rewrite_turns(changed)
+        return cut + len(changed)
 
     async def edit(self, plan: dict[str, Any]) -> int:
         """Apply an edit's plan (idempotent): the thread and the learning queue take the new text (a summary

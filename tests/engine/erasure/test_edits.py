@@ -41,7 +41,8 @@ async def test_a_crash_in_the_middle_of_an_edit_is_finished_with_the_new_text(se
             await engine.message_edited("c", "501", f"I like {new}")
         monkeypatch.undo()
         (job,) = await engine.storage.erasures.unfinished()
-        assert job.kind == "edit" and job.quotes is None
+        # The row holds the taken-back words as keyed hashes only (like a deletion's), never the words.
+        assert job.kind == "edit" and job.quotes and old.encode() not in job.quotes
         plan = json.loads(job.subject)
         assert plan["message"] == "501" and new in plan["text"] and old not in job.subject
         assert f"I like {old}" in [m.content for m in await engine.memories.list("1")]  # half done

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from bot.engine.erasure.quotes import REDACTED, QuoteRule
+from bot.engine.state import Speaker
+from tests.conftest import ScriptedChatModel, default_script, running_engine
 
 ERASED = "I like the zebra-quartz-7731 project and my cat sleeps on the piano every night"
 
@@ -43,3 +45,30 @@ def test_the_rule_round_trips_through_bytes_without_any_words():
 def test_an_empty_rule_changes_nothing():
     assert QuoteRule().redact(ERASED) == ERASED
     assert not QuoteRule.from_texts(["", "   "])
+
+
+def test_an_edit_takes_back_the_runs_around_each_word_it_dropped_and_only_those():
+    from bot.engine.erasure.quotes import taken_back
+
+    rule = taken_back(["my door code is 4417"], "my door code is secret")
+    assert rule.redact("your door code is 4417, noted") == "your [erased], noted"
+    assert rule.redact("my door code is secret") == "my door code is secret"  # what the new text still says
+    assert rule.redact("I fixed the door code is what she said") == "I fixed the door code is what she said"
+    assert not taken_back(["same words here and there"], "same words here and there")
+
+
+async def test_an_edits_taken_back_words_leave_the_bots_answers_the_queue_and_the_files(settings):
+    from tests.engine.erasure.test_derived_data import files_with
+
+    alice = Speaker(user_id="42", name="Alice", guild_id="9", channel_id="c", message_id="m1")
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("c", alice, "my door code is 4417")  # the scripted answer repeats it
+        assert "4417" in " ".join(m.text for m in (await engine.thread_state("c"))["messages"])
+        assert await engine.message_edited("c", "m1", "my door code is secret")
+        texts = [m.text for m in (await engine.thread_state("c"))["messages"]]
+        assert texts[0] == "my door code is secret" and not any("4417" in t for t in texts)
+        assert any("[erased]" in t for t in texts[1:])  # the bot's answer lost the taken-back run
+        rows = [t for t in await engine.inbox.every_turn() if t.thread_id == "c"]
+        assert rows and not any("4417" in t.human + t.ai for t in rows)
+        assert await engine.storage.erasures.unfinished() == []
+    assert files_with(settings, b"4417") == []
