@@ -29,7 +29,7 @@ from bot.client import MemoryBot
 from bot.engine import Actor
 from cogs._installs import guild_installed
 from cogs._modlog import post_mod_log
-from cogs.views import confirm
+from cogs.views import confirm, still_allowed
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("bot.audit")
@@ -92,11 +92,8 @@ async def purge(bot: MemoryBot, interaction: discord.Interaction, member: discor
     )
     if not ok:
         return
-    try:
-        has_server_wide_manage_messages(button)  # the permission may be gone since the prompt was shown
-    except app_commands.MissingPermissions:
-        await button.response.edit_message(
-            content="You no longer have the Manage Messages permission: nothing was removed.", view=None)
+    if not await still_allowed(button, has_server_wide_manage_messages,
+                               "You no longer have the Manage Messages permission: nothing was removed."):
         return
     await button.response.defer()  # erasing every conversation can take longer than 3 seconds
     result = await bot.engine.erase_person(

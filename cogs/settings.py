@@ -28,7 +28,7 @@ from bot.client import MemoryBot
 from bot.engine import OPERATOR, Edit, GuildPolicy, SettingRefused, channel_listed, channel_persona, reset, set_field
 from cogs._installs import guild_installed
 from cogs._modlog import post_mod_log
-from cogs.views import confirm
+from cogs.views import confirm, still_allowed
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("bot.audit")
@@ -128,11 +128,8 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         ok, button = await confirm(interaction, question, confirm_label="Apply", embed=embed)
         if not ok:
             return
-        try:
-            has_manage_server(button)  # the permission may be gone since the prompt was shown
-        except app_commands.MissingPermissions:
-            await button.response.edit_message(
-                content="You no longer have the Manage Server permission: nothing was changed.", view=None, embed=None)
+        if not await still_allowed(button, has_manage_server,
+                                   "You no longer have the Manage Server permission: nothing was changed."):
             return
         await button.response.defer()
         try:

@@ -5,9 +5,10 @@ Not an extension: helpers for the memories and moderation cogs.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import discord
+from discord import app_commands
 
 CONFIRM_TIMEOUT = 60.0
 
@@ -102,3 +103,14 @@ class PagerView(OwnedView):
         self.index = min(len(self.pages) - 1, self.index + 1)
         await self._show(interaction)
 
+
+
+async def still_allowed(button: discord.Interaction, check: Callable[[discord.Interaction], bool], refusal: str) -> bool:
+    """Check a permission again on the confirming click (it may be gone since the prompt was shown); when it
+    is, the prompt becomes ``refusal`` and nothing happens."""
+    try:
+        check(button)
+    except app_commands.MissingPermissions:
+        await button.response.edit_message(content=refusal, view=None, embed=None)
+        return False
+    return True
