@@ -18,7 +18,7 @@ from psycopg_pool import PoolTimeout
 from bot.engine.stores import StorageUnavailable
 from bot.settings import Settings
 from bot.storage.bundle import OpenStorage
-from bot.storage.postgres.connection import POOL_LOGGER, Outages, check_reachable, describe, first_line, make_pool, password
+from bot.storage.postgres.connection import POOL_LOGGER, PSYCOPG_LOGGER, Outages, check_reachable, describe, first_line, make_pool, password
 from bot.storage.postgres.db import PgDb
 from bot.storage.postgres.erasures import PostgresErasures
 from bot.storage.postgres.guild_settings import PostgresGuildSettings
@@ -48,8 +48,11 @@ async def open_postgres(settings: Settings) -> AsyncIterator[OpenStorage]:
     config = settings.storage
     await check_reachable(dsn, config.pool_timeout_seconds)
     outages = Outages(describe(dsn), (password(dsn),))
-    pool_log = logging.getLogger(POOL_LOGGER)
-    pool_log.addFilter(outages.filter)
+    # The pool's logger and psycopg's own (a pipeline that cannot end on a broken connection says so there):
+    # outage symptoms become the one outage line.
+    watched = [logging.getLogger(POOL_LOGGER), logging.getLogger(PSYCOPG_LOGGER)]
+    for logger in watched:
+        logger.addFilter(outages.filter)
     pool = make_pool(dsn, config, outages)
     try:
         try:
@@ -89,5 +92,6 @@ async def open_postgres(settings: Settings) -> AsyncIterator[OpenStorage]:
         try:
             await pool.close()
         finally:
-            pool_log.removeFilter(outages.filter)
+            for logger in watched:
+                logger.removeFilter(outages.filter)
         log.info("storage closed")

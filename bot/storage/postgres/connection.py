@@ -22,7 +22,11 @@ log = logging.getLogger(__name__)
 
 CONNECTION_KWARGS = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
 POOL_LOGGER = "psycopg.pool"
+PSYCOPG_LOGGER = "psycopg"
 OUTAGE_HINTS = ("error connecting", "discarding broken", "discarding closed", "reconnection attempt")
+# psycopg could not end a pipeline (a connection broken under it): psycopg itself ignores the error, and the
+# request it belonged to fails (and reports an outage) on its own; the line is kept at DEBUG.
+IGNORED_HINTS = ("error ignored terminating",)
 
 
 def describe(dsn: str) -> str:
@@ -97,10 +101,14 @@ class Outages:
         log.info("PostgreSQL at %s is reachable again after %.1f s", self.where, took)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        """A logging filter for the pool's logger: outage symptoms become :meth:`down`, then go quiet."""
+        """A logging filter for the pool's and psycopg's loggers: outage symptoms become :meth:`down`, then
+        go quiet."""
         if record.levelno < logging.WARNING:
             return True
         message = record.getMessage()
+        if any(hint in message for hint in IGNORED_HINTS):
+            log.debug("psycopg: %s", message)
+            return False
         if any(hint in message for hint in OUTAGE_HINTS):
             # "error connecting in 'mnemo': <why>" says why; the others only name a connection object.
             self.down(message.split(": ", 1)[-1] if message.startswith("error connecting") else "connections were cut")
