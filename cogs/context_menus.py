@@ -38,14 +38,13 @@ from cogs._context import quote_of, speaker_name
 from cogs._installs import guild_installed
 from cogs.memories import origin_of, reply, teach
 from cogs.moderation import has_server_wide_manage_messages, in_server, purge
-from cogs.chat import OUT_OF_BUDGET
+from cogs.chat import APOLOGY, OUT_OF_BUDGET, speaker_name_text
 from cogs.views import confirm
 
 log = logging.getLogger(__name__)
 
 REMEMBER, FORGET, ASK, PURGE = "Remember this", "Forget this", "Ask about this", "Purge memories"
 ASK_TEXT = "What can you tell me about this message?"
-ASK_FAILED = "Sorry, I couldn't come up with an answer just now. Please try again in a moment."
 NOT_YOURS = "I only learn about people from what they say themselves, so this only works on your own messages."
 EVERYWHERE = app_commands.AppCommandContext(guild=True, dm_channel=True, private_channel=True)
 ANY_INSTALL = app_commands.AppInstallationType(guild=True, user=True)
@@ -87,7 +86,8 @@ class ContextMenus(commands.Cog):
         """Answer about a message, ephemerally, with it as context (see the module docstring)."""
         await interaction.response.defer(ephemeral=True, thinking=True)
         guild_id = str(interaction.guild_id) if interaction.guild_id and self.bot.get_guild(interaction.guild_id) else "dm"
-        place = "a direct message with them" if guild_id == "dm" else f"#{getattr(interaction.channel, 'name', 'channel')}"
+        place = ("a direct message with them" if guild_id == "dm"
+                 else f"#{speaker_name_text(getattr(interaction.channel, 'name', None) or 'channel')}")
         speaker = Speaker(user_id=str(interaction.user.id), name=speaker_name(interaction.user), guild_id=guild_id,
                           channel_id=str(interaction.channel_id or ""), place=place)
         policy = replace(await self.engine.guild_policy(None if guild_id == "dm" else guild_id), learning=False)
@@ -100,7 +100,7 @@ class ContextMenus(commands.Cog):
             result = await self.engine.turn(thread, [Incoming(speaker, ASK_TEXT)], context=context, policy=policy)
         except Exception:  # noqa: BLE001 - a short apology here, the details in the log
             log.exception("answering Ask about this in channel %s failed", interaction.channel_id)
-            await interaction.followup.send(ASK_FAILED, ephemeral=True)
+            await interaction.followup.send(APOLOGY, ephemeral=True)
             return
         if result.reply is None:
             await interaction.followup.send(OUT_OF_BUDGET, ephemeral=True)

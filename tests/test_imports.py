@@ -4,8 +4,10 @@ Why a test and not a linter: a cycle hidden in a function-local import still tie
 cannot be read, tested or moved without the other), and ruff does not see cycles. Every ``import`` in a module
 counts here, at any depth, function bodies and ``TYPE_CHECKING`` blocks included.
 
-Edges are the imports a module writes. The implicit import of a parent package's ``__init__`` is not an
-edge: every module would otherwise sit in a cycle with a package ``__init__`` that re-exports it.
+Edges are the imports a module writes; ``from pkg import sub`` is an edge to ``pkg`` too (it names the
+package's ``__init__``). The implicit import of a parent package by ``import pkg.sub`` or
+``from pkg.sub import x`` is not an edge: every module would otherwise sit in a cycle with a package
+``__init__`` that re-exports it.
 """
 
 from __future__ import annotations
@@ -47,10 +49,9 @@ def imported(path: Path, name: str, known: set[str]) -> set[str]:
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             module = _absolute(node, name, is_package)
-            submodules = {f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" in known}
-            found |= submodules
-            if len(submodules) < len(node.names):  # some names come from the module itself
-                found.add(module)
+            # ``from pkg import sub`` runs pkg's __init__ as written, so it is an edge to pkg as well as to sub.
+            found.add(module)
+            found |= {f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" in known}
     return {m for m in found if m in known and m != name}
 
 

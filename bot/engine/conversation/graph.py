@@ -24,7 +24,7 @@ from langchain_core.messages import (
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from bot.engine import prompts
+from bot.engine.prompts import SUMMARIZE_EXTEND, SUMMARIZE_NEW
 from bot.engine.conversation.rendering import (
     for_model, image_tokens, pending_start, recall_query, system_prompt,
 )
@@ -136,7 +136,7 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
         messages = state["messages"]
         fold = messages[: -deps.keep_messages]
         summary = state.get("summary", "")
-        ask = prompts.SUMMARIZE_EXTEND.format(summary=summary) if summary else prompts.SUMMARIZE_NEW
+        ask = SUMMARIZE_EXTEND.format(summary=summary) if summary else SUMMARIZE_NEW
         result = await call([*for_model(fold), HumanMessage(content=ask)], runtime.context)
         authors = set(state.get("summary_authors") or [])
         authors |= {str(m.additional_kwargs.get("author_id")) for m in fold if isinstance(m, HumanMessage)}

@@ -18,7 +18,17 @@ from typing import Mapping
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
 
-from bot.engine import prompts
+from bot.engine.prompts import (
+    CONTEXT_HEADINGS,
+    MEMORY_BLOCK,
+    MEMORY_DISABLED_BLOCK,
+    NO_MEMORY_BLOCK,
+    REPLY_SYSTEM,
+    SERVER_MEMORIES_OFF_BLOCK,
+    SERVER_PERSONA,
+    SITUATION_NOTE,
+    SUMMARY_QUOTE,
+)
 from bot.engine.memories.records import StoredMemory
 from bot.engine.recall import memory_line
 from bot.engine.state import Image, Quote, Speaker
@@ -54,7 +64,7 @@ def context_block(quotes: tuple[Quote, ...] | list[Quote]) -> str:
         chosen = [q for q in quotes if q.kind == kind]
         if chosen:
             lines = [f"{header(q.author_name, q.author_id, is_bot=q.is_bot)}\n{quoted(q.text)}" for q in chosen]
-            parts.append(prompts.CONTEXT_HEADINGS[kind] + "\n" + "\n".join(lines))
+            parts.append(CONTEXT_HEADINGS[kind] + "\n" + "\n".join(lines))
     return "\n\n".join(parts)
 
 
@@ -92,7 +102,7 @@ def pending_start(messages: list[AnyMessage]) -> int:
 
 def situation(speaker: Speaker) -> str:
     """Where the conversation is and who is answered, as quoted data (names are written by members)."""
-    return prompts.SITUATION_NOTE.format(place=quoted(speaker.place), speaker_id=speaker.user_id,
+    return SITUATION_NOTE.format(place=quoted(speaker.place), speaker_id=speaker.user_id,
                                          name=quoted(speaker.name))
 
 
@@ -112,7 +122,7 @@ def for_model(messages: list[AnyMessage], *, summary: str = "", quotes: tuple[Qu
     images = images or {}
     out: list[BaseMessage] = []
     if summary:
-        out.append(HumanMessage(content=prompts.SUMMARY_QUOTE.format(summary=quoted(summary))))
+        out.append(HumanMessage(content=SUMMARY_QUOTE.format(summary=quoted(summary))))
     notes: list[str | list] = []
     if quotes:
         parts = [p for q in quotes if q.images
@@ -148,18 +158,18 @@ def system_prompt(persona: str, speaker: Speaker, memories: list[StoredMemory]) 
     memories as quoted facts. No name a member chose (channel, thread, nickname) is in it: those are in the
     :func:`situation` note; the summary and context are quoted user messages."""
     if speaker.persona_addition:  # the server's instructions (/settings), after the operator's persona
-        persona = prompts.SERVER_PERSONA.format(persona=persona, addition=speaker.persona_addition)
+        persona = SERVER_PERSONA.format(persona=persona, addition=speaker.persona_addition)
     if speaker.memories_off_here:
-        block = prompts.SERVER_MEMORIES_OFF_BLOCK
+        block = SERVER_MEMORIES_OFF_BLOCK
     elif not speaker.use_memories:
-        block = prompts.MEMORY_DISABLED_BLOCK.format(speaker_id=speaker.user_id)
+        block = MEMORY_DISABLED_BLOCK.format(speaker_id=speaker.user_id)
     elif memories:
         # Quoted like messages: a memory is member-derived text, so nothing in it can start a line of its own.
         lines = "\n".join(quoted(memory_line(m)) for m in memories)
-        block = prompts.MEMORY_BLOCK.format(speaker_id=speaker.user_id, memories=lines)
+        block = MEMORY_BLOCK.format(speaker_id=speaker.user_id, memories=lines)
     else:
-        block = prompts.NO_MEMORY_BLOCK.format(speaker_id=speaker.user_id)
-    return prompts.REPLY_SYSTEM.format(persona=persona, speaker_id=speaker.user_id, memory_block=block).strip()
+        block = NO_MEMORY_BLOCK.format(speaker_id=speaker.user_id)
+    return REPLY_SYSTEM.format(persona=persona, speaker_id=speaker.user_id, memory_block=block).strip()
 
 
 def recall_query(messages: list[AnyMessage], turns: int = 3, reply_chars: int = 200) -> str:

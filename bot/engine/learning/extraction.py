@@ -22,7 +22,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from trustcall import create_extractor
 
 from bot.engine.errors import ExtractionInterrupted
-from bot.engine import prompts
+from bot.engine.prompts import EXTRACT_SYSTEM, EXTRACT_TRANSCRIPT
 from bot.engine.learning.transcript import (
     TurnText,
     attribute,
@@ -129,8 +129,8 @@ class MemoryWriter:
         aliases = {f"m{i}": m.key for i, m in enumerate(candidates, 1)}
         existing = [(alias, "Memory", {"content": m.content}) for alias, m in zip(aliases, candidates)]
         # The person's name is member-chosen text: quoted in the transcript, never in the system role.
-        system = prompts.EXTRACT_SYSTEM.format(speaker_id=request.user_id)
-        body = prompts.EXTRACT_TRANSCRIPT.format(
+        system = EXTRACT_SYSTEM.format(speaker_id=request.user_id)
+        body = EXTRACT_TRANSCRIPT.format(
             context=context_block(request.context), new=new_text, speaker_id=request.user_id,
             count=len(request.new), name=quoted(clean_name(request.speaker_name)),
         )

@@ -129,10 +129,8 @@ def fused_scores(
     """One relevance score per memory from what matches the query itself (higher is better)."""
     lexical = _scaled(bm25_scores(query, [m.content for m in memories]))
     recency = recency_scores(memories)
-    if semantic is None or mode == "lexical":
-        return [weights.lexical * lx + weights.recency * rc for lx, rc in zip(lexical, recency)]
-    known = [s for s in semantic if s is not None]
-    if not known:
+    known = [s for s in semantic if s is not None] if semantic is not None and mode != "lexical" else []
+    if not known:  # lexical by choice, or no memory has a vector yet
         return [weights.lexical * lx + weights.recency * rc for lx, rc in zip(lexical, recency)]
     floor = sorted(known)[len(known) // 2]  # a memory not indexed yet counts as typical, not as unrelated
     raw = [floor if s is None else s for s in semantic]
