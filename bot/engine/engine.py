@@ -84,6 +84,8 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         self.meter = UsageMeter(storage.usage, settings.limits)
         self.limiter = asyncio.Semaphore(settings.model.max_concurrent_calls)
         self.embeddings = embeddings
+        #: What closes after everything else (the model's HTTP connection pool, which ``create_engine`` owns).
+        self.closing: list[Callable[[], Awaitable[None]]] = []
         self.semantic = SemanticIndex(embeddings, storage.vectors) if embeddings is not None else None
         self.graph: CompiledStateGraph = build_chat_graph(self._chat_deps(chat_model)).compile(
             checkpointer=self.checkpointer, store=self.store)
@@ -172,6 +174,9 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
             await self.scheduler.close()
         if self.semantic is not None:
             await self.semantic.drain()
+        for close in self.closing:
+            await close()
+        self.closing.clear()
 
     def idle(self) -> bool:
         """No erasure running (turns are the Discord side's to report)."""
@@ -304,10 +309,14 @@ def _logged(task: asyncio.Task) -> asyncio.Task:
 def create_engine(settings: Settings, storage: Storage, *, chat_model: Any = None,
                   on_memory_change: OnChange | None = None, metrics: Metrics | None = None) -> ChatEngine:
     """Build the engine over opened storage, with the configured model unless one is given."""
-    from bot.engine.model import build_chat_model
+    from bot.engine.model import build_chat_model, model_http_client
     from bot.engine.recall.embedders import build_embeddings
 
-    model = chat_model or build_chat_model(settings)
-    memory_model = chat_model or build_chat_model(settings, streaming=False)
-    return ChatEngine(settings=settings, storage=storage, chat_model=model, memory_model=memory_model,
-                      on_memory_change=on_memory_change, embeddings=build_embeddings(settings), metrics=metrics)
+    http = model_http_client() if chat_model is None else None
+    model = chat_model or build_chat_model(settings, http_async_client=http)
+    memory_model = chat_model or build_chat_model(settings, streaming=False, http_async_client=http)
+    engine = ChatEngine(settings=settings, storage=storage, chat_model=model, memory_model=memory_model,
+                        on_memory_change=on_memory_change, embeddings=build_embeddings(settings), metrics=metrics)
+    if http is not None:
+        engine.closing.append(http.aclose)
+    return engine

@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from langchain_core.language_models import BaseChatModel
 
 from bot.settings import ModelSection, Settings
 
 
-def build_chat_model(settings: Settings, *, streaming: bool | None = None) -> BaseChatModel:
+def model_http_client() -> Any:
+    """One HTTP connection pool for the engine's model calls, which the engine closes when it closes.
+
+    Without it the OpenAI SDK gives every model object its own pool, closed only when garbage collection
+    finds it: by then it may be on another event loop (a restarted engine, every test), where closing fails
+    with "Event loop is closed" and asyncio logs an error nobody caused.
+    """
+    import openai
+
+    return openai.DefaultAsyncHttpxClient()
+
+
+def build_chat_model(settings: Settings, *, streaming: bool | None = None,
+                     http_async_client: Any = None) -> BaseChatModel:
     """Build the configured chat model.
 
     Args:
         settings: validated settings; the API key comes from its secrets (the environment).
         streaming: override ``model.streaming`` (extraction never needs token streaming).
+        http_async_client: the connection pool to use (``model_http_client()``), owned by the caller.
     """
     m: ModelSection = settings.model
     key = settings.secrets.model_api_key.get_secret_value() if settings.secrets.model_api_key else None
@@ -25,6 +41,8 @@ def build_chat_model(settings: Settings, *, streaming: bool | None = None) -> Ba
         streaming=m.streaming if streaming is None else streaming,
         stream_usage=True,
     )
+    if http_async_client is not None:
+        common["http_async_client"] = http_async_client
     if m.provider == "deepseek":
         from langchain_deepseek import ChatDeepSeek
 

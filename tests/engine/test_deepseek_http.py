@@ -114,3 +114,31 @@ async def test_an_image_crosses_real_http_as_an_image_part(tmp_path, provider, n
     assert content[0]["type"] == "text" and "what is this?" in content[0]["text"]
     assert {"type": "image_url", "image_url": {"url": url}} in content
     assert not sqlite_holding(tmp_path, picture)
+
+
+async def test_the_engine_owns_and_closes_its_models_connection_pool(tmp_path, monkeypatch):
+    """Both models share one pool the engine closes: none is left for garbage collection to close on some
+    later event loop (where it fails and asyncio logs an error in whatever runs then)."""
+    import bot.engine.model
+
+    pools = []
+
+    def recorded():
+        pools.append(make_pool())
+        return pools[-1]
+
+    make_pool = bot.engine.model.model_http_client
+    monkeypatch.setattr(bot.engine.model, "model_http_client", recorded)
+    async with FakeOpenAIServer(handler=model_logic) as server:
+        settings = make_settings(tmp_path, model={"base_url": server.base_url})
+        lance = Speaker(user_id="111", name="Lance", guild_id="900", channel_id="1", message_id="9")
+        async with open_storage(settings) as storage:
+            engine = create_engine(settings, storage)
+            await engine.start()
+            await engine.reply("1", lance, "Hi, my name is Lance")
+            await engine.scheduler.flush()
+            (pool,) = pools
+            assert not pool.is_closed
+            await engine.close()
+    assert pool.is_closed
+    assert [r for r in server.requests if r["json"].get("tools")], "extraction crossed HTTP too"

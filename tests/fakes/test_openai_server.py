@@ -10,6 +10,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_deepseek import ChatDeepSeek
 from pydantic import BaseModel
 
+from bot.engine.model import model_http_client
 from tests.fakes.openai_server import (
     FakeOpenAIServer,
     Reply,
@@ -27,14 +28,22 @@ class Memory(BaseModel):
 
 
 def make_llm(server: FakeOpenAIServer, **kwargs) -> ChatDeepSeek:
+    """A real ChatDeepSeek on the fake server, its connection pool closed with the server's fixture (left
+    to garbage collection, it would be closed on some later test's event loop, and fail there)."""
     kwargs.setdefault("max_retries", 0)
-    return ChatDeepSeek(model="deepseek-chat", api_key="test-key", api_base=server.base_url, **kwargs)
+    pool = model_http_client()
+    server.pools.append(pool)
+    return ChatDeepSeek(model="deepseek-chat", api_key="test-key", api_base=server.base_url,
+                        http_async_client=pool, **kwargs)
 
 
 @pytest_asyncio.fixture
 async def server():
     async with FakeOpenAIServer() as srv:
+        srv.pools = []
         yield srv
+        for pool in srv.pools:
+            await pool.aclose()
 
 
 @pytest.mark.asyncio

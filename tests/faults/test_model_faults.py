@@ -10,7 +10,7 @@ from collections import Counter
 
 from pydantic import SecretStr
 
-from bot.engine.model import build_chat_model
+from bot.engine.model import build_chat_model, model_http_client
 from cogs.chat import APOLOGY
 from tests.cogs.conftest import ALICE, BOB, GUILD_ID, rig
 from tests.conftest import make_settings, record_figure
@@ -78,7 +78,8 @@ async def test_thirty_percent_faults_never_leave_anyone_without_an_answer(tmp_pa
                                                               "timeout_seconds": 1.0, "max_retries": 2})
         model_settings = model_settings.model_copy(update={"secrets": model_settings.secrets.model_copy(
             update={"model_api_key": SecretStr("sk-fault-suite-key")})})
-        model = build_chat_model(model_settings)
+        pool = model_http_client()  # closed below, on this test's event loop
+        model = build_chat_model(model_settings, http_async_client=pool)
         channels = [dh.text_channel(3000 + i, GUILD_ID, f"storm-{i}") for i in range(CHANNELS)]
         async with rig(tmp_path, chat_model=model, backend=backend, model={"timeout_seconds": 1.0}, memory={"extraction_after_messages": 2},
                        discord={"respond_channels": [int(c["id"]) for c in channels]}) as r:
@@ -126,6 +127,7 @@ async def test_thirty_percent_faults_never_leave_anyone_without_an_answer(tmp_pa
             assert len(learned) == len(replied_facts) - skipped, "outages delay learning; only malformed output skips"
             assert len(learned) == len(set(learned)), "no duplicates"
             assert not r.h.errors
+        await pool.aclose()
 
     faults = sum(v for k, v in storm.outcomes.items() if k != "ok")
     record_figure("model calls under fault injection", calls_in_storm, f"{faults} faulted: {dict(storm.outcomes)}")
