@@ -120,9 +120,8 @@ def main(args: argparse.Namespace) -> int:
             starts = [child(venvs[name], "startup", data, env_extra) for _ in range(3)]
             best = min(starts, key=lambda s: s["ready"])
             ready = best["ready"]
-            print(f"{name}: start-up {', '.join(f'{s['ready']:.2f}' for s in starts)} s; best: imports {best['imports_s']:.2f} s,"
-                  f" engine started and READY at {best['started_s']:.2f} s, model loaded at {best['ready']:.2f} s",
-                  file=sys.stderr, flush=True)
+            times = ", ".join(f"{s['ready']:.2f}" for s in starts)
+            print(f"{name}: start-up {times} s", file=sys.stderr, flush=True)
             run["startup_detail"] = best
             rows.append((name, du_mb(site_packages(venvs[name])), run, ready))
         print()
