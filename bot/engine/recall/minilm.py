@@ -148,9 +148,11 @@ class OnnxMiniLM(LocalMiniLM):
         options.intra_op_num_threads = self._threads
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # No arena: it keeps the largest batch's buffers for the life of the process (tens of MB resident
-        # for a 16-text step), and a step costs no measurable time more without it (benchmarks/footprint.py).
+        # No graph optimisation: folding the int8 file's constants keeps fp32 copies of its weights, about
+        # 90 MB more resident and a second more to load, for a step that was not measurably faster here
+        # (docs/decisions.md, issue 22). No arena either: it keeps the largest step's buffers for the life
+        # of the process (about 90 MB after indexing long texts), and a step is no slower without it.
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         options.enable_cpu_mem_arena = False
         options.log_severity_level = 3  # warnings about unused initializers are not the operator's concern
         session = ort.InferenceSession(str(model), sess_options=options, providers=["CPUExecutionProvider"])
