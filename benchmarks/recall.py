@@ -230,6 +230,7 @@ class CachedEmbeddings:
 
     def __init__(self, inner: LocalMiniLM) -> None:
         self.inner = inner
+        self.embedder_id = inner.embedder_id  # the same space: query_latency's fresh index reads these vectors
         self.cache: dict[str, list[float]] = {}
         self.queries: dict[str, list[float]] = {}
 
