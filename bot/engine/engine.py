@@ -36,7 +36,7 @@ from bot.engine.policy.turn_policy import Policies
 from bot.engine.policy.usage import UsageMeter
 from bot.engine.policy.verbs import SettingsVerbs
 from bot.engine.recall import SemanticIndex
-from bot.engine.recall.embedders import LocalMiniLM
+from bot.engine.recall.minilm import LocalMiniLM
 from bot.engine.state import Incoming, Quote, Speaker
 from bot.engine.stores import Storage
 from bot.metrics import Metrics
@@ -146,6 +146,9 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         await self.meter.prune()
         if isinstance(self.embeddings, LocalMiniLM):  # load the embedded model now, so no reply waits for it
             self._background.append(_logged(asyncio.create_task(self.embeddings.warm(), name="load-embedding-model")))
+        if self.semantic is not None:  # vectors another embedder made (a switch) are made again, off the reply path
+            self._background.append(_logged(asyncio.create_task(self.semantic.remake_others(self.memories.list),
+                                                                name="remake-memory-vectors")))
         await self.scheduler.start()
         self.changes.start()
         self._background.append(asyncio.create_task(self._watch_erasure_requests(), name="erasure-requests"))
@@ -297,10 +300,10 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
 
 
 def _logged(task: asyncio.Task) -> asyncio.Task:
+    """Log a background semantic task's failure (loading the model, re-making vectors) once, as an error."""
     def report(done: asyncio.Task) -> None:
         if not done.cancelled() and done.exception() is not None:
-            log.error("loading the embedded embedding model failed: %r; memories are ranked lexically",
-                      done.exception())
+            log.error("%s failed: %r; memories are ranked lexically", done.get_name(), done.exception())
 
     task.add_done_callback(report)
     return task

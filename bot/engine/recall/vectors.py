@@ -6,6 +6,13 @@ could be confirmed; see ``version``), in storage's vector cache
 (``bot.engine.stores.VectorCache``; the benchmark uses an in-memory one), and compared with one matrix
 product: no vector extension is needed, so this works on a Python whose ``sqlite3`` cannot load sqlite-vec.
 
+Each row records which embedder made it (``embedder_name``), and only the current embedder's rows are ever
+read for scoring: a query vector is never compared with a vector of another space. After a switch of
+embedder (``memory.local_embedder``, another endpoint model), ``remake_others`` runs in the background from
+start-up: each person with rows of another embedder is indexed again and those rows are deleted. Until a
+person's turn comes, their memories simply have no vector (ranked by words and recency) and the reply that
+finds them so queues them first.
+
 The reply path (``scores``) embeds at most one text, the query, and only the caller decides when (when a
 person's memories exceed the budget). Memory vectors are made by ``index``, which the engine runs after
 memories are written, off the reply path. A memory the reply finds without a vector (written by a path that
@@ -35,17 +42,26 @@ class MemoryVectorCache:
     """A ``VectorCache`` in a dict, for the benchmark and for tools that open no storage."""
 
     def __init__(self) -> None:
-        self._rows: dict[str, dict[str, tuple[str, bytes]]] = {}
+        self._rows: dict[str, dict[str, tuple[str, bytes, str]]] = {}  # person -> key -> (version, vector, embedder)
 
-    async def get(self, user_id: str) -> dict[str, tuple[str, bytes]]:
-        return dict(self._rows.get(user_id, {}))
+    async def get(self, user_id: str, embedder: str | None = None) -> dict[str, tuple[str, bytes]]:
+        return {k: (d, v) for k, (d, v, e) in self._rows.get(user_id, {}).items() if embedder in (None, e)}
 
-    async def put(self, user_id: str, rows: list[tuple[str, str, bytes]]) -> None:
-        self._rows.setdefault(user_id, {}).update({k: (d, v) for k, d, v in rows})
+    async def put(self, user_id: str, rows: list[tuple[str, str, bytes]], *, embedder: str = "") -> None:
+        self._rows.setdefault(user_id, {}).update({k: (d, v, embedder) for k, d, v in rows})
 
     async def delete(self, user_id: str, keys: list[str]) -> int:
         rows = self._rows.get(user_id, {})
         return sum(rows.pop(k, None) is not None for k in set(keys))
+
+    async def delete_others(self, user_id: str, embedder: str) -> int:
+        rows = self._rows.get(user_id, {})
+        others = [k for k, (_d, _v, e) in rows.items() if e != embedder]
+        return sum(rows.pop(k) is not None for k in others)
+
+    async def people_with_others(self, embedder: str, *, after: str = "", limit: int = 100) -> list[str]:
+        people = sorted(u for u, rows in self._rows.items() if u > after and any(e != embedder for _d, _v, e in rows.values()))
+        return people[:limit]
 
 
 def unit(vector: Sequence[float]) -> np.ndarray:
@@ -68,7 +84,11 @@ def version(memory: StoredMemory, embedder: str) -> str:
 
 
 def embedder_name(embeddings: Embeddings) -> str:
-    """Which model makes the vectors: the class, and the model it names when it names one."""
+    """Which model makes the vectors: its ``embedder_id`` when it has one (the embedded models), else the
+    class and the model it names when it names one (an endpoint's model)."""
+    given = getattr(embeddings, "embedder_id", None)
+    if isinstance(given, str) and given:
+        return given
     model = getattr(embeddings, "model", None) or getattr(embeddings, "model_name", None)
     return f"{type(embeddings).__name__}:{model}" if isinstance(model, str) else type(embeddings).__name__
 
@@ -90,11 +110,13 @@ class SemanticIndex:
         self.cache = cache
         self.batch_size = batch_size
         self._warned = False
+        self.failures = 0  # how many times the embedder (or the cache) failed: the switch's sweep stops on one
         self._background: dict[str, asyncio.Task] = {}
         self._paused: dict[str, int] = {}  # people being erased: no vectors are written for them meanwhile
         self.query_embeddings = 0  # how many query vectors the reply path computed (a benchmark figure)
 
     def _failed(self, exc: BaseException) -> None:
+        self.failures += 1
         if not self._warned:
             log.warning("embeddings failed (%r); ranking memories by lexical relevance and recency only", exc)
             self._warned = True
@@ -104,12 +126,13 @@ class SemanticIndex:
 
         Runs after writes, never on the reply path. Raises nothing: a failing embedder is logged and the
         memories are indexed on a later write or reply. ``complete``: ``memories`` are all the person's, so
-        a cached row of any other key (a memory gone, its row left by a crash) is deleted.
+        a cached row of any other key (a memory gone, its row left by a crash) is deleted, and so, once every
+        memory has a vector of this embedder, is every row another embedder made.
         """
         if user_id in self._paused:
             return 0
         try:
-            cached = await self.cache.get(user_id)
+            cached = await self.cache.get(user_id, self.embedder)
             if complete:
                 gone = sorted(set(cached) - {m.key for m in memories})
                 if gone:
@@ -121,7 +144,9 @@ class SemanticIndex:
                 if user_id in self._paused:  # an erasure began while this batch was being embedded
                     return 0
                 rows = [(m.key, version(m, self.embedder), unit(v).tobytes()) for m, v in zip(chunk, fresh)]
-                await self.cache.put(user_id, rows)
+                await self.cache.put(user_id, rows, embedder=self.embedder)
+            if complete:
+                await self.cache.delete_others(user_id, self.embedder)
             return len(stale)
         except Exception as exc:  # noqa: BLE001 - indexing is an optimisation; the reply path falls back
             self._failed(exc)
@@ -165,6 +190,44 @@ class SemanticIndex:
             if not self._paused[user_id]:
                 del self._paused[user_id]
 
+    async def remake_others(self, read: Callable[[str], Awaitable[Sequence[StoredMemory]]], *, page: int = 100) -> int:
+        """Index again everyone who has vectors another embedder made, deleting those; return how many people.
+
+        Runs in the background from start-up (a switch of embedder), one person at a time, as the same kind
+        of background run a write starts (so an erasure's ``paused`` stops it for its person). Stops at the
+        first failure of the embedder or the cache (logged once); the next start-up carries on.
+        """
+        after, done = "", 0
+        while True:
+            try:
+                people = await self.cache.people_with_others(self.embedder, after=after, limit=page)
+            except Exception as exc:  # noqa: BLE001 - the next start-up tries again; replies are unaffected
+                self._failed(exc)
+                return done
+            if not people:
+                if done:
+                    log.info("memory vectors of another embedder made again for %d people (%s)", done, self.embedder)
+                return done
+            for user in people:
+                if user in self._paused:  # an erasure: its person is seen again on the next start-up
+                    continue
+                failures = self.failures
+                await self._run_now(user, read)
+                if self.failures != failures:
+                    return done
+                done += 1
+            after = people[-1]
+
+    async def _run_now(self, user_id: str, read: Callable[[str], Awaitable[Sequence[StoredMemory]]]) -> None:
+        """One complete background run for the person (after any run already going), awaited."""
+        running = self._background.get(user_id)
+        if running is not None and not running.done():
+            await asyncio.gather(running, return_exceptions=True)
+        self.index_later(user_id, lambda: read(user_id))
+        task = self._background.get(user_id)
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+
     async def drain(self) -> None:
         """Wait for background indexing (shutdown, tests)."""
         tasks = list(self._background.values())
@@ -191,7 +254,7 @@ class SemanticIndex:
         if not memories or not query.strip():
             return None
         try:
-            cached = await self.cache.get(user_id)
+            cached = await self.cache.get(user_id, self.embedder)  # this space only: never another embedder's
             self.query_embeddings += 1
             query_vec = unit(await self.embeddings.aembed_query(query))
         except Exception as exc:  # noqa: BLE001 - relevance degrades to lexical, the reply goes on

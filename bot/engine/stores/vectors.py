@@ -1,8 +1,14 @@
 """Cached memory embeddings, so a memory's text is embedded once (see ``bot.engine.recall.vectors``).
 
-A row is derived from a memory's text (its digest and its vector): when the memory is erased or its text
-replaced, the row goes too (:meth:`VectorCache.delete`, called by the erasure steps), so nothing derived
-from erased text stays on disk. A replaced memory gets a fresh row from its new text on demand.
+A row is derived from a memory's text (its vector, and a version naming the memory as last changed): when
+the memory is erased or its text replaced, the row goes too (:meth:`VectorCache.delete`, called by the
+erasure steps), so nothing derived from erased text stays on disk. A replaced memory gets a fresh row from
+its new text on demand.
+
+Each row also records which embedder made it. Vectors of two embedders live in different spaces, so a
+reader asks for one embedder's rows only (``get(user, embedder)``), and after a switch the rows of the old
+one are found (``people_with_others``), made again and deleted (``delete_others``) in the background.
+Rows written before embedders were recorded have the embedder ``""``: another embedder, made again.
 """
 
 from __future__ import annotations
@@ -11,14 +17,28 @@ from typing import Protocol
 
 
 class VectorCache(Protocol):
-    async def get(self, user_id: str) -> dict[str, tuple[str, bytes]]:
-        """A person's cached vectors: memory key -> (text digest, unit float32 vector as bytes)."""
+    async def get(self, user_id: str, embedder: str | None = None) -> dict[str, tuple[str, bytes]]:
+        """A person's cached vectors: memory key -> (version, unit float32 vector as bytes).
+
+        With ``embedder``, only the rows that embedder made (what scoring reads); without, every row.
+        """
         ...
 
-    async def put(self, user_id: str, rows: list[tuple[str, str, bytes]]) -> None:
-        """Store or replace ``(memory key, digest, vector)`` rows."""
+    async def put(self, user_id: str, rows: list[tuple[str, str, bytes]], *, embedder: str = "") -> None:
+        """Store or replace ``(memory key, version, vector)`` rows, recorded as made by ``embedder``.
+
+        One row per memory: a row another embedder made for the same memory is replaced.
+        """
         ...
 
     async def delete(self, user_id: str, keys: list[str]) -> int:
         """Delete the rows of these memory keys (absent keys are ignored); return how many went."""
+        ...
+
+    async def delete_others(self, user_id: str, embedder: str) -> int:
+        """Delete the person's rows made by any embedder but ``embedder``; return how many went."""
+        ...
+
+    async def people_with_others(self, embedder: str, *, after: str = "", limit: int = 100) -> list[str]:
+        """Up to ``limit`` people, in order and after ``after``, with a row made by another embedder than ``embedder``."""
         ...

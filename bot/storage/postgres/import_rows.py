@@ -14,8 +14,8 @@ INSERTS = {
               " %(origin)s, %(created)s, %(extracted)s)"),
     "prefs": ("INSERT INTO bot_prefs (user_id, paused, private, reactions, dm_in_servers, scope)"
               " VALUES (%(user_id)s, %(paused)s, %(private)s, %(reactions)s, %(dm_in_servers)s, %(scope)s)"),
-    "embeddings": ("INSERT INTO bot_embeddings (user_id, memory_key, digest, vector)"
-                   " VALUES (%(user_id)s, %(memory_key)s, %(digest)s, %(vector)s)"),
+    "embeddings": ("INSERT INTO bot_embeddings (user_id, memory_key, digest, vector, embedder)"
+                   " VALUES (%(user_id)s, %(memory_key)s, %(digest)s, %(vector)s, %(embedder)s)"),
     "usage": ("INSERT INTO bot_usage (guild_id, user_id, day, calls, prompt_tokens, completion_tokens)"
               " VALUES (%(guild_id)s, %(user_id)s, %(day)s, %(calls)s, %(prompt_tokens)s, %(completion_tokens)s)"),
     "erasures": ("INSERT INTO bot_erasures (id, kind, user_id, guild_id, actor, actor_id, quotes, requested)"

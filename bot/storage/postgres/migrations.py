@@ -67,6 +67,9 @@ MIGRATIONS: list[list[str]] = [
     [  # 3: deleted messages, threads and servers are journaled too: what they are about, as IDs only
         "ALTER TABLE bot_erasures ADD COLUMN IF NOT EXISTS subject TEXT",
     ],
+    [  # 4: which embedder made each memory vector ('' for older rows: made again, bot.engine.stores.vectors)
+        "ALTER TABLE bot_embeddings ADD COLUMN IF NOT EXISTS embedder TEXT NOT NULL DEFAULT ''",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -10,22 +10,28 @@ class PostgresVectors:
     def __init__(self, db: PgDb) -> None:
         self._db = db
 
-    async def get(self, user_id: str) -> dict[str, tuple[str, bytes]]:
+    async def get(self, user_id: str, embedder: str | None = None) -> dict[str, tuple[str, bytes]]:
         async with self._db.connection() as conn:
-            cur = await conn.execute(
-                "SELECT memory_key, digest, vector FROM bot_embeddings WHERE user_id = %s", (user_id,))
+            if embedder is None:
+                cur = await conn.execute(
+                    "SELECT memory_key, digest, vector FROM bot_embeddings WHERE user_id = %s", (user_id,))
+            else:
+                cur = await conn.execute(
+                    "SELECT memory_key, digest, vector FROM bot_embeddings WHERE user_id = %s AND embedder = %s",
+                    (user_id, embedder))
             return {r["memory_key"]: (r["digest"], bytes(r["vector"])) for r in await cur.fetchall()}
 
     @shielded
-    async def put(self, user_id: str, rows: list[tuple[str, str, bytes]]) -> None:
+    async def put(self, user_id: str, rows: list[tuple[str, str, bytes]], *, embedder: str = "") -> None:
         if not rows:
             return
         async with self._db.tx() as conn:
             async with conn.cursor() as cur:
                 await cur.executemany(
-                    "INSERT INTO bot_embeddings (user_id, memory_key, digest, vector) VALUES (%s, %s, %s, %s)"
-                    " ON CONFLICT (user_id, memory_key) DO UPDATE SET digest = EXCLUDED.digest, vector = EXCLUDED.vector",
-                    [(user_id, k, d, v) for k, d, v in rows],
+                    "INSERT INTO bot_embeddings (user_id, memory_key, digest, vector, embedder) VALUES (%s, %s, %s, %s, %s)"
+                    " ON CONFLICT (user_id, memory_key) DO UPDATE SET digest = EXCLUDED.digest, vector = EXCLUDED.vector,"
+                    " embedder = EXCLUDED.embedder",
+                    [(user_id, k, d, v, embedder) for k, d, v in rows],
                 )
 
     @shielded
@@ -36,3 +42,16 @@ class PostgresVectors:
             cur = await conn.execute("DELETE FROM bot_embeddings WHERE user_id = %s AND memory_key = ANY(%s)",
                                      (user_id, sorted(set(keys))))
             return cur.rowcount
+
+    @shielded
+    async def delete_others(self, user_id: str, embedder: str) -> int:
+        async with self._db.tx() as conn:
+            cur = await conn.execute("DELETE FROM bot_embeddings WHERE user_id = %s AND embedder <> %s", (user_id, embedder))
+            return cur.rowcount
+
+    async def people_with_others(self, embedder: str, *, after: str = "", limit: int = 100) -> list[str]:
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT DISTINCT user_id FROM bot_embeddings WHERE embedder <> %s AND user_id > %s ORDER BY user_id LIMIT %s",
+                (embedder, after, limit))
+            return [r["user_id"] for r in await cur.fetchall()]

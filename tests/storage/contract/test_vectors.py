@@ -45,3 +45,28 @@ async def test_people_keep_their_own_vectors_and_an_empty_put_changes_nothing(st
 async def test_another_process_reads_the_cached_vectors(storage, second_process):
     await storage.vectors.put("42", [("k", "d", b"\x05")])
     assert await second_process.vectors.get("42") == {"k": ("d", b"\x05")}
+
+
+async def test_each_row_records_its_embedder_and_a_reader_can_ask_for_one_embedders_rows(storage):
+    await storage.vectors.put("42", [("k1", "d1", b"\x01"), ("k2", "d2", b"\x02")], embedder="A")
+    await storage.vectors.put("42", [("k2", "d3", b"\x03")], embedder="B")  # one row a memory: B replaces A's
+    assert await storage.vectors.get("42", "A") == {"k1": ("d1", b"\x01")}
+    assert await storage.vectors.get("42", "B") == {"k2": ("d3", b"\x03")}
+    assert await storage.vectors.get("42") == {"k1": ("d1", b"\x01"), "k2": ("d3", b"\x03")}
+    assert await storage.vectors.get("42", "C") == {}
+
+
+async def test_the_rows_of_other_embedders_are_found_page_by_page_and_deleted_per_person(storage):
+    for user in ("10", "11", "12", "13"):
+        await storage.vectors.put(user, [("k", "d", b"\x01")], embedder="B")
+    for user in ("11", "13"):
+        await storage.vectors.put(user, [("old", "d", b"\x02")], embedder="A")
+    await storage.vectors.put("12", [("older", "d", b"\x03")])  # no embedder recorded: another one too
+    assert await storage.vectors.people_with_others("B") == ["11", "12", "13"]
+    assert await storage.vectors.people_with_others("B", limit=2) == ["11", "12"]
+    assert await storage.vectors.people_with_others("B", after="12", limit=2) == ["13"]
+    assert await storage.vectors.delete_others("11", "B") == 1
+    assert await storage.vectors.get("11") == {"k": ("d", b"\x01")}
+    assert await storage.vectors.delete_others("11", "B") == 0
+    assert await storage.vectors.people_with_others("B") == ["12", "13"]
+    assert await storage.vectors.get("13") == {"k": ("d", b"\x01"), "old": ("d", b"\x02")}  # others untouched

