@@ -170,6 +170,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         await asyncio.gather(*self._background, return_exceptions=True)
         if self._started:
             await self.scheduler.close()
+        await self.eraser.close()  # the compaction small removals still owe (else the next start runs it)
         if self.semantic is not None:
             await self.semantic.drain()
 

@@ -1,7 +1,8 @@
 """The steps of an erasure, each idempotent: run once, or again after a crash, to the same end.
 
-:class:`bot.engine.erasure.eraser.Eraser` is the door (the journal, the order, the holds); these are what it
-does behind it, one method per kind of removal plus the quote rule's sweep over everything else.
+:class:`bot.engine.erasure.eraser.Eraser` is the door (the journal, the order, the holds, and the job's one
+compaction, after its last step: ``erasure/compaction.py``); these are what it does behind it, one method per
+kind of removal plus the quote rule's sweep over everything else. No step compacts.
 
 Derived data goes with what it was derived from: every memory a step erases, cuts back or redacts also
 loses its cached vector row (the embedding and the text digest, ``VectorCache.delete``), in the same step;
@@ -131,7 +132,6 @@ class ErasureSteps:
                 async with self.holds.hold(user):
                     await mark_deleted_sources(self.memories, user, ids)
             if removed or pending or memories:
-                await self.storage.maintenance.compact()
                 log.info("deleted messages erased from thread %s: %d stored messages, %d pending turns, %d memories",
                          thread_id, removed, pending, memories)
         author = authors[0] if len(authors) == 1 else None
@@ -140,9 +140,7 @@ class ErasureSteps:
 
     async def thread(self, thread_id: str) -> bool:
         gone = await self.conversations.erase_thread(thread_id) if self.conversations is not None else False
-        pending = await self.storage.inbox.forget_thread(thread_id)
-        if gone or pending:
-            await self.storage.maintenance.compact()
+        await self.storage.inbox.forget_thread(thread_id)
         return gone
 
     async def guild(self, guild_id: str) -> int:
@@ -156,7 +154,6 @@ class ErasureSteps:
                 erased = await erase_memories(self.memories, user, guild_id=guild_id)
                 await self.drop_vectors(user, erased.keys)
                 memories += erased.deleted
-        await self.storage.maintenance.compact()
         return memories
 
     async def person(
@@ -169,7 +166,6 @@ class ErasureSteps:
         erased = await erase_memories(self.memories, user, guild_id=guild_id, record=by, record_key=f"erasure-{job_id}")
         await self.drop_vectors(user, erased.keys)  # (erase_person_rows dropped them all already; a rerun too)
         redacted += await self.cut_quotes_in_learning(quotes, user)
-        await self.storage.maintenance.compact()
         return ErasureResult(memories=erased.deleted, pending_turns=pending, messages=messages,
                              reduced=erased.reduced, quotes=redacted)
 
@@ -178,7 +174,6 @@ class ErasureSteps:
         if self.conversations is not None:
             _, redacted = await self.conversations.erase_author(None, quotes=quotes, keep_author=author)
         redacted += await self.cut_quotes_in_learning(quotes, author)
-        await self.storage.maintenance.compact()
         return redacted
 
     async def cut_quotes_in_learning(self, quotes: QuoteRule, author: str | None) -> int:
