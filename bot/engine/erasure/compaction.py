@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 QUIET_SECONDS = 2.0  # a small removal waits this long for another before the batch is compacted
 MOST_SECONDS = 10.0  # and never longer than this after the first one of the batch
+TICK_SECONDS = 0.25  # how often a waiting timer looks at its deadline again
 
 
 class OwedCompaction:
@@ -41,14 +42,14 @@ class OwedCompaction:
         self._run = run
         self.quiet = quiet
         self.most = most
-        self._clock = clock
+        self.clock = clock
         self._first: float | None = None  # when the batch began owing
         self._last = 0.0  # the latest small removal of the batch
         self._task: asyncio.Task | None = None
 
     def due(self) -> None:
         """A small removal finished owing a compaction: (re)start the quiet period, within the longest wait."""
-        now = self._clock()
+        now = self.clock()
         self._last = now
         if self._first is None:
             self._first = now
@@ -69,9 +70,9 @@ class OwedCompaction:
 
     async def _wait_then_run(self) -> None:
         while self._first is not None:
-            wait = self._deadline() - self._clock()
-            if wait > 0:
-                await asyncio.sleep(wait)
+            wait = self._deadline() - self.clock()
+            if wait > 0:  # (in short steps: a later removal moves the deadline, and tests move the clock)
+                await asyncio.sleep(min(wait, TICK_SECONDS))
                 continue
             self._first = None  # a removal finishing from now on starts the next batch
             try:
