@@ -175,8 +175,8 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
             await self.semantic.drain()
 
     def idle(self) -> bool:
-        """No erasure running (turns are the Discord side's to report)."""
-        return self.eraser.active == 0 and self.changes.active == 0
+        """No erasure running, nor a compaction it owes waiting (turns are the Discord side's to report)."""
+        return self.eraser.active == 0 and self.changes.active == 0 and not self.eraser.owed.waiting()
 
     # ---- turns
     async def turn(self, thread_id: str, incoming: list[Incoming], *,

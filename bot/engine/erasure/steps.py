@@ -48,6 +48,9 @@ class MessageErasure:
     pending_turns: int
     memories: int
     quotes: int = 0
+    # The Discord IDs of the bot's own messages that carried its answers to the deleted messages (every
+    # part of a split answer), read before they were erased: for ``/settings delete-replies``.
+    replies: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
