@@ -230,6 +230,9 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         if not incoming:
             raise ValueError("a turn needs at least one message")
         timer = self.metrics.reply_timer()
+        quoted = [q.message_id for q in quotes if q.message_id]
+        if quoted:  # before the answer can repeat them: deleting one of them visits this thread too
+            await self.storage.reach.reached(thread_id, quoted)
         resolved = await self.policies.for_turn(incoming, quotes=quotes, server=policy)
         try:
             reply = await self.runner.answer(thread_id, incoming, resolved, on_delta=timer.wrap(on_delta),

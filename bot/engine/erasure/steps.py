@@ -138,18 +138,61 @@ class ErasureSteps:
                 log.info("deleted messages erased from thread %s: %d stored messages, %d pending turns, %d memories",
                          thread_id, removed, pending, memories)
         author = authors[0] if len(authors) == 1 else None
-        redacted = await self.cut_quotes(quotes, author) if quotes else 0
+        redacted = 0
+        if quotes:
+            reached = await self.reached(thread_id, ids)
+            redacted = await (self.cut_quotes(quotes, author) if reached is None
+                              else self.cut_quotes_in(reached, quotes, author))
+        await self.storage.reach.forget(ids)  # last: a rerun after a crash still finds where they went
         return MessageErasure(messages=removed, pending_turns=pending, memories=memories, quotes=redacted)
+
+    async def reached(self, thread_id: str, ids: set[str]) -> set[str] | None:
+        """The threads deleted messages' text reached (where they were posted, and every thread the index
+        recorded); None when one of them was posted before the index was complete (or its ID tells no
+        date): then every thread and person is searched, as before the index."""
+        since = await self.storage.reach.since()
+        if since > 0 and any((posted_at(i) or 0.0) < since for i in ids):
+            return None
+        return {thread_id} | await self.storage.reach.threads_of(ids)
+
+    async def cut_quotes_in(self, threads: set[str], quotes: QuoteRule, author: str | None) -> int:
+        """The quote rule over the threads a deleted message reached only: their messages but ``author``'s,
+        the bot's answers, their summaries, their queued turns, and the memories of the people in them (who
+        could have learned the words there). Each person whose turns or memories quote it is held while
+        theirs change, as in :meth:`cut_quotes_in_learning`."""
+        redacted = 0
+        people: set[str] = set()
+        for t in sorted(threads):
+            if self.conversations is not None:
+                redacted += await self.conversations.cut_quotes_in_thread(t, quotes, keep_author=author)
+                people |= await self.conversations.speakers(t)
+        turns = [t for t in await self.storage.inbox.every_turn() if t.thread_id in threads]
+        hit = {t.user_id for t in turns if self._redacted_turn(quotes, t, author)}
+        hit |= await quoting_people(self.memories, quotes, among=(people | {t.user_id for t in turns}) - {author})
+        for person in sorted(hit):
+            async with self.holds.hold(person):
+                texts = {t.id: cut for t in await self.storage.inbox.every_turn()
+                         if t.user_id == person and t.thread_id in threads
+                         and (cut := self._redacted_turn(quotes, t, author))}
+                await self.storage.inbox.rewrite_turns(texts)
+                redacted += len(texts)
+                if person != author:
+                    keys = await redact_memory_keys(self.memories, quotes, person)
+                    await self.drop_vectors(person, keys)
+                    redacted += len(keys)
+        return redacted
 
     async def thread(self, thread_id: str) -> bool:
         gone = await self.conversations.erase_thread(thread_id) if self.conversations is not None else False
         await self.storage.inbox.forget_thread(thread_id)
+        await self.storage.reach.forget_thread(thread_id)
         return gone
 
     async def guild(self, guild_id: str) -> int:
         if self.conversations is not None:
             for thread_id in await self.conversations.threads_of_guild(guild_id):
                 await self.conversations.erase_thread(thread_id)
+                await self.storage.reach.forget_thread(thread_id)
         await self.storage.inbox.forget_guild(guild_id)
         memories = 0
         for user in await people(self.memories):
@@ -324,6 +367,15 @@ class ErasureSteps:
 
 
 ORIGIN_FIELDS = ("guild_id", "channel_id", "message_id")
+DISCORD_EPOCH_MS = 1420070400000
+
+
+def posted_at(message_id: str) -> float | None:
+    """When a Discord message was posted (epoch seconds, from its snowflake ID); None: not a Discord ID."""
+    try:
+        return ((int(message_id) >> 22) + DISCORD_EPOCH_MS) / 1000
+    except ValueError:
+        return None
 
 
 def _origin_of(memories: list[StoredMemory], message_id: str) -> dict[str, str]:
