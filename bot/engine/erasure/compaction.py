@@ -1,6 +1,6 @@
 """When erased content is made unrecoverable: one compaction per erasure job, small removals batched.
 
-A compaction (``Maintenance.compact``: SQLite's checked WAL truncation, PostgreSQL's ``VACUUM (VERBOSE)``
+A compaction (``Maintenance.compact``: SQLite's checked WAL truncation, PostgreSQL's verbose clean-up
 of the erased tables) is the expensive part of an erasure, and it used to run after every step. Now:
 
 - every job ends with exactly one, after all its steps and after its journal row is gone (the row's
