@@ -39,6 +39,7 @@ from bot.engine.recall import SemanticIndex
 from bot.engine.recall.embedders import LocalMiniLM
 from bot.engine.state import Incoming, Quote, Speaker
 from bot.engine.stores import Storage
+from bot.engine.stores.locks import EXTRACTION
 from bot.metrics import Metrics
 from bot.settings import Settings
 
@@ -105,7 +106,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                                  outages=self.outages, observer=self.metrics.observer(),
                                  drop_answer=self.conversations.drop_answer,
                                  drop_messages=self.conversations.erase_messages)
-        self.eraser = Eraser(storage, self.conversations, hold=self._hold,
+        self.eraser = Eraser(storage, self.conversations, hold=self._hold, light_hold=self._light_hold,
                              on_erase=self.runner.inflight.mark_erased, exclusive=self.locks.erasures,
                              notify=self.scheduler.notify)
         self.changes = DiscordChanges(storage=storage, conversations=self.conversations, eraser=self.eraser,
@@ -124,6 +125,13 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
     async def _hold(self, user: str) -> AsyncIterator[None]:
         """An erasure's hold on a person: no extraction, and no memory vectors written meanwhile."""
         async with self.scheduler.hold(user), (self.semantic.paused(user) if self.semantic else nullcontext()):
+            yield
+
+    @asynccontextmanager
+    async def _light_hold(self, user: str) -> AsyncIterator[None]:
+        """A deleted message's hold: no extraction and no vectors meanwhile, but new turns still recorded."""
+        async with self.scheduler.hold(user, kind=EXTRACTION), (
+                self.semantic.paused(user) if self.semantic else nullcontext()):
             yield
 
     def _chat_deps(self, chat_model: Any) -> ChatDeps:

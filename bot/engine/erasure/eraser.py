@@ -88,7 +88,7 @@ class Eraser(JournalReplay):
 
     def __init__(
         self, storage: Storage, conversations: ConversationEraser | None, *, hold: Hold | None = None,
-        on_erase: Callable[[str], None] | None = None,
+        light_hold: Hold | None = None, on_erase: Callable[[str], None] | None = None,
         exclusive: Callable[[], AbstractAsyncContextManager] | None = None,
         notify: Callable[[str, str, int, str], None] | None = None,
     ) -> None:
@@ -99,7 +99,7 @@ class Eraser(JournalReplay):
         self.storage = storage
         self.conversations = conversations
         self.memories = MemoryRepository(storage.store)
-        self.holds = Holds(hold)
+        self.holds = Holds(hold, light_hold)
         self.steps = ErasureSteps(storage, conversations, self.memories, self.holds, notify)
         self.on_erase = on_erase or (lambda _user: None)
         self._exclusive = exclusive or _one_at_a_time()
@@ -192,8 +192,8 @@ class Eraser(JournalReplay):
         ids = {str(i) for i in message_ids}
         authors = sorted(set(authors))
         async with self._exclusive(), AsyncExitStack() as stack:
-            for user in authors:
-                await stack.enter_async_context(self.hold(user))
+            for user in authors:  # a light hold: their new messages are still recorded meanwhile
+                await stack.enter_async_context(self.holds.hold(user, light=True))
             quotes, learned, found = await self.steps.message_words(thread_id, ids, authors)
             if not (quotes or learned or found):
                 return MessageErasure(messages=0, pending_turns=0, memories=0)  # unknown IDs: nothing written

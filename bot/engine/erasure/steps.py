@@ -118,9 +118,9 @@ class ErasureSteps:
         recorded rule merged with whatever words are still left."""
         held = set(held)
         async with AsyncExitStack() as stack:
-            for user in authors:
+            for user in authors:  # light: extraction stops, their new messages are still recorded
                 if user not in held:
-                    await stack.enter_async_context(self.holds.hold(user))
+                    await stack.enter_async_context(self.holds.hold(user, light=True))
             quotes, learned, _ = await self.message_words(thread_id, ids, authors, recorded.key)
             quotes.merge(recorded)
             removed = 0
@@ -129,10 +129,10 @@ class ErasureSteps:
             pending = await self.storage.inbox.forget_messages(ids)
             memories = 0
             for user, keys in learned.items():
-                async with self.holds.hold(user):  # re-entrant: an author is held already
+                async with self.holds.hold(user, light=True):  # re-entrant: an author is held already
                     memories += await self.erase_keys(user, keys)
             for user in sorted(await self.memories.taught_by(ids)):  # memories other messages taught too
-                async with self.holds.hold(user):
+                async with self.holds.hold(user, light=True):
                     await mark_deleted_sources(self.memories, user, ids)
             if removed or pending or memories:
                 log.info("deleted messages erased from thread %s: %d stored messages, %d pending turns, %d memories",
@@ -170,7 +170,7 @@ class ErasureSteps:
         hit = {t.user_id for t in turns if self._redacted_turn(quotes, t, author)}
         hit |= await quoting_people(self.memories, quotes, among=(people | {t.user_id for t in turns}) - {author})
         for person in sorted(hit):
-            async with self.holds.hold(person):
+            async with self.holds.hold(person, light=True):
                 texts = {t.id: cut for t in await self.storage.inbox.every_turn()
                          if t.user_id == person and t.thread_id in threads
                          and (cut := self._redacted_turn(quotes, t, author))}

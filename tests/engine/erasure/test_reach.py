@@ -129,3 +129,23 @@ async def test_a_message_posted_before_the_index_existed_falls_back_to_the_full_
         await engine.messages_deleted("a", {POSTED})
         assert await answers(engine, "b") == ["Ann said [erased]."]  # found all the same
         assert {"t0", "t1", "t2", "b"} <= reads.threads  # by reading every thread, as before
+
+
+async def test_the_authors_new_messages_are_recorded_while_their_message_is_deleted(settings, monkeypatch):
+    async with running_engine(settings, ScriptedChatModel(repeating)) as engine:
+        await engine.reply("a", ann("a", POSTED), "I like tea_hold_canary")
+        await engine.scheduler.flush()
+        recorded: list[int] = []
+        forget = engine.storage.inbox.forget_messages
+
+        async def meanwhile(ids):  # Ann says something new while her old message is being erased
+            recorded.append(await engine.storage.inbox.record(
+                thread_id="a", user_id="1", author="Ann", human="I like rowing", ai="",
+                origin={"guild_id": "9", "channel_id": "a", "message_id": "1180000000000000009"}))
+            return await forget(ids)
+
+        monkeypatch.setattr(engine.storage.inbox, "forget_messages", meanwhile)
+        await engine.messages_deleted("a", {POSTED})
+        assert recorded and recorded[0] > 0  # recorded (a shared database refuses turns only during a wipe)
+        await engine.scheduler.flush()
+        assert [m.content for m in await engine.memories.list("1")] == ["I like rowing"]  # and learned
