@@ -14,7 +14,9 @@ restart, or pushed out of the cache) is handled the same as one that is:
   for the message: the same text is no edit either (``message_edited`` returns False, touching nothing).
 - ``MESSAGE_DELETE`` / ``MESSAGE_DELETE_BULK``: the messages leave the waiting turns, the conversation
   (with the bot's answers to them; a deleted bot reply leaves alone), any summary built from them, the
-  learning queue, and every memory learned only from them, with the files compacted as after a wipe.
+  learning queue, and every memory learned only from them (the files compacted in the batch's one
+  compaction). With ``/settings delete-replies on`` the bot then deletes its own replies to them on Discord
+  (every part of a split reply).
 - ``CHANNEL_DELETE`` / ``THREAD_DELETE``: that conversation is deleted, and the channel's own
   ``/settings instructions``.
 - ``GUILD_DELETE`` without ``unavailable`` (the bot was removed): the server's data is deleted after
@@ -89,17 +91,40 @@ class MessageEvents(commands.Cog):
 
     @commands.Cog.listener()
     async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
-        await self._deleted(payload.channel_id, {payload.message_id})
+        await self._deleted(payload.channel_id, payload.guild_id, {payload.message_id})
 
     @commands.Cog.listener()
     async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
-        await self._deleted(payload.channel_id, set(payload.message_ids))
+        await self._deleted(payload.channel_id, payload.guild_id, set(payload.message_ids))
 
-    async def _deleted(self, channel_id: int, message_ids: set[int]) -> None:
+    async def _deleted(self, channel_id: int, guild_id: int | None, message_ids: set[int]) -> None:
         try:
-            await self.engine.messages_deleted(str(channel_id), {str(i) for i in message_ids})
+            result = await self.engine.messages_deleted(str(channel_id), {str(i) for i in message_ids})
         except Exception:  # noqa: BLE001 - logged; the next delete is handled all the same
             log.exception("erasing %d deleted messages in channel %s failed", len(message_ids), channel_id)
+            return
+        if result.replies and guild_id is not None and (await self.engine.guild_policy(guild_id)).delete_replies:
+            await self._delete_replies(channel_id, result.replies)
+
+    async def _delete_replies(self, channel_id: int, reply_ids: tuple[str, ...]) -> None:
+        """``/settings delete-replies on``: the bot's own messages that answered the deleted ones go too.
+
+        The IDs are those the bot recorded for the parts it sent (``attach_sent``), so they are its own; a
+        cached message by anyone else is skipped all the same. Already deleted, or no longer allowed in the
+        channel: logged at DEBUG (nothing to do about it).
+        """
+        me = self.bot.user
+        channel = self.bot.get_partial_messageable(channel_id)
+        for reply_id in reply_ids:
+            cached = discord.utils.get(self.bot.cached_messages, id=int(reply_id))
+            if cached is not None and (me is None or cached.author.id != me.id):
+                continue
+            try:
+                await channel.get_partial_message(int(reply_id)).delete()
+            except (discord.NotFound, discord.Forbidden) as exc:
+                log.debug("could not delete reply %s in channel %s: %s", reply_id, channel_id, type(exc).__name__)
+            except discord.HTTPException as exc:
+                log.debug("deleting reply %s in channel %s failed: %s", reply_id, channel_id, exc.status)
 
     @commands.Cog.listener()
     async def on_guild_channel_delete(self, channel: discord.abc.GuildChannel) -> None:

@@ -8,7 +8,8 @@ can be bypassed and a role can lose the permission between the command's display
 What (each change is shown, confirmed with a button, then written to the audit log and the mod-log
 channel; every answer is ephemeral): channels and threads where the bot answers every message, channels
 where it ignores mentions, the server's instructions for the bot (added after the operator's persona),
-whether it learns here and uses memories here, the server's daily token budget and each member's (within
+whether it learns here and uses memories here, whether it deletes its reply to a message a member
+deleted (off by default), the server's daily token budget and each member's (within
 the operator's caps), the mod-log channel, ``reset`` (back to the operator's default) and ``show``.
 Bad input (another server's channel, a channel or thread the bot cannot see or post in, instructions
 over the cap, a budget over the cap) gets one clear sentence and changes nothing.
@@ -46,6 +47,7 @@ RESETTABLE = {
     "daily_tokens": "the server's daily token budget",
     "member_daily_tokens": "each member's daily token budget",
     "mod_log_channel": "the mod-log channel",
+    "delete_replies": "deleting my replies to deleted messages",
 }
 
 
@@ -194,6 +196,8 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
             if shown < len(personas):
                 listing += f"…and {len(personas) - shown} more."
             embed.add_field(name="Channel instructions (after the server's)", value=listing.strip(), inline=False)
+        embed.add_field(name="Deletes its reply when the message is deleted",
+                        value=_onoff(p.delete_replies) + src("delete_replies"))
         log_here = p.mod_log_channel if p.mod_log_channel and guild.get_channel_or_thread(int(p.mod_log_channel)) else None
         embed.add_field(name="Mod-log channel", value=(f"<#{log_here}>" if log_here else "none") + src("mod_log_channel"),
                         inline=False)
@@ -264,6 +268,15 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
                     else "Stop using memories in my replies in this server? (Nothing is deleted.)")
         await self._propose(interaction, question, set_field("use_memories", on),
                             lambda p: f"using memories: {_onoff(on)}")
+
+    @app_commands.command(name="delete-replies")
+    @app_commands.describe(on="When a member deletes a message I answered, delete my reply too (on) or keep it (off)")
+    async def delete_replies(self, interaction: discord.Interaction, on: bool) -> None:
+        """Choose whether I delete my reply when the message I answered is deleted."""
+        question = ("When a member deletes a message I answered, delete my reply to it too (every part of it)?"
+                    if on else "Keep my replies when the message I answered is deleted?")
+        await self._propose(interaction, question, set_field("delete_replies", on),
+                            lambda p: f"deleting my replies to deleted messages: {_onoff(on)}")
 
     @app_commands.command(name="budget")
     @app_commands.describe(tokens="Most tokens I may use in this server per UTC day")

@@ -194,18 +194,23 @@ class Holds:
     second time.
     """
 
-    def __init__(self, hold: Hold | None = None) -> None:
+    def __init__(self, hold: Hold | None = None, light: Hold | None = None) -> None:
         self._hold: Hold = hold or (lambda _user: nullcontext())
+        self._light: Hold = light or self._hold
         self._holding: dict[str, asyncio.Task | None] = {}  # person -> the task holding them through us
 
     @asynccontextmanager
-    async def hold(self, user: str) -> AsyncIterator[None]:
-        """Hold ``user`` for the duration (a no-op if this task holds them already)."""
+    async def hold(self, user: str, *, light: bool = False) -> AsyncIterator[None]:
+        """Hold ``user`` for the duration (a no-op if this task holds them already).
+
+        ``light``: stop their extraction only, without refusing their new turns (a deleted message: the
+        person goes on talking and being learned from meanwhile; see ``ExtractionScheduler.hold``).
+        """
         me = asyncio.current_task()
         if me is not None and self._holding.get(user) is me:
             yield
             return
-        async with self._hold(user):
+        async with (self._light if light else self._hold)(user):
             self._holding[user] = me
             try:
                 yield

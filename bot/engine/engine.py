@@ -39,6 +39,7 @@ from bot.engine.recall import SemanticIndex
 from bot.engine.recall.minilm import LocalMiniLM
 from bot.engine.state import Incoming, Quote, Speaker
 from bot.engine.stores import Storage
+from bot.engine.stores.locks import EXTRACTION
 from bot.metrics import Metrics
 from bot.settings import Settings
 
@@ -107,7 +108,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                                  outages=self.outages, observer=self.metrics.observer(),
                                  drop_answer=self.conversations.drop_answer,
                                  drop_messages=self.conversations.erase_messages)
-        self.eraser = Eraser(storage, self.conversations, hold=self._hold,
+        self.eraser = Eraser(storage, self.conversations, hold=self._hold, light_hold=self._light_hold,
                              on_erase=self.runner.inflight.mark_erased, exclusive=self.locks.erasures,
                              notify=self.scheduler.notify)
         self.changes = DiscordChanges(storage=storage, conversations=self.conversations, eraser=self.eraser,
@@ -126,6 +127,13 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
     async def _hold(self, user: str) -> AsyncIterator[None]:
         """An erasure's hold on a person: no extraction, and no memory vectors written meanwhile."""
         async with self.scheduler.hold(user), (self.semantic.paused(user) if self.semantic else nullcontext()):
+            yield
+
+    @asynccontextmanager
+    async def _light_hold(self, user: str) -> AsyncIterator[None]:
+        """A deleted message's hold: no extraction and no vectors meanwhile, but new turns still recorded."""
+        async with self.scheduler.hold(user, kind=EXTRACTION), (
+                self.semantic.paused(user) if self.semantic else nullcontext()):
             yield
 
     def _chat_deps(self, chat_model: Any) -> ChatDeps:
@@ -175,6 +183,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         await asyncio.gather(*self._background, return_exceptions=True)
         if self._started:
             await self.scheduler.close()
+        await self.eraser.close()  # the compaction small removals still owe (else the next start runs it)
         if self.semantic is not None:
             await self.semantic.drain()
         for close in self.closing:
@@ -182,8 +191,8 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         self.closing.clear()
 
     def idle(self) -> bool:
-        """No erasure running (turns are the Discord side's to report)."""
-        return self.eraser.active == 0 and self.changes.active == 0
+        """No erasure running, nor a compaction it owes waiting (turns are the Discord side's to report)."""
+        return self.eraser.active == 0 and self.changes.active == 0 and not self.eraser.owed.waiting()
 
     # ---- turns
     async def turn(self, thread_id: str, incoming: list[Incoming], *,
@@ -237,6 +246,9 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         if not incoming:
             raise ValueError("a turn needs at least one message")
         timer = self.metrics.reply_timer()
+        quoted = [q.message_id for q in quotes if q.message_id]
+        if quoted:  # before the answer can repeat them: deleting one of them visits this thread too
+            await self.storage.reach.reached(thread_id, quoted)
         resolved = await self.policies.for_turn(incoming, quotes=quotes, server=policy)
         try:
             reply = await self.runner.answer(thread_id, incoming, resolved, on_delta=timer.wrap(on_delta),

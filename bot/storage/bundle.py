@@ -8,7 +8,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
 from bot.engine.stores import (
-    CrossProcessLocks, ErasureJournal, GuildSettingsStore, Inbox, Maintenance, PrefsStore, RemovedGuilds,
+    CrossProcessLocks, ErasureJournal, GuildSettingsStore, Inbox, Maintenance, MessageReach, PrefsStore, RemovedGuilds,
     SingleProcessLocks, UsageStore, VectorCache,
 )
 
@@ -32,5 +32,6 @@ class OpenStorage:
     removed_guilds: RemovedGuilds
     guild_settings: GuildSettingsStore
     erasures: ErasureJournal
+    reach: MessageReach
     locks: CrossProcessLocks = field(default_factory=SingleProcessLocks)
     transient_errors: tuple[type[BaseException], ...] = field(default=())

@@ -254,3 +254,74 @@ async def test_edit_delete_and_removal_on_every_backend(tmp_path, backend):
         await settle(r)
         assert await contents(r, ALICE) == [] and await humans(r) == []
         assert await r.engine.inbox.pending() == []
+
+
+def long_answer(call: Call):
+    """An answer longer than one Discord message (split into parts), so deleting it means every part."""
+    return default_script(call) if call.is_extraction or "Summarize" in call.messages[-1].text else "long " * 700
+
+
+DELETE_ROUTE = "/channels/{channel_id}/messages/{message_id}"
+
+
+async def test_with_delete_replies_on_every_part_of_the_bots_reply_goes_with_the_deleted_message(tmp_path):
+    from bot.engine import set_field
+
+    async with rig(tmp_path, ScriptedChatModel(long_answer)) as r:
+        kept = r.mentioning(BOB, "and mine")
+        said = r.mentioning(ALICE, "answer me at length")
+        await r.h.send_message(said)
+        parts = [c.response["id"] for c in r.h.sent_messages(GENERAL)]
+        assert len(parts) >= 2  # split at 2,000 characters
+        await r.h.send_message(kept)
+        bobs = [c.response["id"] for c in r.h.sent_messages(GENERAL)][len(parts):]
+        r.h.feed("MESSAGE_DELETE", delete(said))  # off by default: the reply stays on Discord
+        await settle(r)
+        assert r.h.calls_to("DELETE", DELETE_ROUTE) == []
+        await r.h.send_message(said)  # (asked again, answered again)
+        again = [c.response["id"] for c in r.h.sent_messages(GENERAL)][len(parts) + len(bobs):]
+        await r.engine.change_settings(GUILD_ID, set_field("delete_replies", True), by=str(ALICE["id"]))
+        r.h.feed("MESSAGE_DELETE", delete(said))
+        await settle(r)
+        deleted = [c.params["message_id"] for c in r.h.calls_to("DELETE", DELETE_ROUTE)]
+        assert sorted(deleted) == sorted(again)  # every part of the answer to it, nothing else (not Bob's)
+        assert all(c.params["channel_id"] == str(GENERAL) for c in r.h.calls_to("DELETE", DELETE_ROUTE))
+        assert await humans(r) == ["and mine"]
+
+
+async def test_a_reply_already_gone_or_not_deletable_is_logged_at_debug_and_nothing_breaks(tmp_path, caplog):
+    from bot.engine import set_field
+
+    async with rig(tmp_path, ScriptedChatModel(long_answer)) as r:
+        await r.engine.change_settings(GUILD_ID, set_field("delete_replies", True), by=str(ALICE["id"]))
+        said = r.mentioning(ALICE, "answer me at length")
+        await r.h.send_message(said)
+        parts = [c.response["id"] for c in r.h.sent_messages(GENERAL)]
+
+        def refuse(call):
+            if call.params["message_id"] == str(parts[0]):
+                raise dh.http_error(404, 10008, "Unknown Message")
+            raise dh.http_error(403, 50013, "Missing Permissions")
+
+        r.h.on("DELETE", DELETE_ROUTE, refuse)
+        with caplog.at_level("DEBUG", logger="cogs.message_events"):
+            r.h.feed("MESSAGE_DELETE", delete(said))
+            await settle(r)
+        assert len(r.h.calls_to("DELETE", DELETE_ROUTE)) == len(parts)  # each tried, none crashed the rest
+        records = [rec for rec in caplog.records if rec.name == "cogs.message_events" and "reply" in rec.getMessage()]
+        assert records and all(rec.levelname == "DEBUG" for rec in records)
+        await r.h.send_message(r.mentioning(BOB, "still here"))
+        assert r.h.sent_messages(GENERAL)[-1].content.startswith("long")
+
+
+async def test_settings_show_and_reset_delete_replies(tmp_path):
+    from bot.engine import reset, set_field
+
+    async with rig(tmp_path) as r:
+        assert (await r.engine.guild_policy(GUILD_ID)).delete_replies is False  # off by default
+        await r.engine.change_settings(GUILD_ID, set_field("delete_replies", True), by="1")
+        policy = await r.engine.guild_policy(GUILD_ID)
+        assert policy.delete_replies and policy.sources["delete_replies"] == "server"
+        await r.engine.change_settings(GUILD_ID, reset("delete_replies"), by="1")
+        policy = await r.engine.guild_policy(GUILD_ID)
+        assert not policy.delete_replies and policy.sources["delete_replies"] == "operator"

@@ -160,6 +160,26 @@ class ConversationEraser:
         summary = bool(values.get("summary")) and bool(message_ids & set(values.get("summary_sources") or []))
         return texts, bool(texts or replies or summary)
 
+    async def speakers(self, thread_id: str) -> set[str]:
+        """Who has messages in a thread (read only: whose memories a quote there may have reached)."""
+        messages = (await self._values(thread_id)).get("messages", [])
+        return {str(m.additional_kwargs.get("author_id")) for m in messages
+                if isinstance(m, HumanMessage) and m.additional_kwargs.get("author_id")}
+
+    async def replies_to(self, thread_id: str, message_ids: set[str]) -> list[str]:
+        """The Discord IDs of the bot's messages that carry its stored answers to these messages (every part
+        of an answer split at Discord's length), in thread order; read only. The bot's own messages among
+        ``message_ids`` are not answers to them and are left out."""
+        messages = (await self._values(thread_id)).get("messages", [])
+        hit = {m.id for m in messages if isinstance(m, HumanMessage)
+               and str(m.additional_kwargs.get("message_id", "")) in message_ids}
+        answers = set(with_answers(messages, hit)) - hit
+        out: list[str] = []
+        for m in messages:
+            if m.id in answers and isinstance(m, AIMessage):
+                out += [str(i) for i in m.additional_kwargs.get("discord_ids", []) if str(i) not in message_ids]
+        return list(dict.fromkeys(out))
+
     async def erase_messages(self, thread_id: str, message_ids: set[str]) -> tuple[int, list[str]]:
         """Remove Discord messages from a thread: people's messages with the answers to them, and bot replies.
 

@@ -45,11 +45,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import AsyncIterator, Awaitable, Callable, Iterable, TypeVar
 
 from bot.engine.concurrency import Hold, Holds
 from bot.engine.erasure.conversations import ConversationEraser
+from bot.engine.erasure.compaction import OwedCompaction
 from bot.engine.erasure.jobs import EDIT, GUILD, MEMORIES, MESSAGES, PERSON, QUOTES, THREAD, counted
 from bot.engine.erasure.memories import memory_texts
 from bot.engine.erasure.quotes import QuoteRule
@@ -86,7 +88,7 @@ class Eraser(JournalReplay):
 
     def __init__(
         self, storage: Storage, conversations: ConversationEraser | None, *, hold: Hold | None = None,
-        on_erase: Callable[[str], None] | None = None,
+        light_hold: Hold | None = None, on_erase: Callable[[str], None] | None = None,
         exclusive: Callable[[], AbstractAsyncContextManager] | None = None,
         notify: Callable[[str, str, int, str], None] | None = None,
     ) -> None:
@@ -97,25 +99,29 @@ class Eraser(JournalReplay):
         self.storage = storage
         self.conversations = conversations
         self.memories = MemoryRepository(storage.store)
-        self.holds = Holds(hold)
+        self.holds = Holds(hold, light_hold)
         self.steps = ErasureSteps(storage, conversations, self.memories, self.holds, notify)
         self.on_erase = on_erase or (lambda _user: None)
         self._exclusive = exclusive or _one_at_a_time()
         self._running: set[int] = set()  # journal IDs being run by this process right now
         self._failures: dict[int, tuple[int, float]] = {}  # journal ID -> (failures, retry not before)
         self.active = 0  # erasures running right now
+        self.owed = OwedCompaction(self.compact_owed)  # small removals' one compaction, batched
+        self._resumed = False  # the first resume (start-up) pays any compaction a crash left owed
+        self._compact_failures: tuple[int, float] = (0, 0.0)  # failed compactions in a row, retry not before
 
     def hold(self, user: str) -> AbstractAsyncContextManager[None]:
         """Hold a person's extraction while their data changes (re-entrant; see :class:`Holds`)."""
         return self.holds.hold(user)
 
     @asynccontextmanager
-    async def _journaled(self, job_id: int) -> AsyncIterator[None]:
-        """Mark a journal row as run by this process for the duration, and finish it if the body succeeds."""
+    async def _journaled(self, job_id: int, *, compact_now: bool = False) -> AsyncIterator[None]:
+        """Mark a journal row as run by this process for the duration, and finish it if the body succeeds
+        (compacting at once with ``compact_now``, else owing the batch's compaction; see ``compaction``)."""
         self._running.add(job_id)
         try:
             yield
-            await self._finish(job_id)
+            await self._finish(job_id, compact_now=compact_now)
         finally:
             self._running.discard(job_id)
 
@@ -149,7 +155,7 @@ class Eraser(JournalReplay):
             job_id = await self.storage.erasures.begin(kind=PERSON, user_id=user, guild_id=guild_id,
                                                        actor=by.kind if by else None, actor_id=by.id if by else None,
                                                        quotes=quotes.to_bytes())
-            async with self._journaled(job_id):
+            async with self._journaled(job_id, compact_now=True):  # "Done" only once no file holds the words
                 result = await self.steps.person(job_id, user, guild_id, by, quotes)
         return result
 
@@ -186,8 +192,8 @@ class Eraser(JournalReplay):
         ids = {str(i) for i in message_ids}
         authors = sorted(set(authors))
         async with self._exclusive(), AsyncExitStack() as stack:
-            for user in authors:
-                await stack.enter_async_context(self.hold(user))
+            for user in authors:  # a light hold: their new messages are still recorded meanwhile
+                await stack.enter_async_context(self.holds.hold(user, light=True))
             quotes, learned, found = await self.steps.message_words(thread_id, ids, authors)
             if not (quotes or learned or found):
                 return MessageErasure(messages=0, pending_turns=0, memories=0)  # unknown IDs: nothing written
@@ -275,17 +281,64 @@ class Eraser(JournalReplay):
         learned there go (judged over all of a memory's sources, as a moderator purge of that server is).
         Journaled. Returns how many memories were erased.
         """
-        memories = await self._simple(GUILD, lambda: self.steps.guild(str(guild_id)), guild_id=str(guild_id))
+        memories = await self._simple(GUILD, lambda: self.steps.guild(str(guild_id)), guild_id=str(guild_id),
+                                      compact_now=True)
         log.info("deleted what was kept from server %s: %d memories", guild_id, memories)
         return memories
 
-    async def _simple(self, kind: str, step: Callable[[], Awaitable[T]], **row: str) -> T:
+    async def _simple(self, kind: str, step: Callable[[], Awaitable[T]], *, compact_now: bool = False,
+                      **row: str) -> T:
         """Journal a removal named by IDs only, run its step, finish the row."""
         async with self._exclusive():
             job_id = await self.storage.erasures.begin(kind=kind, user_id="", **row)
-            async with self._journaled(job_id):
+            async with self._journaled(job_id, compact_now=compact_now):
                 return await step()
 
-    async def _finish(self, job_id: int) -> None:
+    # ---- the one compaction of a job (see ``erasure/compaction.py``)
+    async def _finish(self, job_id: int, *, compact_now: bool = False) -> None:
+        """The job's steps are done: record the compaction it owes, drop its row, then compact now or later.
+
+        The debt is written before the row goes, so a crash between them leaves something that compacts;
+        the compaction comes after the row is gone, so its quote hashes leave no page behind either.
+        Called with the erasure lock held.
+        """
+        await self._owe()
         await self.storage.erasures.finish(job_id)
-        await self.storage.maintenance.compact()  # the journal row (quote hashes) leaves no page behind
+        if compact_now:
+            await self._compact()
+        else:
+            self.owed.due()
+
+    async def _owe(self) -> None:
+        await self.storage.erasures.owe_compaction()
+
+    async def _compact(self) -> None:
+        """One compaction, paying every debt recorded before it (with the erasure lock held)."""
+        self.owed.paid()
+        try:
+            await self.storage.maintenance.compact()
+        except Exception:
+            failures = self._compact_failures[0] + 1
+            self._compact_failures = (failures, time.monotonic() + min(300.0, 5.0 * 2 ** (failures - 1)))
+            raise
+        self._compact_failures = (0, 0.0)
+        await self.storage.erasures.compaction_paid()  # (a row with no text or hashes: nothing left to hide)
+
+    async def compact_owed(self) -> bool:
+        """Run the compaction small removals owe, if any (the batch's timer, shutdown, start-up, the
+        poll); return whether one ran. Under the erasure lock: no job finishes halfway through it."""
+        async with self._exclusive():
+            if await self.storage.erasures.compaction_owed() is None:
+                self.owed.paid()
+                return False
+            await self._compact()
+            return True
+
+    async def close(self) -> None:
+        """Stop the batch's timer and pay what is owed now (else the next start does)."""
+        await self.owed.close()
+        try:
+            await self.compact_owed()
+        except Exception as exc:  # noqa: BLE001 - the debt stays in the journal for the next start
+            log.warning("the owed compaction could not run at shutdown (%s); the next start runs it",
+                        type(exc).__name__)

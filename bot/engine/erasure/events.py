@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import Awaitable, Callable
 
 from langchain_core.messages import HumanMessage
@@ -70,7 +71,9 @@ class DiscordChanges:
         ids = {str(i) for i in message_ids}
         async with self._one_at_a_time:
             authors = await self.authors_in_thread(thread_id, ids)
-            return await self.eraser.erase_messages(thread_id, ids, authors=authors)
+            replies = await self.conversations.replies_to(thread_id, ids)  # before the answers go
+            result = await self.eraser.erase_messages(thread_id, ids, authors=authors)
+            return replace(result, replies=tuple(replies))
 
     async def forget_thread(self, thread_id: str) -> bool:
         """Its channel or thread was deleted: delete the stored conversation and its pending turns."""

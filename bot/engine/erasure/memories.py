@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Iterable
 
 from langgraph.store.base import Item, PutOp
 
@@ -199,12 +200,13 @@ async def redact_memory_keys(repo: MemoryRepository, rule: QuoteRule, user: str)
     return changed
 
 
-async def quoting_people(repo: MemoryRepository, rule: QuoteRule) -> set[str]:
-    """The people whose memories or change log copy a run of the erased words (read only)."""
+async def quoting_people(repo: MemoryRepository, rule: QuoteRule, among: Iterable[str] | None = None) -> set[str]:
+    """The people whose memories or change log copy a run of the erased words (read only); only those
+    ``among`` when given (a deleted message: the people of the threads it reached), else everyone."""
     found: set[str] = set()
     if not rule:
         return found
-    for user in await people(repo):
+    for user in (sorted(set(among)) if among is not None else await people(repo)):
         items = await repo.items(namespace(user)) + await repo.items(history_namespace(user))
         if any(rule.quotes(str(v)) for i in items for k, v in (i.value or {}).items()
                if k in ("content", "before", "after") and isinstance(v, str)):

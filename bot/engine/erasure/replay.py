@@ -1,7 +1,7 @@
 """Running the erasure journal again: what a crash, another process's request or a failure left.
 
 A mixin of :class:`~bot.engine.erasure.eraser.Eraser`, which sets the attributes annotated here and
-provides ``hold``, ``words_of`` and ``_finish``. Every
+provides ``hold``, ``words_of``, ``_finish`` and ``compact_owed``. Every
 step of every job is idempotent, so a job runs again from its start; each kind of job knows what its
 row names (IDs, the quote rule's keyed hashes, an edit's new text) and nothing else.
 """
@@ -14,6 +14,7 @@ import time
 from contextlib import AbstractAsyncContextManager
 from typing import Callable
 
+from bot.engine.erasure.compaction import OwedCompaction
 from bot.engine.erasure.jobs import EDIT, GUILD, MEMORIES, MESSAGES, QUOTES, THREAD, counted
 from bot.engine.erasure.quotes import QuoteRule
 from bot.engine.erasure.steps import ErasureSteps
@@ -33,6 +34,9 @@ class JournalReplay:
     _failures: dict[int, tuple[int, float]]
     _exclusive: Callable[[], AbstractAsyncContextManager]
     on_erase: Callable[[str], None]
+    owed: OwedCompaction
+    _resumed: bool
+    _compact_failures: tuple[int, float]  # (failures in a row, retry not before: monotonic)
 
     async def resume(self) -> int:
         """Finish every erasure in the journal that this process is not already running: those a crash
@@ -59,7 +63,27 @@ class JournalReplay:
             if ran:
                 done += 1
                 log.info("finished erasure %d (user %s) left in the journal", job.id, job.user_id)
+        since = await self.storage.erasures.compaction_owed()
+        if since is not None and self._compaction_due(since, now):
+            try:
+                if await self.compact_owed():
+                    log.info("ran the compaction an earlier erasure left owed")
+            except Exception:  # noqa: BLE001 - stays owed; retried with a growing pause
+                log.exception("the owed compaction failed; it stays recorded and will be retried")
+        self._resumed = True
         return done
+
+    def _compaction_due(self, since: float, now: float) -> bool:
+        """Whether this round pays the compaction owed: at start-up (a crash left it); not while this
+        process's batch timer will, nor before a failure's pause is over; after a failure (a wipe's
+        compaction a reader blocked); or once it waited longer than any batch does (its timer died with
+        another process)."""
+        if not self._resumed:
+            return True
+        failures, not_before = self._compact_failures
+        if now < not_before or self.owed.waiting():
+            return False
+        return failures > 0 or time.time() - since >= self.owed.most
 
     @counted
     async def run_job(self, job: ErasureJob) -> bool:
@@ -104,8 +128,9 @@ class JournalReplay:
                 await self.steps.thread(subject["thread"])
             else:
                 await self.steps.guild(str(job.guild_id))
-            await self._finish(job.id)
+            await self._finish(job.id, compact_now=job.kind == GUILD)
             return
+
         if job.kind == QUOTES:
             await self.steps.cut_quotes(QuoteRule.from_bytes(job.quotes or b""), job.user_id or None)
             await self._finish(job.id)
@@ -123,4 +148,4 @@ class JournalReplay:
                 quotes = await self.words_of(job.user_id, job.guild_id, recorded.key)
                 quotes.merge(recorded)
             await self.steps.person(job.id, job.user_id, job.guild_id, by, quotes)
-            await self._finish(job.id)
+            await self._finish(job.id, compact_now=True)

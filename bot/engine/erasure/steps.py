@@ -1,7 +1,8 @@
 """The steps of an erasure, each idempotent: run once, or again after a crash, to the same end.
 
-:class:`bot.engine.erasure.eraser.Eraser` is the door (the journal, the order, the holds); these are what it
-does behind it, one method per kind of removal plus the quote rule's sweep over everything else.
+:class:`bot.engine.erasure.eraser.Eraser` is the door (the journal, the order, the holds, and the job's one
+compaction, after its last step: ``erasure/compaction.py``); these are what it does behind it, one method per
+kind of removal plus the quote rule's sweep over everything else. No step compacts.
 
 Derived data goes with what it was derived from: every memory a step erases, cuts back or redacts also
 loses its cached vector row (the embedding and the text digest, ``VectorCache.delete``), in the same step;
@@ -47,6 +48,9 @@ class MessageErasure:
     pending_turns: int
     memories: int
     quotes: int = 0
+    # The Discord IDs of the bot's own messages that carried its answers to the deleted messages (every
+    # part of a split answer), read before they were erased: for ``/settings delete-replies``.
+    replies: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,9 +118,9 @@ class ErasureSteps:
         recorded rule merged with whatever words are still left."""
         held = set(held)
         async with AsyncExitStack() as stack:
-            for user in authors:
+            for user in authors:  # light: extraction stops, their new messages are still recorded
                 if user not in held:
-                    await stack.enter_async_context(self.holds.hold(user))
+                    await stack.enter_async_context(self.holds.hold(user, light=True))
             quotes, learned, _ = await self.message_words(thread_id, ids, authors, recorded.key)
             quotes.merge(recorded)
             removed = 0
@@ -125,30 +129,70 @@ class ErasureSteps:
             pending = await self.storage.inbox.forget_messages(ids)
             memories = 0
             for user, keys in learned.items():
-                async with self.holds.hold(user):  # re-entrant: an author is held already
+                async with self.holds.hold(user, light=True):  # re-entrant: an author is held already
                     memories += await self.erase_keys(user, keys)
             for user in sorted(await self.memories.taught_by(ids)):  # memories other messages taught too
-                async with self.holds.hold(user):
+                async with self.holds.hold(user, light=True):
                     await mark_deleted_sources(self.memories, user, ids)
             if removed or pending or memories:
-                await self.storage.maintenance.compact()
                 log.info("deleted messages erased from thread %s: %d stored messages, %d pending turns, %d memories",
                          thread_id, removed, pending, memories)
         author = authors[0] if len(authors) == 1 else None
-        redacted = await self.cut_quotes(quotes, author) if quotes else 0
+        redacted = 0
+        if quotes:
+            reached = await self.reached(thread_id, ids)
+            redacted = await (self.cut_quotes(quotes, author) if reached is None
+                              else self.cut_quotes_in(reached, quotes, author))
+        await self.storage.reach.forget(ids)  # last: a rerun after a crash still finds where they went
         return MessageErasure(messages=removed, pending_turns=pending, memories=memories, quotes=redacted)
+
+    async def reached(self, thread_id: str, ids: set[str]) -> set[str] | None:
+        """The threads deleted messages' text reached (where they were posted, and every thread the index
+        recorded); None when one of them was posted before the index was complete (or its ID tells no
+        date): then every thread and person is searched, as before the index."""
+        since = await self.storage.reach.since()
+        if since > 0 and any((posted_at(i) or 0.0) < since for i in ids):
+            return None
+        return {thread_id} | await self.storage.reach.threads_of(ids)
+
+    async def cut_quotes_in(self, threads: set[str], quotes: QuoteRule, author: str | None) -> int:
+        """The quote rule over the threads a deleted message reached only: their messages but ``author``'s,
+        the bot's answers, their summaries, their queued turns, and the memories of the people in them (who
+        could have learned the words there). Each person whose turns or memories quote it is held while
+        theirs change, as in :meth:`cut_quotes_in_learning`."""
+        redacted = 0
+        people: set[str] = set()
+        for t in sorted(threads):
+            if self.conversations is not None:
+                redacted += await self.conversations.cut_quotes_in_thread(t, quotes, keep_author=author)
+                people |= await self.conversations.speakers(t)
+        turns = [t for t in await self.storage.inbox.every_turn() if t.thread_id in threads]
+        hit = {t.user_id for t in turns if self._redacted_turn(quotes, t, author)}
+        hit |= await quoting_people(self.memories, quotes, among=(people | {t.user_id for t in turns}) - {author})
+        for person in sorted(hit):
+            async with self.holds.hold(person, light=True):
+                texts = {t.id: cut for t in await self.storage.inbox.every_turn()
+                         if t.user_id == person and t.thread_id in threads
+                         and (cut := self._redacted_turn(quotes, t, author))}
+                await self.storage.inbox.rewrite_turns(texts)
+                redacted += len(texts)
+                if person != author:
+                    keys = await redact_memory_keys(self.memories, quotes, person)
+                    await self.drop_vectors(person, keys)
+                    redacted += len(keys)
+        return redacted
 
     async def thread(self, thread_id: str) -> bool:
         gone = await self.conversations.erase_thread(thread_id) if self.conversations is not None else False
-        pending = await self.storage.inbox.forget_thread(thread_id)
-        if gone or pending:
-            await self.storage.maintenance.compact()
+        await self.storage.inbox.forget_thread(thread_id)
+        await self.storage.reach.forget_thread(thread_id)
         return gone
 
     async def guild(self, guild_id: str) -> int:
         if self.conversations is not None:
             for thread_id in await self.conversations.threads_of_guild(guild_id):
                 await self.conversations.erase_thread(thread_id)
+                await self.storage.reach.forget_thread(thread_id)
         await self.storage.inbox.forget_guild(guild_id)
         memories = 0
         for user in await people(self.memories):
@@ -156,7 +200,6 @@ class ErasureSteps:
                 erased = await erase_memories(self.memories, user, guild_id=guild_id)
                 await self.drop_vectors(user, erased.keys)
                 memories += erased.deleted
-        await self.storage.maintenance.compact()
         return memories
 
     async def person(
@@ -169,7 +212,6 @@ class ErasureSteps:
         erased = await erase_memories(self.memories, user, guild_id=guild_id, record=by, record_key=f"erasure-{job_id}")
         await self.drop_vectors(user, erased.keys)  # (erase_person_rows dropped them all already; a rerun too)
         redacted += await self.cut_quotes_in_learning(quotes, user)
-        await self.storage.maintenance.compact()
         return ErasureResult(memories=erased.deleted, pending_turns=pending, messages=messages,
                              reduced=erased.reduced, quotes=redacted)
 
@@ -178,7 +220,6 @@ class ErasureSteps:
         if self.conversations is not None:
             _, redacted = await self.conversations.erase_author(None, quotes=quotes, keep_author=author)
         redacted += await self.cut_quotes_in_learning(quotes, author)
-        await self.storage.maintenance.compact()
         return redacted
 
     async def cut_quotes_in_learning(self, quotes: QuoteRule, author: str | None) -> int:
@@ -326,6 +367,15 @@ class ErasureSteps:
 
 
 ORIGIN_FIELDS = ("guild_id", "channel_id", "message_id")
+DISCORD_EPOCH_MS = 1420070400000
+
+
+def posted_at(message_id: str) -> float | None:
+    """When a Discord message was posted (epoch seconds, from its snowflake ID); None: not a Discord ID."""
+    try:
+        return ((int(message_id) >> 22) + DISCORD_EPOCH_MS) / 1000
+    except ValueError:
+        return None
 
 
 def _origin_of(memories: list[StoredMemory], message_id: str) -> dict[str, str]:

@@ -13,7 +13,7 @@ from bot.engine.erasure.conversations import ConversationEraser
 from bot.engine.erasure.departures import absent_at_ready, servers_with_data
 from bot.engine.erasure.eraser import Eraser
 from bot.engine.erasure.events import DiscordChanges
-from bot.engine.erasure.steps import ErasureResult
+from bot.engine.erasure.steps import ErasureResult, MessageErasure
 from bot.engine.memories.records import Actor
 from bot.engine.memories.repository import MemoryRepository
 from bot.metrics import Metrics
@@ -34,9 +34,10 @@ class ChangeVerbs:
         nothing touched, when that is what it stored (not an edit); ``edited_at``: see ``erasure.events``."""
         return await self.changes.edit_message(thread_id, message_id, text, edited_at=edited_at)
 
-    async def messages_deleted(self, thread_id: str, message_ids: set[str]) -> None:
-        """Messages were deleted on Discord: they go everywhere (see ``erasure``)."""
-        await self.changes.forget_messages(thread_id, message_ids)
+    async def messages_deleted(self, thread_id: str, message_ids: set[str]) -> MessageErasure:
+        """Messages were deleted on Discord: they go everywhere (see ``erasure``). The result names, in
+        ``replies``, the bot's own Discord messages that answered them (for ``/settings delete-replies``)."""
+        return await self.changes.forget_messages(thread_id, message_ids)
 
     async def channel_deleted(self, thread_id: str) -> None:
         """A channel or thread was deleted: its stored conversation goes."""

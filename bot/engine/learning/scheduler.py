@@ -256,16 +256,17 @@ class ExtractionScheduler:
         return changes
 
     @asynccontextmanager
-    async def hold(self, user_id: str) -> AsyncIterator[None]:
+    async def hold(self, user_id: str, *, kind: str = ERASURE) -> AsyncIterator[None]:
         """Keep a person's extraction stopped for the duration (an erasure), then resume what is left.
 
         Timers are cancelled and the person's lock is held throughout, so no extraction reads the data
         being erased; afterwards their remaining pending turns (other servers, after a purge) are
-        scheduled again.
+        scheduled again. ``kind`` ``EXTRACTION`` (a deleted message) excludes extraction only: on a shared
+        database the person's new turns are still recorded meanwhile (an ``ERASURE`` claim refuses them).
         """
         for key in [k for k in self._timers if k[1] == user_id]:
             self._timers.pop(key).cancel()
-        async with self.locks.person(user_id, kind=ERASURE, wait=True):
+        async with self.locks.person(user_id, kind=kind, wait=True):
             yield
         for scope, _user in await self._pending_by_scope(user_id):
             self._schedule(scope, user_id, self.quiet_seconds)

@@ -79,6 +79,9 @@ class GuildPolicy:
     sources: dict[str, str] = field(default_factory=dict)  # setting name -> SERVER or OPERATOR
     version: int = 0
     channel_personas: dict[str, str] = field(default_factory=dict)  # channel ID -> that channel's instructions
+    # Off by default: the bot's replies are Discord messages people may have read and answered; a server's
+    # admins may choose that a member deleting a message also takes the bot's reply to it off Discord.
+    delete_replies: bool = False
 
     def persona_for(self, channel_id: Any = None, parent_id: Any = None) -> str:
         """The instructions for a message here: the server's, then its channel's (a thread or forum post
@@ -125,6 +128,7 @@ def resolve(stored: ServerSettings | None, defaults: OperatorDefaults, guild_id:
         sources=sources,
         version=s.version,
         channel_personas=dict(s.channel_personas),
+        delete_replies=pick("delete_replies", s.delete_replies, False),
     )
 
 

@@ -33,12 +33,14 @@ from bot.engine.stores.inbox import Inbox, InboxTurn, PendingKey
 from bot.engine.stores.locks import ClaimLost, CrossProcessLocks, SingleProcessLocks
 from bot.engine.stores.maintenance import Maintenance
 from bot.engine.stores.prefs import PREF_FIELDS, Prefs, PrefsStore
+from bot.engine.stores.reach import MessageReach
 from bot.engine.stores.removed_guilds import RemovedGuilds
 from bot.engine.stores.usage import UsageRow, UsageStore
 from bot.engine.stores.vectors import VectorCache
 
 __all__ = [
     "ClaimLost", "CrossProcessLocks", "ErasureJob", "ErasureJournal", "SingleProcessLocks", "GuildSettingsStore", "Inbox", "InboxTurn", "PendingKey", "Maintenance",
+    "MessageReach",
     "PREF_FIELDS", "Prefs", "PrefsStore", "RemovedGuilds", "ServerSettings", "Storage", "StorageUnavailable", "UsageRow",
     "UsageStore", "VectorCache",
 ]
@@ -68,6 +70,7 @@ class Storage(Protocol):
     removed_guilds: RemovedGuilds
     guild_settings: GuildSettingsStore
     erasures: ErasureJournal
+    reach: MessageReach
     locks: CrossProcessLocks
     #: Errors that mean "the database is unreachable right now, try again later" (an outage, an exhausted
     #: pool), as opposed to a bug. Empty for SQLite, whose file is always there.

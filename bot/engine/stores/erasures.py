@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+OWED_COMPACTION = "compact"  # the kind of the one row recording a compaction owed (no IDs, no text)
+
 
 @dataclass(frozen=True)
 class ErasureJob:
@@ -46,7 +48,23 @@ class ErasureJournal(Protocol):
         ...
 
     async def unfinished(self) -> list[ErasureJob]:
-        """Erasures recorded and not yet finished, oldest first."""
+        """Erasures recorded and not yet finished, oldest first (an owed compaction is not one)."""
+        ...
+
+    async def owe_compaction(self) -> None:
+        """Record, durably, that finished erasures owe a compaction (one record however many owe).
+
+        Written before a finished job's row goes, so a crash before the compaction still compacts at
+        the next start (see ``bot.engine.erasure.compaction``). It holds no IDs, no text, no hashes.
+        """
+        ...
+
+    async def compaction_owed(self) -> float | None:
+        """When the compaction still owed was first owed (epoch seconds); None when nothing is owed."""
+        ...
+
+    async def compaction_paid(self) -> None:
+        """A compaction ran after everything owed (with the erasure lock held): forget the debt."""
         ...
 
     async def finish(self, job_id: int) -> None:

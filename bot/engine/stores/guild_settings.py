@@ -28,6 +28,7 @@ class ServerSettings:
     daily_tokens: int | None = None  # this server's daily token budget
     member_daily_tokens: int | None = None  # each member's daily token budget here
     mod_log_channel: str | None = None
+    delete_replies: bool | None = None  # delete the bot's reply on Discord when the message it answered is deleted
     version: int = 0  # 0: never stored
     updated_by: str = ""  # the admin's user ID
     updated_at: float = 0.0

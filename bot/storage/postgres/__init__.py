@@ -21,6 +21,7 @@ from bot.storage.bundle import OpenStorage
 from bot.storage.postgres.connection import POOL_LOGGER, PSYCOPG_LOGGER, Outages, check_reachable, describe, first_line, make_pool, password
 from bot.storage.postgres.db import PgDb
 from bot.storage.postgres.erasures import PostgresErasures
+from bot.storage.postgres.reach import PostgresReach
 from bot.storage.postgres.guild_settings import PostgresGuildSettings
 from bot.storage.postgres.inbox import PostgresInbox
 from bot.storage.postgres.locks import PostgresLocks
@@ -81,6 +82,7 @@ async def open_postgres(settings: Settings) -> AsyncIterator[OpenStorage]:
                 maintenance=PostgresMaintenance(saver, db),
                 guild_settings=guild_settings,
                 erasures=PostgresErasures(db),
+                reach=PostgresReach(db),
                 removed_guilds=PostgresRemovedGuilds(db),
                 locks=locks,
                 transient_errors=TRANSIENT_ERRORS,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from bot.engine.stores import ErasureJob
+from bot.engine.stores.erasures import OWED_COMPACTION as OWED
 from bot.storage.postgres.db import PgDb
 from bot.storage.shielding import shielded
 
@@ -45,8 +46,26 @@ class PostgresErasures:
 
     async def unfinished(self) -> list[ErasureJob]:
         async with self._db.connection() as conn:
-            cur = await conn.execute(f"SELECT {_COLS} FROM bot_erasures ORDER BY id")
+            cur = await conn.execute(f"SELECT {_COLS} FROM bot_erasures WHERE kind <> %s ORDER BY id", (OWED,))
             return [_job(r) for r in await cur.fetchall()]
+
+    @shielded
+    async def owe_compaction(self) -> None:
+        # Under the erasure lock (one writer of debts at a time, in every process): no race on the NOT EXISTS.
+        async with self._db.connection() as conn:
+            await conn.execute("INSERT INTO bot_erasures (kind, user_id, requested) SELECT %s, '', %s"
+                               " WHERE NOT EXISTS (SELECT 1 FROM bot_erasures WHERE kind = %s)",
+                               (OWED, time.time(), OWED))
+
+    async def compaction_owed(self) -> float | None:
+        async with self._db.connection() as conn:
+            cur = await conn.execute("SELECT MIN(requested) AS since FROM bot_erasures WHERE kind = %s", (OWED,))
+            return (await cur.fetchone())["since"]
+
+    @shielded
+    async def compaction_paid(self) -> None:
+        async with self._db.connection() as conn:
+            await conn.execute("DELETE FROM bot_erasures WHERE kind = %s", (OWED,))
 
     @shielded
     async def finish(self, job_id: int) -> None:

@@ -70,6 +70,14 @@ MIGRATIONS: list[list[str]] = [
     [  # 4: which embedder made each memory vector ('' for older rows: made again, bot.engine.stores.vectors)
         "ALTER TABLE bot_embeddings ADD COLUMN IF NOT EXISTS embedder TEXT NOT NULL DEFAULT ''",
     ],
+    [  # 5: where a message's text reached (bot.engine.stores.reach), IDs only; complete from 'reach_since'
+        "CREATE TABLE IF NOT EXISTS bot_message_reach (message_id TEXT NOT NULL, thread_id TEXT NOT NULL,"
+        " PRIMARY KEY (message_id, thread_id))",
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS bot_message_reach_thread ON bot_message_reach (thread_id)",
+        # A database in use before (its epoch exists) may hold reaches nobody recorded: complete only from now on.
+        "INSERT INTO bot_meta (key, value) SELECT 'reach_since', CASE WHEN EXISTS (SELECT 1 FROM bot_meta WHERE key = 'epoch')"
+        " THEN extract(epoch FROM now())::text ELSE '0' END ON CONFLICT (key) DO NOTHING",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -24,6 +24,7 @@ from bot.storage.sqlite import schema
 from bot.storage.sqlite.connection import LedgerDb, connect
 from bot.storage.sqlite.guild_settings import SqliteGuildSettings
 from bot.storage.sqlite.erasures import SqliteErasures
+from bot.storage.sqlite.reach import SqliteReach
 from bot.storage.sqlite.inbox import SqliteInbox
 from bot.storage.sqlite.lock import writer_lock
 from bot.storage.sqlite.maintenance import SqliteMaintenance
@@ -70,6 +71,7 @@ async def _open_files(settings: Settings, data_dir: Path) -> AsyncIterator[OpenS
         await store.setup()
         ledger = LedgerDb(ledger_conn)
         epoch = await schema.setup(ledger)
+        reach_since = await schema.reach_since(ledger)
         log.info("storage open in %s", data_dir)
         yield OpenStorage(
             backend="sqlite",
@@ -83,6 +85,7 @@ async def _open_files(settings: Settings, data_dir: Path) -> AsyncIterator[OpenS
             removed_guilds=SqliteRemovedGuilds(ledger),
             guild_settings=SqliteGuildSettings(ledger),
             erasures=SqliteErasures(ledger),
+            reach=SqliteReach(ledger, reach_since),
         )
     finally:
         cancelled = False

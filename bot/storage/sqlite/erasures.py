@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from bot.engine.stores import ErasureJob
+from bot.engine.stores.erasures import OWED_COMPACTION as OWED
 from bot.storage.shielding import shielded
 from bot.storage.sqlite.connection import LedgerDb
 
@@ -33,9 +34,26 @@ class SqliteErasures:
 
     async def unfinished(self) -> list[ErasureJob]:
         cur = await self._db.conn.execute(
-            "SELECT id, kind, user_id, guild_id, actor, actor_id, quotes, requested, subject FROM erasures ORDER BY id"
+            "SELECT id, kind, user_id, guild_id, actor, actor_id, quotes, requested, subject FROM erasures"
+            " WHERE kind <> ? ORDER BY id", (OWED,)
         )
         return [ErasureJob(*row) for row in await cur.fetchall()]
+
+    @shielded
+    async def owe_compaction(self) -> None:
+        async with self._db.tx() as db:
+            await db.execute("INSERT INTO erasures (kind, user_id, requested) SELECT ?, '', ?"
+                             " WHERE NOT EXISTS (SELECT 1 FROM erasures WHERE kind = ?)", (OWED, time.time(), OWED))
+
+    async def compaction_owed(self) -> float | None:
+        cur = await self._db.conn.execute("SELECT MIN(requested) FROM erasures WHERE kind = ?", (OWED,))
+        (since,) = await cur.fetchone()
+        return since
+
+    @shielded
+    async def compaction_paid(self) -> None:
+        async with self._db.tx() as db:
+            await db.execute("DELETE FROM erasures WHERE kind = ?", (OWED,))
 
     @shielded
     async def finish(self, job_id: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 from bot.storage.sqlite.connection import LedgerDb
@@ -61,6 +62,13 @@ CREATE TABLE IF NOT EXISTS guild_settings (
 -- The daily-budget query asks for one server's day (and pruning for old days).
 CREATE INDEX IF NOT EXISTS usage_guild_day ON usage (guild_id, day);
 CREATE INDEX IF NOT EXISTS usage_day ON usage (day);
+-- Where a message's text reached (bot.engine.stores.reach): IDs only.
+CREATE TABLE IF NOT EXISTS message_reach (
+    message_id TEXT NOT NULL,
+    thread_id TEXT NOT NULL,
+    PRIMARY KEY (message_id, thread_id)
+);
+CREATE INDEX IF NOT EXISTS message_reach_thread ON message_reach (thread_id);
 -- Erasures in progress (bot.engine.stores.erasures): no text, only keyed hashes of the erased words.
 CREATE TABLE IF NOT EXISTS erasures (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -92,7 +100,19 @@ async def setup(db: LedgerDb) -> str:
         cur = await db.conn.execute(f"PRAGMA table_info({table})")
         if column not in {row[1] for row in await cur.fetchall()}:
             await db.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+    # A ledger in use before (its epoch exists) may hold reaches nobody recorded: complete only from now on.
+    cur = await db.conn.execute("SELECT COUNT(*) FROM meta WHERE key='epoch'")
+    (used,) = await cur.fetchone()
+    await db.conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('reach_since', ?)",
+                          (str(time.time()) if used else "0",))
     await db.conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('epoch', ?)", (uuid.uuid4().hex,))
     cur = await db.conn.execute("SELECT value FROM meta WHERE key='epoch'")
     (epoch,) = await cur.fetchone()
     return epoch
+
+
+async def reach_since(db: LedgerDb) -> float:
+    """From when the message-reach index is complete (epoch seconds; 0: since the ledger was created)."""
+    cur = await db.conn.execute("SELECT value FROM meta WHERE key='reach_since'")
+    row = await cur.fetchone()
+    return float(row[0]) if row else 0.0

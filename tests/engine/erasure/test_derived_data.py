@@ -72,6 +72,8 @@ async def learned(engine, speaker: Speaker, text: str) -> tuple[str, bytes]:
 
 async def test_no_word_and_no_vector_byte_is_left_after_a_wipe_a_deletion_and_an_edit(settings):
     async with running_engine(settings, ScriptedChatModel(no_echo), embeddings=HashEmbeddings()) as engine:
+        engine.eraser.owed.quiet = 0.05  # (the batch's quiet period, short for the test)
+
         def alice(message_id: str) -> Speaker:
             return Speaker(user_id=ALICE, name="Alice", guild_id="9", channel_id="c", message_id=message_id)
 
@@ -92,6 +94,7 @@ async def test_no_word_and_no_vector_byte_is_left_after_a_wipe_a_deletion_and_an
         assert await engine.message_edited("c", "702", "I like editcanary_newt")
         await engine.scheduler.flush()
         await engine.semantic.drain()
+        await engine.eraser.owed.settle()  # the deletion's and the edit's one (batched) compaction
 
         contents = sorted(m.content for m in await engine.memories.list(ALICE))
         assert contents == ["I like editcanary_newt", "I like rowing"]
@@ -141,6 +144,8 @@ async def test_the_caps_drop_takes_the_dropped_memorys_vector(tmp_path, backend)
 
     settings = make_settings(tmp_path / "data", backend, memory={"max_per_person": 1})
     async with running_engine(settings, ScriptedChatModel(no_echo), embeddings=HashEmbeddings()) as engine:
+        engine.eraser.owed.quiet = 0.05  # (the batch's quiet period, short for the test)
+
         def alice(message_id: str) -> Speaker:
             return Speaker(user_id=ALICE, name="Alice", guild_id="9", channel_id="c", message_id=message_id)
 

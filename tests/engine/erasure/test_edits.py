@@ -60,7 +60,7 @@ async def test_an_edit_queued_again_and_then_crashed_is_not_queued_twice(setting
         await engine.scheduler.flush()
         finish = engine.eraser._finish
 
-        async def crash(_job_id):
+        async def crash(_job_id, **_kw):
             raise RuntimeError("killed before the row was finished")
 
         monkeypatch.setattr(engine.eraser, "_finish", crash)

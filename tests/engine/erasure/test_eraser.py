@@ -51,7 +51,7 @@ async def test_a_recorded_erasure_is_finished_when_the_engine_starts(settings):
         assert not [m for m in (await engine.thread_state("a"))["messages"] if isinstance(m, HumanMessage)]
 
 
-async def test_an_erasure_that_fails_stays_recorded_and_is_retried_later(settings, monkeypatch):
+async def test_an_erasure_whose_compaction_fails_is_not_done_and_the_compaction_is_retried(settings, monkeypatch):
     from bot.storage.sqlite.maintenance import CompactionIncomplete
 
     async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
@@ -59,20 +59,32 @@ async def test_an_erasure_that_fails_stays_recorded_and_is_retried_later(setting
         await engine.scheduler.flush()
         maintenance = engine.storage.maintenance
         real = maintenance.compact
+        calls: list[str] = []
 
-        async def blocked() -> None:
+        async def blocked() -> dict:
+            calls.append("blocked")
             raise CompactionIncomplete("a reader kept the log busy")
+
+        async def counted() -> dict:
+            calls.append("ran")
+            return await real()
 
         monkeypatch.setattr(maintenance, "compact", blocked)
         with pytest.raises(CompactionIncomplete):
             await engine.erase_person("1")  # the person is told it failed; it is not reported done
-        assert len(await engine.storage.erasures.unfinished()) == 1
+        assert await engine.storage.erasures.compaction_owed() is not None  # the debt is recorded
+        assert await engine.memories.list("1") == []  # (the rows are gone; only the compaction is owed)
+        engine.eraser._compact_failures = (1, 0.0)  # (skip the pause)
         assert await engine.eraser.resume() == 0  # still blocked: logged, kept, retried after a pause
-        monkeypatch.setattr(maintenance, "compact", real)
-        assert await engine.eraser.resume() == 0  # the pause is not over yet
-        engine.eraser._failures.clear()  # (skip the pause)
-        assert await engine.eraser.resume() == 1
-        assert await engine.storage.erasures.unfinished() == [] and await engine.memories.list("1") == []
+        assert calls == ["blocked", "blocked"]
+        monkeypatch.setattr(maintenance, "compact", counted)
+        await engine.eraser.resume()
+        assert calls == ["blocked", "blocked"]  # the pause after the second failure is not over yet
+        engine.eraser._compact_failures = (2, 0.0)  # (skip the pause)
+        await engine.eraser.resume()
+        assert calls == ["blocked", "blocked", "ran"]
+        assert await engine.storage.erasures.compaction_owed() is None
+        assert await engine.storage.erasures.unfinished() == []
 
 
 def _files_with(settings, needle: str) -> list[str]:

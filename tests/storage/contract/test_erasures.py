@@ -88,3 +88,18 @@ async def test_a_wipe_requested_from_another_process_is_completed_by_the_running
     assert [j.quotes for j in await second_process.erasures.unfinished()] == [QUOTES]
     await storage.erasures.finish(job)
     assert await second_process.erasures.unfinished() == []
+
+
+async def test_an_owed_compaction_is_one_durable_record_apart_from_the_jobs(open_again):
+    async with open_again() as storage:
+        assert await storage.erasures.compaction_owed() is None
+        job = await storage.erasures.begin(kind="messages", user_id="42", subject="{}")
+        await storage.erasures.owe_compaction()
+        await storage.erasures.owe_compaction()  # one record however many owe
+        await storage.erasures.finish(job)
+        assert await storage.erasures.unfinished() == []  # not an erasure to run again
+    async with open_again() as storage:  # a crash before the compaction: the debt is still there
+        since = await storage.erasures.compaction_owed()
+        assert isinstance(since, float) and since > 0
+        await storage.erasures.compaction_paid()
+        assert await storage.erasures.compaction_owed() is None
