@@ -124,6 +124,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"{name}: start-up {times} s", file=sys.stderr, flush=True)
             run["startup_detail"] = best
             rows.append((name, du_mb(site_packages(venvs[name])), run, ready))
+            print(f"{name}: {json.dumps(run)}", file=sys.stderr, flush=True)  # as it comes: the table waits for all
         print()
         print(f"| install | site-packages | embedder | RSS after {MESSAGES:,} replies / {CHANNELS} channels | peak (VmHWM) "
               f"| warm start-up to ready | replies with a query vector |")
