@@ -34,7 +34,21 @@ class ConnectionLost(psycopg.OperationalError):
     """The connection a request ran on broke under it (an outage, a restarted or failed-over server).
 
     An ``OperationalError`` like any outage; :func:`retried` requests run once more on a fresh connection.
+    ``pool`` is where it came from: its other idle connections are likely gone too.
     """
+
+    def __init__(self, message: str, pool: AsyncConnectionPool | None = None) -> None:
+        super().__init__(message)
+        self.pool = pool
+
+    async def sweep(self) -> None:
+        """Before the retry: test the pool's idle connections once (a round trip each, only now) and
+        replace the dead ones, so the retry does not meet another connection the same failure broke."""
+        if self.pool is not None:
+            try:
+                await self.pool.check()
+            except Exception as exc:  # noqa: BLE001 - the retry says what is wrong, if anything is
+                log.debug("checking the pool after a lost connection failed: %r", exc)
 
 
 @asynccontextmanager
@@ -51,7 +65,7 @@ async def lent(pool: AsyncConnectionPool, outages: Outages) -> AsyncIterator[Con
         if conn is None or conn.broken or conn.closed:
             outages.down(exc)
             if conn is not None:
-                raise ConnectionLost(str(exc)) from exc
+                raise ConnectionLost(str(exc), pool) from exc
         raise
 
 
@@ -70,6 +84,7 @@ def retried(method: Callable[Concatenate[S, P], Awaitable[T]]) -> Callable[Conca
         except ConnectionLost as exc:
             log.debug("%s: connection lost (%s); once more on a fresh connection", method.__qualname__,
                       str(exc).splitlines()[0] if str(exc) else "")
+            await exc.sweep()
         return await method(self, *args, **kwargs)
 
     return wrapper

@@ -45,6 +45,7 @@ class PostgresInbox:
         except ConnectionLost as exc:  # once more; the row's creation time says whether the first one landed
             log.debug("recording a turn: connection lost (%s); once more on a fresh connection",
                       str(exc).splitlines()[0] if str(exc) else "")
+            await exc.sweep()
         return await self._record(row, again=True)
 
     async def _record(self, row: dict, *, again: bool) -> int:

@@ -6,10 +6,13 @@ turn's later calls, the saver's and the store's included, run on that same conne
 the pool when the turn waits on the model (``waiting``) and when the turn ends, so no connection is held
 while nobody uses it and a process needs no more connections than turns doing storage work at once.
 
-Sharing is never waiting: a call that finds the turn's connection in use by another call of the same
-turn (LangGraph writes checkpoints in a task of its own, alongside the next node) takes a connection of
-its own from the pool, exactly as without a scope. So no call can wait for another that waits for it,
-and a transaction never takes in another call's statements.
+A call that finds the turn's connection in use by another call of the same turn (LangGraph writes
+checkpoints in a task of its own, alongside the next node) waits for it: one turn never holds two
+connections, so a pool smaller than the turns at once cannot deadlock with every turn holding one and
+waiting for a second. A call nested inside the one using it (same task) takes a pool connection of its
+own instead of waiting for itself; no storage call awaits another task's storage call while it holds a
+connection, so no call waits for one that waits for it. Calls run one at a time on the connection, so a
+transaction never takes in another call's statements.
 
 A connection is lent again only when it is as the pool would hand it out: open, not broken, idle, outside
 a transaction. One that is not (a statement cancelled half-way, a lost connection) goes back to the pool,
@@ -41,32 +44,51 @@ class TurnScope:
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self._pool = pool
         self._conn: psycopg.AsyncConnection | None = None
-        self._busy = False
+        self._holder: asyncio.Task | None = None  # the task using the connection right now
+        self._free = asyncio.Event()
+        self._free.set()
         self.paused = 0
         self.open = True
 
     def lendable(self) -> bool:
-        return self.open and not self.paused and not self._busy
+        return self.open and not self.paused
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
-        """The turn's connection (checked out on first use); the caller checked :meth:`lendable`."""
-        self._busy = True
+        """The turn's connection (checked out on first use), once the call using it is done; a pool
+        connection of the call's own when the turn pauses or ends meanwhile, or when the call is nested
+        in the one using it (the same task: it would wait for itself)."""
+        me = asyncio.current_task()
+        while self._holder is not None and self._holder is not me and self.lendable():
+            await self._free.wait()
+        if self._holder is not None or not self.lendable():
+            async with self._pool.connection() as conn:
+                yield conn
+            return
+        self._holder = me
+        self._free.clear()
         try:
             if self._conn is None:
                 self._conn = await self._pool.getconn()
             yield self._conn
         finally:
-            self._busy = False
+            self._holder = None
+            self._free.set()
             if self._conn is not None and (not reusable(self._conn) or not self.lendable()):
                 await self.give_back()
 
     async def give_back(self) -> None:
         """Return the connection to the pool (runs to its end even when the caller is cancelled)."""
-        if self._busy or self._conn is None:
+        if self._holder is not None or self._conn is None:
             return
         conn, self._conn = self._conn, None
         await asyncio.shield(self._pool.putconn(conn))
+
+    def stop_waiting(self) -> None:
+        """The turn paused or ended: calls waiting for its connection take their own."""
+        self._free.set()
+        if self._holder is not None:
+            self._free.clear()  # still in use; the waiters were woken and see the scope is not lendable
 
 
 #: The unit of work the current task belongs to (set by ``PostgresScopes.turn``).
@@ -75,7 +97,8 @@ CURRENT_SCOPE: contextvars.ContextVar[TurnScope | None] = contextvars.ContextVar
 
 @asynccontextmanager
 async def borrowed(pool: AsyncConnectionPool) -> AsyncIterator[psycopg.AsyncConnection]:
-    """A connection for one call: the turn's when it is free, else one of the call's own from the pool."""
+    """A connection for one call: the turn's when the call belongs to an open, unpaused turn, else one of
+    the call's own from the pool."""
     scope = CURRENT_SCOPE.get()
     if scope is not None and scope.lendable():
         async with scope.connection() as conn:
@@ -104,6 +127,7 @@ class PostgresScopes:
         finally:
             CURRENT_SCOPE.reset(token)
             scope.open = False
+            scope.stop_waiting()
             await scope.give_back()  # a call still using it gives it back when it is done
 
     @asynccontextmanager
@@ -114,6 +138,7 @@ class PostgresScopes:
             return
         scope.paused += 1
         try:
+            scope.stop_waiting()
             await scope.give_back()
             yield
         finally:
