@@ -9,11 +9,9 @@ from __future__ import annotations
 import asyncio
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from bot.engine.state import Speaker
-from tests.conftest import Backend, ScriptedChatModel, default_script, make_settings, running_engine
-from tests.fakes.tcp_proxy import TcpProxy
+from tests.conftest import ScriptedChatModel, default_script, make_settings, running_engine
 
 ADA = Speaker(user_id="42", name="Ada", guild_id="900", channel_id="7")
 MAX_CHECKOUTS = 8  # issue 22: at most 8 pool checkouts per answered turn
@@ -78,25 +76,20 @@ async def test_connections_cut_between_turns_are_recovered_without_a_liveness_qu
 async def test_a_connection_that_looks_open_but_is_gone_is_retried_once(tmp_path, pg_backend, monkeypatch):
     """A failed-over server leaves connections that look open until used: the first statement fails,
     runs once more on a fresh connection, and the person gets the answer."""
-    info = conninfo_to_dict(pg_backend.database_url)
-    proxy = TcpProxy(info.get("host") or "127.0.0.1", int(info.get("port") or 5432))
-    await proxy.up()
-    via_proxy = Backend("postgres", make_conninfo(pg_backend.database_url, host="127.0.0.1", port=str(proxy.port)))
-    settings = make_settings(tmp_path, via_proxy, storage={"pool_min_size": 2, "pool_max_size": 4})
-    try:
-        async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
-            await answered_turn(engine, "I like tea")
-            # What a look at the socket cannot see: connections that seem open (the check sees nothing).
-            monkeypatch.setattr("bot.storage.postgres.connection.still_open", lambda conn: None)
-            monkeypatch.setattr("bot.storage.postgres.locks.still_open", lambda conn: None)
-            await proxy.down()
-            await proxy.up()
-            reply = await engine.reply("t", ADA, "I like jam")
-            assert reply.text.endswith("I like jam")
-            await engine.runner.close()
-            await engine.scheduler.flush()
-            learned = sorted(m.content for m in await engine.memories.list("42"))
-            assert await engine.inbox.pending() == []
-    finally:
-        await proxy.down()
+    settings = make_settings(tmp_path, pg_backend, storage={"pool_min_size": 2, "pool_max_size": 4})
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await answered_turn(engine, "I like tea")
+        # What a look at the socket cannot see: connections that seem open (the check sees nothing).
+        monkeypatch.setattr("bot.storage.postgres.connection.still_open", lambda conn: None)
+        monkeypatch.setattr("bot.storage.postgres.locks.still_open", lambda conn: None)
+        with psycopg.connect(pg_backend.database_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                          " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        await asyncio.sleep(0.2)
+        reply = await asyncio.wait_for(engine.reply("t", ADA, "I like jam"), 30)
+        assert reply.text.endswith("I like jam")
+        await engine.runner.close()
+        await engine.scheduler.flush()
+        learned = sorted(m.content for m in await engine.memories.list("42"))
+        assert await engine.inbox.pending() == []
     assert learned == ["I like jam", "I like tea"], "each acknowledged turn learned exactly once"

@@ -154,6 +154,10 @@ class TurnRunner:
             turn.speaker = replace(turn.speaker, visibility=replace(turn.speaker.policy, use_memories=False))
         try:
             await self._run_locked(turn, tickets)
+        except BaseException as exc:  # the channel's lock could not be taken (the database is away)
+            if not turn.answered.done():  # the caller waits for an answer: it gets the failure instead
+                turn.answered.cancel() if isinstance(exc, asyncio.CancelledError) else turn.answered.set_exception(exc)
+            raise
         finally:
             await self._forget_erased(turn.thread_id, turn.incoming, tickets)
 

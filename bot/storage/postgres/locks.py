@@ -95,6 +95,8 @@ class PostgresLocks:
         async with self._connecting:
             if self._conn is not None:
                 try:
+                    if self._conn.closed or self._conn.broken:
+                        raise psycopg.OperationalError("the connection is closed")
                     still_open(self._conn)  # no query: a server that went away left something to read
                 except psycopg.OperationalError:
                     await self._conn.close()
