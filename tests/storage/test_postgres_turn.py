@@ -81,7 +81,6 @@ async def test_a_connection_that_looks_open_but_is_gone_is_retried_once(tmp_path
         await answered_turn(engine, "I like tea")
         # What a look at the socket cannot see: connections that seem open (the check sees nothing).
         monkeypatch.setattr("bot.storage.postgres.connection.still_open", lambda conn: None)
-        monkeypatch.setattr("bot.storage.postgres.locks.still_open", lambda conn: None)
         with psycopg.connect(pg_backend.database_url, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                           " WHERE datname = current_database() AND pid <> pg_backend_pid()")

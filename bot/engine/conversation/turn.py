@@ -157,7 +157,8 @@ class TurnRunner:
         except BaseException as exc:  # the channel's lock could not be taken (the database is away)
             if not turn.answered.done():  # the caller waits for an answer: it gets the failure instead
                 turn.answered.cancel() if isinstance(exc, asyncio.CancelledError) else turn.answered.set_exception(exc)
-            raise
+            if not isinstance(exc, Exception):  # handed to the caller; a cancel or an exit goes on
+                raise
         finally:
             await self._forget_erased(turn.thread_id, turn.incoming, tickets)
 

@@ -4,8 +4,8 @@ Channels: a session-level advisory lock per channel, taken on one dedicated conn
 the length of a turn. It is polled with ``pg_try_advisory_lock`` (never a blocking wait, which would hold
 a snapshot open) and costs two round trips a turn, on that connection (not the pool's). If that connection
 is lost (an outage) the server drops its locks; turns in flight keep their in-process lock and the next
-turn reconnects: a lock connection found closed before a turn is replaced, one lost under the lock request
-is replaced and asked once more.
+turn reconnects: a lock connection known broken is replaced, one lost under the lock request is replaced
+and asked once more.
 
 People: a claim is a row in ``bot_claims`` with an owner token and a lease. A live holder renews it every
 third of the lease; a process that dies stops renewing and its claim can be taken over once the lease has
@@ -37,7 +37,6 @@ from typing import AsyncIterator
 import psycopg
 
 from bot.engine.stores.locks import ERASURE, ClaimLost
-from bot.storage.postgres.connection import still_open
 from bot.storage.postgres.db import PgDb
 from bot.storage.shielding import run_through
 
@@ -93,15 +92,10 @@ class PostgresLocks:
 
     async def _lock_conn(self) -> psycopg.AsyncConnection:
         async with self._connecting:
-            if self._conn is not None:
-                try:
-                    if self._conn.closed or self._conn.broken:
-                        raise psycopg.OperationalError("the connection is closed")
-                    still_open(self._conn)  # no query: a server that went away left something to read
-                except psycopg.OperationalError:
-                    await self._conn.close()
-                    self._conn = None
-            if self._conn is None:
+            # Shared by every channel of the process, so often mid-statement: a look at its socket (the
+            # pool's check) would take another channel's answer for a closing server. Known broken, it is
+            # replaced; broken unknown, the lock request fails and is asked once more (_try_lock).
+            if self._conn is None or self._conn.closed or self._conn.broken:
                 self._conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
             return self._conn
 
