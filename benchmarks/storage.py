@@ -30,14 +30,17 @@ POOL_MAX = 6  # the default pool_max_size: two processes stay within a 20-connec
 SERVER = os.environ.get("MNEMO_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 
 
-def _settings(data_dir: Path, backend: str, dsn: str | None, pool_max: int = 10, sync: bool = True):
+def _settings(data_dir: Path, backend: str, dsn: str | None, pool_max: int = 10, sync: bool = True,
+              learning: bool = True):
     from pydantic import SecretStr
 
     from bot.settings import Settings
 
     settings = Settings.model_validate({
         "bot": {"data_dir": str(data_dir)},
-        "memory": {"extraction_quiet_seconds": 0.2, "extraction_after_messages": 5, "semantic": "off"},
+        # Without learning (the reply runs): extraction is off the reply path, and its checkouts are not a turn's.
+        "memory": {"extraction_quiet_seconds": 0.2 if learning else 3600,
+                   "extraction_after_messages": 5 if learning else 10_000, "semantic": "off"},
         "limits": {"cooldown_seconds": 0},
         "storage": {"backend": backend, "pool_min_size": 2, "pool_max_size": pool_max, "synchronous_commit": sync},
     })
@@ -100,7 +103,8 @@ async def reply_latency(backend: str, turns: int, sync: bool = True) -> tuple[li
                     checkouts += count() - before
             return times, checkouts / turns
 
-        return await _engine_run(_settings(Path(tempfile.mkdtemp()), backend, dsn, sync=sync), body)
+        return await _engine_run(_settings(Path(tempfile.mkdtemp()), backend, dsn, pool_max=POOL_MAX, sync=sync,
+                                           learning=False), body)
     finally:
         if name:
             drop_database(name)
