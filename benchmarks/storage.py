@@ -40,7 +40,7 @@ def _settings(data_dir: Path, backend: str, dsn: str | None, pool_max: int = 10,
         "bot": {"data_dir": str(data_dir)},
         # Without learning (the reply runs): extraction is off the reply path, and its checkouts are not a turn's.
         "memory": {"extraction_quiet_seconds": 0.2 if learning else 3600,
-                   "extraction_after_messages": 5 if learning else 10_000, "semantic": "off"},
+                   "extraction_after_messages": 5 if learning else 100, "semantic": "off"},
         "limits": {"cooldown_seconds": 0},
         "storage": {"backend": backend, "pool_min_size": 2, "pool_max_size": pool_max, "synchronous_commit": sync},
     })
