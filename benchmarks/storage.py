@@ -1,5 +1,6 @@
-"""Storage benchmark: reply overhead on PostgreSQL against SQLite, and turns per second with one and
-with two bot processes on one PostgreSQL database at 100 concurrent channels.
+"""Storage benchmark: pool checkouts per turn, reply overhead on PostgreSQL against SQLite, and turns
+per second with one and with two bot processes on one PostgreSQL database at 100 concurrent channels
+(with an instant model and with a 200 ms one).
 
     .venv/bin/python -m benchmarks.storage           # about 3 minutes
     .venv/bin/python -m benchmarks.storage --quick   # a smoke run
@@ -25,17 +26,21 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+POOL_MAX = 6  # the default pool_max_size: two processes stay within a 20-connection server (docs/operating.md)
 SERVER = os.environ.get("MNEMO_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 
 
-def _settings(data_dir: Path, backend: str, dsn: str | None, pool_max: int = 10, sync: bool = True):
+def _settings(data_dir: Path, backend: str, dsn: str | None, pool_max: int = 10, sync: bool = True,
+              learning: bool = True):
     from pydantic import SecretStr
 
     from bot.settings import Settings
 
     settings = Settings.model_validate({
         "bot": {"data_dir": str(data_dir)},
-        "memory": {"extraction_quiet_seconds": 0.2, "extraction_after_messages": 5, "semantic": "off"},
+        # Without learning (the reply runs): extraction is off the reply path, and its checkouts are not a turn's.
+        "memory": {"extraction_quiet_seconds": 0.2 if learning else 3600,
+                   "extraction_after_messages": 5 if learning else 100, "semantic": "off"},
         "limits": {"cooldown_seconds": 0},
         "storage": {"backend": backend, "pool_min_size": 2, "pool_max_size": pool_max, "synchronous_commit": sync},
     })
@@ -62,13 +67,13 @@ def drop_database(name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-async def _engine_run(settings, body):
+async def _engine_run(settings, body, latency: float = 0.0):
     from benchmarks.bench_model import BenchModel
     from bot.engine import ChatEngine
     from bot.storage import open_storage
 
     async with open_storage(settings) as storage:
-        engine = ChatEngine(settings=settings, storage=storage, chat_model=BenchModel())
+        engine = ChatEngine(settings=settings, storage=storage, chat_model=BenchModel(latency=latency))
         await engine.start()
         try:
             return await body(engine)
@@ -76,29 +81,36 @@ async def _engine_run(settings, body):
             await engine.close()
 
 
-async def reply_latency(backend: str, turns: int, sync: bool = True) -> list[float]:
-    """Milliseconds per reply in one channel, after five warm-up turns."""
+async def reply_latency(backend: str, turns: int, sync: bool = True) -> tuple[list[float], float]:
+    """Milliseconds per reply in one channel, after five warm-up turns, and pool checkouts per turn
+    (the pool's own request counter, the turn's writes after the answer included; 0 on SQLite)."""
     from bot.engine import Speaker
 
     name, dsn = fresh_database() if backend == "postgres" else (None, None)
     try:
-        async def body(engine) -> list[float]:
-            times = []
+        async def body(engine) -> tuple[list[float], float]:
+            times, checkouts = [], 0
+            count = engine.storage.checkouts or (lambda: 0)
             for i in range(turns + 5):
                 speaker = Speaker(user_id=str(i % 3), name=f"p{i % 3}", guild_id="900", channel_id="7")
+                before = count()
                 start = time.perf_counter()
                 await engine.reply("7", speaker, f"I like benchmark item {i}")
                 if i >= 5:
                     times.append((time.perf_counter() - start) * 1000)
-            return times
+                await engine.runner.close()  # the turn's tail (its last checkpoint) is part of the turn
+                if i >= 5:
+                    checkouts += count() - before
+            return times, checkouts / turns
 
-        return await _engine_run(_settings(Path(tempfile.mkdtemp()), backend, dsn, sync=sync), body)
+        return await _engine_run(_settings(Path(tempfile.mkdtemp()), backend, dsn, pool_max=POOL_MAX, sync=sync,
+                                           learning=False), body)
     finally:
         if name:
             drop_database(name)
 
 
-async def worker(dsn: str, first: int, channels: int, turns: int) -> None:
+async def worker(dsn: str, first: int, channels: int, turns: int, latency: float = 0.0) -> None:
     """One process of the throughput run: READY, wait for GO on stdin, answer, DONE <turns> <errors>."""
     from bot.engine import Speaker
 
@@ -124,16 +136,16 @@ async def worker(dsn: str, first: int, channels: int, turns: int) -> None:
         sys.stdout.write(f"DONE {done} {errors}\n")
         sys.stdout.flush()
 
-    await _engine_run(_settings(Path(tempfile.mkdtemp()), "postgres", dsn, pool_max=8), body)
+    await _engine_run(_settings(Path(tempfile.mkdtemp()), "postgres", dsn, pool_max=POOL_MAX), body, latency)
 
 
-def throughput(processes: int, channels: int, turns: int) -> tuple[float, int]:
+def throughput(processes: int, channels: int, turns: int, latency: float = 0.0) -> tuple[float, int]:
     """Turns per second over all processes (GO to the last DONE), and the errors they counted."""
     name, dsn = fresh_database()
     try:
         per = channels // processes
         procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.storage", "worker", dsn, str(p * per), str(per),
-                                   str(turns)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                   str(turns), str(latency)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                  for p in range(processes)]
         for p in procs:
             assert p.stdout.readline().strip() == "READY"
@@ -163,12 +175,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     args, rest = parser.parse_known_args()
     if rest[:1] == ["worker"]:
-        asyncio.run(worker(rest[1], int(rest[2]), int(rest[3]), int(rest[4])))
+        asyncio.run(worker(rest[1], int(rest[2]), int(rest[3]), int(rest[4]), float(rest[5])))
         return
     turns = 30 if args.quick else 100
-    lat = {"sqlite": asyncio.run(reply_latency("sqlite", turns)),
-           "postgres": asyncio.run(reply_latency("postgres", turns)),
-           "async": asyncio.run(reply_latency("postgres", turns, sync=False))}
+    runs = {"sqlite": asyncio.run(reply_latency("sqlite", turns)),
+            "postgres": asyncio.run(reply_latency("postgres", turns)),
+            "async": asyncio.run(reply_latency("postgres", turns, sync=False))}
+    lat = {b: v[0] for b, v in runs.items()}
+    print(table("Pool checkouts per answered turn (PostgreSQL; the turn's writes after the answer included)",
+                ["synchronous_commit", "checkouts/turn"],
+                [["on", f"{runs['postgres'][1]:.1f}"], ["off", f"{runs['async'][1]:.1f}"]]))
+    print()
     p50 = {b: statistics.median(v) for b, v in lat.items()}
     p95 = {b: sorted(v)[int(0.95 * len(v)) - 1] for b, v in lat.items()}
     print(table(f"Reply overhead with an instant model ({turns} turns, one channel, ms)",
@@ -177,14 +194,17 @@ def main() -> None:
                   f"{d['async']:.1f}", f"{d['async'] / d['sqlite']:.2f}x"] for m, d in (("p50", p50), ("p95", p95))]))
     print()
     per_channel = 3 if args.quick else 8
-    runs = 1 if args.quick else 3
-    one = [throughput(1, 100, per_channel) for _ in range(runs)]
-    two = [throughput(2, 100, per_channel) for _ in range(runs)]
-    t1, t2 = statistics.median(t for t, _ in one), statistics.median(t for t, _ in two)
-    print(table(f"Turns per second, 100 concurrent channels on one PostgreSQL database (median of {runs})",
-                ["processes", "turns/s", "vs one process", "errors"],
-                [["1", f"{t1:.0f}", "1.00x", str(sum(e for _, e in one))],
-                 ["2", f"{t2:.0f}", f"{t2 / t1:.2f}x", str(sum(e for _, e in two))]]))
+    repeats = 1 if args.quick else 3
+    rows = []
+    for latency in (0.0, 0.2):
+        one = [throughput(1, 100, per_channel, latency) for _ in range(repeats)]
+        two = [throughput(2, 100, per_channel, latency) for _ in range(repeats)]
+        t1, t2 = statistics.median(t for t, _ in one), statistics.median(t for t, _ in two)
+        model = "instant" if not latency else f"{latency * 1000:.0f} ms"
+        rows += [[model, "1", f"{t1:.0f}", "1.00x", str(sum(e for _, e in one))],
+                 [model, "2", f"{t2:.0f}", f"{t2 / t1:.2f}x", str(sum(e for _, e in two))]]
+    print(table(f"Turns per second, 100 concurrent channels on one PostgreSQL database (median of {repeats};"
+                f" pool_max_size {POOL_MAX})", ["model", "processes", "turns/s", "vs one process", "errors"], rows))
     print(f"\ncores on this machine: {os.cpu_count()}; load average: {os.getloadavg()[0]:.1f}")
 
 

@@ -160,7 +160,7 @@ class StorageSection(_Section):
     backend: Literal["sqlite", "postgres"] = "sqlite"
     # PostgreSQL only (the DSN comes from DATABASE_URL in the environment, never from the file):
     pool_min_size: int = Field(ge=1, le=100, default=2)
-    pool_max_size: int = Field(ge=2, le=200, default=10)
+    pool_max_size: int = Field(ge=2, le=200, default=6)
     pool_timeout_seconds: float = Field(gt=0, le=300, default=10.0)
     claim_lease_seconds: float = Field(ge=1, le=3600, default=60.0)
     synchronous_commit: bool = True

@@ -107,7 +107,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                                  locks=self.locks, scheduler=self.scheduler, policies=self.policies,
                                  outages=self.outages, observer=self.metrics.observer(),
                                  drop_answer=self.conversations.drop_answer,
-                                 drop_messages=self.conversations.erase_messages)
+                                 drop_messages=self.conversations.erase_messages, scopes=storage.scopes)
         self.eraser = Eraser(storage, self.conversations, hold=self._hold, light_hold=self._light_hold,
                              on_erase=self.runner.inflight.mark_erased, exclusive=self.locks.erasures,
                              notify=self.scheduler.notify)
@@ -142,7 +142,8 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                         memory_budget_tokens=mem.prompt_budget_tokens,
                         summarize_after_messages=conv.summarize_after_messages,
                         summarize_after_tokens=conv.summarize_after_tokens, keep_messages=conv.keep_messages,
-                        limiter=self.limiter, on_usage=self.meter.record, semantic=self.semantic)
+                        limiter=self.limiter, on_usage=self.meter.record, semantic=self.semantic,
+                        waiting=self.storage.scopes.waiting)
 
     # ---- life cycle
     async def start(self) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
 from bot.engine.stores import (
     CrossProcessLocks, ErasureJournal, GuildSettingsStore, Inbox, Maintenance, MessageReach, PrefsStore, RemovedGuilds,
-    SingleProcessLocks, UsageStore, VectorCache,
+    NoScopes, SingleProcessLocks, TurnScopes, UsageStore, VectorCache,
 )
 
 
@@ -35,3 +36,6 @@ class OpenStorage:
     reach: MessageReach
     locks: CrossProcessLocks = field(default_factory=SingleProcessLocks)
     transient_errors: tuple[type[BaseException], ...] = field(default=())
+    scopes: TurnScopes = field(default_factory=NoScopes)
+    #: Connections handed out so far, for tests and benchmarks (None: the backend has no pool).
+    checkouts: Callable[[], int] | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Awaitable, Callable
 
@@ -58,6 +59,9 @@ class ChatDeps:
     limiter: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(8))
     on_usage: UsageCallback | None = None
     semantic: SemanticIndex | None = None
+    #: Entered around each model call: the turn's storage gives back what it holds while the model thinks
+    #: (``bot.engine.stores.scopes``).
+    waiting: Callable[[], AbstractAsyncContextManager[object]] = nullcontext
 
 
 
@@ -81,7 +85,7 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
     """The conversation graph: ``respond`` then, when the thread is over budget, ``summarize``."""
 
     async def call(messages: list[BaseMessage], speaker: Speaker, extra_tokens: int = 0) -> AIMessage:
-        async with deps.limiter:
+        async with deps.waiting(), deps.limiter:
             reply = await deps.model.ainvoke(messages)
         if deps.on_usage is not None:
             try:

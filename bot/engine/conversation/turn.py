@@ -22,7 +22,7 @@ from bot.engine.errors import Outages
 from bot.engine.learning.scheduler import ExtractionScheduler
 from bot.engine.policy.turn_policy import Policies, TurnPolicy
 from bot.engine.state import Incoming, Speaker
-from bot.engine.stores import Inbox, Maintenance
+from bot.engine.stores import Inbox, Maintenance, NoScopes, TurnScopes
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +58,11 @@ class TurnRunner:
     def __init__(self, *, graph: CompiledStateGraph, inbox: Inbox, maintenance: Maintenance, locks: Locks,
                  scheduler: ExtractionScheduler, policies: Policies, outages: Outages, observer: object,
                  drop_answer: Callable[[str, str], Awaitable[None]],
-                 drop_messages: Callable[[str, set[str]], Awaitable[object]] | None = None) -> None:
+                 drop_messages: Callable[[str, set[str]], Awaitable[object]] | None = None,
+                 scopes: TurnScopes | None = None) -> None:
         """``drop_answer(thread, answer_id)`` takes an unseen answer back out, ``drop_messages(thread, ids)``
-        Discord messages with their answers (both the conversation eraser's)."""
+        Discord messages with their answers (both the conversation eraser's). ``scopes`` mark a turn's
+        storage work as one unit (``bot.engine.stores.scopes``: one pooled connection on PostgreSQL)."""
         self.graph = graph
         self.inbox = inbox
         self.maintenance = maintenance
@@ -71,6 +73,7 @@ class TurnRunner:
         self.observer = observer
         self._drop_answer = drop_answer
         self._drop_messages = drop_messages
+        self.scopes = scopes if scopes is not None else NoScopes()
         self.inflight = InflightTurns()  # an erasure marks a person's turns in flight: none is learned from
         self.tails: set[asyncio.Task] = set()
         self._turns_since_prune: dict[str, int] = {}
@@ -111,7 +114,7 @@ class TurnRunner:
         incoming = [i for i in incoming if not tickets[i.speaker.user_id].erased]  # being erased: not kept
         if not incoming:
             return
-        async with self.locks.channel(thread_id):
+        async with self.locks.channel(thread_id), self.scopes.turn():
             messages, again = await self._human_messages(thread_id, incoming)
             config = {"configurable": {"thread_id": thread_id}}
             await self.graph.aupdate_state(config, {"messages": messages}, as_node="summarize")  # routes to END
@@ -151,6 +154,11 @@ class TurnRunner:
             turn.speaker = replace(turn.speaker, visibility=replace(turn.speaker.policy, use_memories=False))
         try:
             await self._run_locked(turn, tickets)
+        except BaseException as exc:  # the channel's lock could not be taken (the database is away)
+            if not turn.answered.done():  # the caller waits for an answer: it gets the failure instead
+                turn.answered.cancel() if isinstance(exc, asyncio.CancelledError) else turn.answered.set_exception(exc)
+            if not isinstance(exc, Exception):  # handed to the caller; a cancel or an exit goes on
+                raise
         finally:
             await self._forget_erased(turn.thread_id, turn.incoming, tickets)
 
@@ -165,7 +173,8 @@ class TurnRunner:
             await asyncio.shield(self._drop_messages(thread_id, gone))
 
     async def _run_locked(self, turn: _Turn, tickets: dict) -> None:
-        async with self.locks.channel(turn.thread_id):
+        # The unit of work starts once the channel is ours: waiting for it holds nothing of storage's.
+        async with self.locks.channel(turn.thread_id), self.scopes.turn():
             try:
                 await self._stream(turn, tickets)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, or logged

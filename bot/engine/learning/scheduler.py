@@ -9,6 +9,7 @@ process left, and ``close()`` flushes what is waiting. One person never has two 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -148,7 +149,10 @@ class ExtractionScheduler:
         old = self._timers.get(key)
         if old is not None and not old.done():
             old.cancel()
-        self._timers[key] = asyncio.create_task(self._after(key, delay), name=f"extract:{scope}:{user_id}")
+        # A fresh context: the extraction is no part of the turn that queued it and inherits nothing of
+        # it (the turn's unit of work with storage, bot.engine.stores.scopes, ends with the turn).
+        self._timers[key] = asyncio.create_task(self._after(key, delay), name=f"extract:{scope}:{user_id}",
+                                                context=contextvars.Context())
 
     async def _after(self, key: tuple[str, str], delay: float) -> None:
         await asyncio.sleep(delay)

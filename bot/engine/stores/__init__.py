@@ -35,14 +35,15 @@ from bot.engine.stores.maintenance import Maintenance
 from bot.engine.stores.prefs import PREF_FIELDS, Prefs, PrefsStore
 from bot.engine.stores.reach import MessageReach
 from bot.engine.stores.removed_guilds import RemovedGuilds
+from bot.engine.stores.scopes import NoScopes, TurnScopes
 from bot.engine.stores.usage import UsageRow, UsageStore
 from bot.engine.stores.vectors import VectorCache
 
 __all__ = [
     "ClaimLost", "CrossProcessLocks", "ErasureJob", "ErasureJournal", "SingleProcessLocks", "GuildSettingsStore", "Inbox", "InboxTurn", "PendingKey", "Maintenance",
     "MessageReach",
-    "PREF_FIELDS", "Prefs", "PrefsStore", "RemovedGuilds", "ServerSettings", "Storage", "StorageUnavailable", "UsageRow",
-    "UsageStore", "VectorCache",
+    "PREF_FIELDS", "Prefs", "PrefsStore", "RemovedGuilds", "NoScopes", "ServerSettings", "Storage", "StorageUnavailable", "UsageRow",
+    "TurnScopes", "UsageStore", "VectorCache",
 ]
 
 
@@ -72,6 +73,8 @@ class Storage(Protocol):
     erasures: ErasureJournal
     reach: MessageReach
     locks: CrossProcessLocks
+    #: Where a turn's storage work begins, waits and ends (see ``stores/scopes.py``).
+    scopes: TurnScopes
     #: Errors that mean "the database is unreachable right now, try again later" (an outage, an exhausted
     #: pool), as opposed to a bug. Empty for SQLite, whose file is always there.
     transient_errors: tuple[type[BaseException], ...]

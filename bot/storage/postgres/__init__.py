@@ -30,6 +30,7 @@ from bot.storage.postgres.migrations import migrate
 from bot.storage.postgres.prefs import PostgresPrefs
 from bot.storage.postgres.removed_guilds import PostgresRemovedGuilds
 from bot.storage.postgres.saver import NulFreePostgresSaver
+from bot.storage.postgres.scope import PostgresScopes
 from bot.storage.postgres.store import TransactionalPostgresStore
 from bot.storage.postgres.usage import PostgresUsage
 from bot.storage.postgres.vectors import PostgresVectors
@@ -61,8 +62,8 @@ async def open_postgres(settings: Settings) -> AsyncIterator[OpenStorage]:
         except PoolTimeout as exc:
             raise StorageUnavailable(f"cannot open a connection pool to PostgreSQL at {describe(dsn)}: "
                                      f"{first_line(exc)}") from None
-        saver = NulFreePostgresSaver(pool)
-        store = TransactionalPostgresStore(pool)
+        saver = NulFreePostgresSaver(pool, outages)
+        store = TransactionalPostgresStore(pool, outages)
         async with pool.connection() as conn:
             epoch = await migrate(conn, saver, store)
         db = PgDb(pool, outages)
@@ -86,6 +87,8 @@ async def open_postgres(settings: Settings) -> AsyncIterator[OpenStorage]:
                 removed_guilds=PostgresRemovedGuilds(db),
                 locks=locks,
                 transient_errors=TRANSIENT_ERRORS,
+                scopes=PostgresScopes(pool),
+                checkouts=lambda: int(pool.get_stats().get("requests_num", 0)),
             )
         finally:
             await locks.close()

@@ -1,13 +1,17 @@
 """Connecting to PostgreSQL: a clear one-line refusal at start-up, one pool, and one log line per outage.
 
 The pool's connections are what LangGraph's saver and store expect (autocommit, no prepared statements,
-dict rows), so the bot's own tables share the same pool. ``check`` tests a connection before handing it
-out, so connections broken by a server restart are replaced instead of failing a request.
+dict rows), so the bot's own tables share the same pool. ``still_open`` looks at a connection before the
+pool hands it out, without a query: an idle connection the server has written to (a restarted server
+says "terminating connection" and closes it) is replaced instead of failing a request. A round trip on
+every checkout (psycopg's ``check_connection``) cost as much as a short statement; what a look cannot
+see is retried once (``db.py``).
 """
 
 from __future__ import annotations
 
 import logging
+import select
 import time
 
 import psycopg
@@ -119,14 +123,32 @@ class Outages:
         self.up()
 
 
+def still_open(conn: psycopg.AsyncConnection) -> None:
+    """Raise ``OperationalError`` unless an idle connection looks usable, without a round trip.
+
+    Nothing is sent: an idle connection's socket has nothing to read unless the server wrote to it
+    unasked, which for a pooled connection (no LISTEN) means it is going away ("terminating connection
+    due to administrator command", then end of file). So a readable socket, a connection libpq already
+    knows is bad, or one closed on our side is refused, and the pool takes another.
+    """
+    if conn.closed or conn.broken or conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+        raise psycopg.OperationalError("the connection is closed")
+    poll = select.poll()
+    poll.register(conn.pgconn.socket, select.POLLIN | select.POLLERR | select.POLLHUP)
+    if poll.poll(0):
+        raise psycopg.OperationalError("the server closed the connection while it was idle")
+
+
 def make_pool(dsn: str, config: StorageSection, outages: Outages) -> AsyncConnectionPool:
     """The process's one pool (not yet opened); sizes and the wait for a connection come from config."""
 
     async def check(conn: psycopg.AsyncConnection) -> None:
+        # A connection the server closed is replaced, not an outage: if the server is really gone, making
+        # the replacement fails and the pool's "error connecting" line reports it (Outages.filter).
         try:
-            await AsyncConnectionPool.check_connection(conn)
-        except psycopg.OperationalError as exc:
-            outages.down(exc)
+            still_open(conn)
+        except psycopg.OperationalError:
+            await conn.close()  # closed, the pool drops it and opens a replacement
             raise
 
     kwargs = dict(CONNECTION_KWARGS)

@@ -22,7 +22,7 @@ import logging
 import psycopg
 
 from bot.engine.stores.guild_settings import Notify, ServerSettings
-from bot.storage.postgres.db import PgDb
+from bot.storage.postgres.db import PgDb, retried
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ class PostgresGuildSettings:
         self._listener: asyncio.Task | None = None
         self.listening = asyncio.Event()  # set while LISTEN is active (tests wait on it)
 
+    @retried
     async def get(self, guild_id: str) -> ServerSettings | None:
         async with self._db.connection() as conn:
             cur = await conn.execute("SELECT version, data FROM bot_guild_settings WHERE guild_id = %s", (guild_id,))

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 from psycopg.types.json import Jsonb
 
 from bot.engine.stores import InboxTurn, PendingKey
-from bot.storage.postgres.db import PgDb
+from bot.storage.postgres.db import ConnectionLost, PgDb, retried
 from bot.storage.postgres.locks import PostgresLocks
 from bot.storage.postgres.text import without_nul
 from bot.storage.shielding import shielded
+
+log = logging.getLogger(__name__)
 
 _TURN_COLS = "id, thread_id, user_id, author, human, ai, origin, created"
 
@@ -34,22 +37,42 @@ class PostgresInbox:
 
     @shielded
     async def record(self, *, thread_id: str, user_id: str, author: str, human: str, ai: str, origin: dict) -> int:
+        author, human, ai = without_nul((author, human, ai))
+        row = {"thread": thread_id, "user": user_id, "author": author, "human": human, "ai": ai,
+               "origin": Jsonb(without_nul(origin)), "created": time.time()}
+        try:
+            return await self._record(row, again=False)
+        except ConnectionLost as exc:  # once more; the row's creation time says whether the first one landed
+            log.debug("recording a turn: connection lost (%s); once more on a fresh connection",
+                      str(exc).splitlines()[0] if str(exc) else "")
+            await exc.sweep()
+        return await self._record(row, again=True)
+
+    async def _record(self, row: dict, *, again: bool) -> int:
         # One statement: the insert (unless an erasure of this person is running in any process) and the
         # count of what is now pending (the CTE's row is not yet visible to the count, hence the + added).
-        author, human, ai = without_nul((author, human, ai))
+        # Asked again after a lost connection, a row of this thread, person and creation time (to the
+        # microsecond, from the first attempt) means the first attempt committed: not inserted twice.
+        landed = (" AND NOT EXISTS (SELECT 1 FROM bot_inbox WHERE thread_id = %(thread)s AND user_id = %(user)s"
+                  " AND created = %(created)s)") if again else ""
         async with self._db.connection() as conn:
             cur = await conn.execute(
                 "WITH added AS (INSERT INTO bot_inbox (thread_id, user_id, author, human, ai, origin, created)"
                 " SELECT %(thread)s, %(user)s, %(author)s, %(human)s, %(ai)s, %(origin)s, %(created)s"
-                " WHERE NOT " + PostgresLocks.erasing_clause() + " RETURNING id)"
-                " SELECT (SELECT COUNT(*) FROM added) AS added, COUNT(*) AS n FROM bot_inbox"
+                " WHERE NOT " + PostgresLocks.erasing_clause() + landed + " RETURNING id)"
+                " SELECT (SELECT COUNT(*) FROM added) AS added, COUNT(*) AS n,"
+                " COUNT(*) FILTER (WHERE created = %(created)s) AS landed FROM bot_inbox"
                 " WHERE thread_id = %(thread)s AND user_id = %(user)s AND NOT extracted",
-                {"thread": thread_id, "user": user_id, "author": author, "human": human, "ai": ai,
-                 "origin": Jsonb(without_nul(origin)), "created": time.time()},
+                row,
             )
-            row = await cur.fetchone()
-            return int(row["n"]) + int(row["added"]) if row["added"] else 0  # 0: refused during an erasure
+            found = await cur.fetchone()
+        if found["added"]:
+            return int(found["n"]) + int(found["added"])
+        if again and found["landed"]:
+            return int(found["n"])  # the first attempt's row, already counted
+        return 0  # refused during an erasure
 
+    @retried
     async def pending(self) -> list[PendingKey]:
         async with self._db.connection() as conn:
             cur = await conn.execute(
@@ -58,6 +81,7 @@ class PostgresInbox:
             )
             return [PendingKey(r["thread_id"], r["user_id"], int(r["n"]), r["last"]) for r in await cur.fetchall()]
 
+    @retried
     async def batch(self, thread_id: str, user_id: str, context: int) -> tuple[list[InboxTurn], list[InboxTurn]]:
         async with self._db.connection() as conn:
             cur = await conn.execute(

@@ -2,8 +2,10 @@
 
 Channels: a session-level advisory lock per channel, taken on one dedicated connection per process for
 the length of a turn. It is polled with ``pg_try_advisory_lock`` (never a blocking wait, which would hold
-a snapshot open) and costs two round trips a turn. If that connection is lost (an outage) the server
-drops its locks; turns in flight keep their in-process lock and the next turn reconnects.
+a snapshot open) and costs two round trips a turn, on that connection (not the pool's). If that connection
+is lost (an outage) the server drops its locks; turns in flight keep their in-process lock and the next
+turn reconnects: a lock connection known broken is replaced, one lost under the lock request is replaced
+and asked once more.
 
 People: a claim is a row in ``bot_claims`` with an owner token and a lease. A live holder renews it every
 third of the lease; a process that dies stops renewing and its claim can be taken over once the lease has
@@ -90,13 +92,29 @@ class PostgresLocks:
 
     async def _lock_conn(self) -> psycopg.AsyncConnection:
         async with self._connecting:
+            # Shared by every channel of the process, so often mid-statement: a look at its socket (the
+            # pool's check) would take another channel's answer for a closing server. Known broken, it is
+            # replaced; broken unknown, the lock request fails and is asked once more (_try_lock).
             if self._conn is None or self._conn.closed or self._conn.broken:
                 self._conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
             return self._conn
 
-    async def _try_lock(self, conn: psycopg.AsyncConnection, thread_id: str) -> bool:
-        cur = await conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (CHANNEL_LOCK_CLASS, thread_id))
-        return bool((await cur.fetchone())[0])
+    async def _try_lock(self, thread_id: str) -> tuple[psycopg.AsyncConnection, bool]:
+        """One attempt at the channel's lock: the connection it was asked on, and whether it was granted.
+
+        A lock connection lost under the attempt (a restarted or failed-over server: it held no lock
+        then, the server dropped them with it) is replaced and asked once more.
+        """
+        for again in (False, True):
+            conn = await self._lock_conn()
+            try:
+                cur = await conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (CHANNEL_LOCK_CLASS, thread_id))
+                return conn, bool((await cur.fetchone())[0])
+            except psycopg.OperationalError as exc:
+                if again or not (conn.broken or conn.closed):
+                    raise
+                log.debug("the channel-lock connection was lost (%r); once more on a new one", exc)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _unlock(self, conn: psycopg.AsyncConnection, thread_id: str) -> None:
         try:
@@ -106,14 +124,15 @@ class PostgresLocks:
 
     @asynccontextmanager
     async def channel(self, thread_id: str) -> AsyncIterator[None]:
-        conn = await self._lock_conn()
         while True:
-            attempt, cancelled = await run_through(self._try_lock(conn, thread_id))
+            attempt, cancelled = await run_through(self._try_lock(thread_id))
+            granted = not attempt.cancelled() and attempt.exception() is None and attempt.result()[1]
             if cancelled:
-                if _granted(attempt):  # granted as the cancel came: give it back before going
-                    await run_through(self._unlock(conn, thread_id))
+                if granted:  # granted as the cancel came: give it back before going
+                    await run_through(self._unlock(attempt.result()[0], thread_id))
                 raise asyncio.CancelledError
-            if attempt.result():
+            conn, granted = attempt.result()
+            if granted:
                 break
             await asyncio.sleep(POLL_SECONDS)  # another process is answering in this channel
         try:

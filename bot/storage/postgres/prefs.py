@@ -9,7 +9,7 @@ from __future__ import annotations
 from psycopg import sql
 
 from bot.engine.stores import PREF_FIELDS, Prefs
-from bot.storage.postgres.db import PgDb
+from bot.storage.postgres.db import PgDb, retried
 from bot.storage.shielding import shielded
 
 
@@ -28,6 +28,7 @@ class PostgresPrefs:
     def __init__(self, db: PgDb) -> None:
         self._db = db
 
+    @retried
     async def get(self, user_id: str) -> Prefs:
         async with self._db.connection() as conn:
             cur = await conn.execute(

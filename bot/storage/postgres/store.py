@@ -1,4 +1,4 @@
-"""LangGraph's ``AsyncPostgresStore``, with every batch in one transaction.
+"""LangGraph's ``AsyncPostgresStore``, with every batch in one transaction, on the turn's connection.
 
 The stock store sends a batch's statements through a pipeline on an autocommit connection: each
 statement commits on its own, so a batch that deletes one memory and inserts another can stop half-way.
@@ -6,36 +6,72 @@ The engine relies on one ``abatch`` being all-or-nothing (an extraction's memori
 its watermark; an erasure's deletes), so here the batch runs inside ``BEGIN ... COMMIT`` (still
 pipelined: one round trip). ``tests/storage/test_postgres.py`` shows a stock batch leaving half its
 work behind where this one leaves none.
+
+Connections come from ``db.lent``: the turn's when a turn lends one (``scope.py``). The stock store's
+``aget``/``asearch`` hand their request to a task of LangGraph's own that batches what arrives in the same
+tick; that task is no part of any turn, so inside a turn they run in the caller's task instead, on the
+turn's connection. A batch runs once more when its connection was lost under it: its reads are reads
+and its writes upserts or deletes by key, the same the second time.
 """
 
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Iterable
+from typing import Any, AsyncIterator, Iterable
 
+from langgraph.store.base import GetOp, Item, Op, PutOp, Result, SearchItem, SearchOp
+from langgraph.store.base.batch import _ensure_refresh
+from langgraph.store.postgres.aio import AsyncPostgresStore
 from psycopg import AsyncCursor
 from psycopg.rows import DictRow, dict_row
-from langgraph.store.base import Op, PutOp, Result
-from langgraph.store.postgres.aio import AsyncPostgresStore
+from psycopg_pool import AsyncConnectionPool
 
+from bot.storage.postgres.connection import Outages
+from bot.storage.postgres.db import lent, retried
 from bot.storage.postgres.locks import fence
+from bot.storage.postgres.scope import CURRENT_SCOPE
 from bot.storage.postgres.text import without_nul
+
+
+def _in_turn() -> bool:
+    scope = CURRENT_SCOPE.get()
+    return scope is not None and scope.open
 
 
 class TransactionalPostgresStore(AsyncPostgresStore):
     """``AsyncPostgresStore`` over a pool whose batches are transactions (and whose values hold no NUL)."""
 
+    def __init__(self, pool: AsyncConnectionPool, outages: Outages, **kwargs: Any) -> None:
+        super().__init__(pool, **kwargs)
+        self.outages = outages
+
+    @retried
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return await super().abatch(
             [op._replace(value=without_nul(op.value)) if isinstance(op, PutOp) and op.value else op for op in ops])
 
+    async def aget(self, namespace: tuple[str, ...], key: str, *, refresh_ttl: bool | None = None) -> Item | None:
+        if not _in_turn():
+            return await super().aget(namespace, key, refresh_ttl=refresh_ttl)
+        return (await self.abatch([GetOp(namespace, key, refresh_ttl=_ensure_refresh(self.ttl_config, refresh_ttl))]))[0]
+
+    async def asearch(self, namespace_prefix: tuple[str, ...], /, *, query: str | None = None,
+                      filter: dict[str, Any] | None = None, limit: int = 10, offset: int = 0,
+                      refresh_ttl: bool | None = None) -> list[SearchItem]:
+        if not _in_turn():
+            return await super().asearch(namespace_prefix, query=query, filter=filter, limit=limit, offset=offset,
+                                         refresh_ttl=refresh_ttl)
+        op = SearchOp(namespace_prefix, filter, limit, offset, query,
+                      refresh_ttl=_ensure_refresh(self.ttl_config, refresh_ttl))
+        return (await self.abatch([op]))[0]
+
     @asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
-        if not pipeline:  # setup() and the TTL sweep: single statements, as upstream
-            async with super()._cursor() as cur:
-                yield cur
-            return
-        async with self.conn.connection() as conn:
+        async with lent(self.conn, self.outages) as conn:
+            if not pipeline:  # setup() and the TTL sweep: single statements, as upstream
+                async with conn.cursor(binary=True, row_factory=dict_row) as cur:
+                    yield cur
+                return
             async with conn.transaction():
                 await fence(conn)  # under a claim whose lease ran out, nothing is written (ClaimLost)
                 async with conn.pipeline(), conn.cursor(binary=True, row_factory=dict_row) as cur:

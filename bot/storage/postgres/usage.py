@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from bot.engine.stores import UsageRow
-from bot.storage.postgres.db import PgDb
+from bot.storage.postgres.db import PgDb, retried
 from bot.storage.shielding import shielded
 
 
@@ -21,6 +21,7 @@ class PostgresUsage:
         self._db = db
 
     @shielded
+    @retried  # a commit whose answer was lost is counted twice: a budget errs towards spent
     async def record(self, guild_id: str, user_id: str, prompt_tokens: int, completion_tokens: int) -> None:
         async with self._db.connection() as conn:
             await conn.execute(
@@ -31,6 +32,7 @@ class PostgresUsage:
                 (guild_id, user_id, today(), prompt_tokens, completion_tokens),
             )
 
+    @retried
     async def tokens_today(self, guild_id: str, user_id: str | None = None) -> int:
         query = ("SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0) AS n FROM bot_usage"
                  " WHERE guild_id = %s AND day = %s")
