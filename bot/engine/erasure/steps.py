@@ -170,16 +170,7 @@ class ErasureSteps:
         hit = {t.user_id for t in turns if self._redacted_turn(quotes, t, author)}
         hit |= await quoting_people(self.memories, quotes, among=(people | {t.user_id for t in turns}) - {author})
         for person in sorted(hit):
-            async with self.holds.hold(person, light=True):
-                texts = {t.id: cut for t in await self.storage.inbox.every_turn()
-                         if t.user_id == person and t.thread_id in threads
-                         and (cut := self._redacted_turn(quotes, t, author))}
-                await self.storage.inbox.rewrite_turns(texts)
-                redacted += len(texts)
-                if person != author:
-                    keys = await redact_memory_keys(self.memories, quotes, person)
-                    await self.drop_vectors(person, keys)
-                    redacted += len(keys)
+            redacted += await self._cut_persons_quotes(person, quotes, author, threads=threads, light=True)
         return redacted
 
     async def thread(self, thread_id: str) -> bool:
@@ -236,17 +227,25 @@ class ErasureSteps:
         people = hit | (await quoting_people(self.memories, quotes) - {author})
         changed = 0
         for person in sorted(people):
-            # (Eraser.hold is re-entrant: the erased person, already held, is held again at no cost.) For the
-            # author only the bot's answers in their remaining turns change, never their words or memories.
-            async with self.holds.hold(person):
-                texts = {t.id: cut for t in await self.storage.inbox.every_turn()
-                         if t.user_id == person and (cut := self._redacted_turn(quotes, t, author))}
-                await self.storage.inbox.rewrite_turns(texts)
-                changed += len(texts)
-                if person != author:
-                    keys = await redact_memory_keys(self.memories, quotes, person)
-                    await self.drop_vectors(person, keys)
-                    changed += len(keys)
+            # (Eraser.hold is re-entrant: the erased person, already held, is held again at no cost.)
+            changed += await self._cut_persons_quotes(person, quotes, author)
+        return changed
+
+    async def _cut_persons_quotes(self, person: str, quotes: QuoteRule, author: str | None, *,
+                                  threads: set[str] | None = None, light: bool = False) -> int:
+        """One person's queued turns (in ``threads`` only, when given) and memories lose the quoted runs,
+        under their hold (``light``: only their extraction waits). For the author only the bot's answers in
+        their remaining turns change, never their words or memories."""
+        async with self.holds.hold(person, light=light):
+            texts = {t.id: cut for t in await self.storage.inbox.every_turn()
+                     if t.user_id == person and (threads is None or t.thread_id in threads)
+                     and (cut := self._redacted_turn(quotes, t, author))}
+            await self.storage.inbox.rewrite_turns(texts)
+            changed = len(texts)
+            if person != author:
+                keys = await redact_memory_keys(self.memories, quotes, person)
+                await self.drop_vectors(person, keys)
+                changed += len(keys)
         return changed
 
     @staticmethod
