@@ -32,6 +32,7 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 SPLITS = {"tune": (20261202, 16), "test": (20261203, 16)}
+LIFE_FACTS = (120, 200)  # everyday facts a person, besides the planned ones (real speakers: a few hundred)
 
 FEMALE = ["Ilka", "Maren", "Tilde", "Roswitha", "Priyanka", "Quirina", "Saskia", "Theda", "Ulrike", "Vinka",
           "Wiebke", "Xenia", "Yolanda", "Zuzana", "Agathe", "Brigid", "Clodagh", "Dagny", "Eske", "Fiona",
@@ -84,6 +85,80 @@ HUB_X = ["new", "big", "personal", "side", "creative", "group", "school", "work"
 HUB_Y = ["at weekends", "this season", "after a hard winter", "these days", "with everything going on",
          "since the summer", "now that work is calmer", "on quiet evenings"]
 COLOURS = ["yellow", "sage green", "white", "terracotta"]
+
+
+# Everyday life, the bulk of what a person tells over a year (real conversations hold a few hundred observations
+# a speaker, most of them about nothing any question asks): a grammar with enough parts that two people rarely
+# say the same sentence, so the other people's facts that grow a person to 1,000 memories are mostly unrelated
+# chatter, as in real conversations, and only a few recur on a question's topic. None names a topic a question
+# asks about (pets, jobs, moves, siblings, new hobbies, trips, concerts, purchases, dishes, the inference facts).
+LIFE = [
+    ("{n} {v} {o} {t}", {
+        "v": ["cooked", "burnt", "shared", "froze", "planned", "improvised"],
+        "o": ["a big pot of chilli", "a tray of roast vegetables", "a pumpkin soup", "a batch of flatbreads",
+              "a fish pie", "a bean stew", "an omelette with leftovers", "a curry from scratch", "a chickpea salad"]}),
+    ("{n} {v} a {g} called {title} {t}", {
+        "v": ["finished", "started", "gave up on", "recommended", "reread", "argued about"],
+        "g": ["novel", "podcast", "TV series", "graphic novel", "memoir", "crime series", "audiobook"],
+        "title": ["The Salt Road", "Night Ferry", "Glass Orchard", "Small Hours", "The Long Field", "Paper Moons",
+                  "Iron Lake", "The Quiet Coast", "Seven Bridges", "Blue Hour", "North of Nowhere", "Copper Sky"]}),
+    ("{n} {v} {who} {t}", {
+        "v": ["helped", "had coffee with", "argued with", "visited", "phoned", "wrote a long letter to", "met up with"],
+        "who": ["a colleague from the old team", "an aunt in the countryside", "a neighbour from downstairs",
+                "a friend from university", "the landlord", "a retired teacher", "a nephew", "a godchild",
+                "an old football coach", "a friend who just had a baby", "a grandmother in a care home"]}),
+    ("{n} {v} about {topic} {t}", {
+        "v": ["worried", "read an article", "had a debate", "listened to a lecture", "complained", "kept thinking"],
+        "topic": ["rising energy bills", "the council's parking plans", "a noisy building site", "sleep and screens",
+                  "the price of bread", "a friend's health", "a leaking roof", "the local election", "tax forms",
+                  "an upcoming dentist visit", "mould in the bathroom", "a delayed pension payment"]}),
+    ("{n} {v} the {thing} {t}", {
+        "v": ["fixed", "cleaned", "reorganised", "measured", "sorted out", "finally emptied"],
+        "thing": ["garage", "fridge", "bookshelf", "shoe rack", "kitchen drawers", "wardrobe", "cellar",
+                  "window boxes", "gutter", "bike shed", "desk", "linen cupboard"]}),
+    ("{n} {v} {event} {t}", {
+        "v": ["went to", "helped organise", "skipped", "was late for", "enjoyed", "left early from"],
+        "event": ["a neighbour's birthday barbecue", "a street flea market", "a pub quiz", "a school fete",
+                  "a retirement dinner", "a board game night", "a book launch", "a charity fun run",
+                  "a cheese tasting", "a film screening in the park", "a poetry evening", "a garden open day"]}),
+    ("{n} {v} {plant} {t}", {
+        "v": ["planted", "repotted", "pruned", "harvested", "rescued", "gave away"],
+        "plant": ["tomatoes", "a lemon tree", "basil", "sunflowers", "a fern", "strawberries", "runner beans",
+                  "a cactus", "lavender", "a fig tree", "chillies", "tulip bulbs"]}),
+    ("{n} feels {feel} about {topic} {t}", {
+        "feel": ["nervous", "hopeful", "annoyed", "relieved", "unsure", "proud"],
+        "topic": ["a performance review", "a friend's visit", "the winter ahead", "a tax refund",
+                  "a tricky conversation", "an exam for a certificate", "a neighbour's dispute", "a doctor's letter",
+                  "a small promotion", "an overdue library fine", "a new routine", "the long commute"]}),
+    ("{n} spent the {when} {doing} {t}", {
+        "when": ["evening", "afternoon", "morning", "whole day", "bank holiday"],
+        "doing": ["sorting old photos", "writing emails", "baking bread", "doing a jigsaw", "at the laundrette",
+                  "waiting for a plumber", "filling in forms", "walking along the canal", "at the allotment",
+                  "making a photo album", "ironing", "repainting a chair"]}),
+    ("{n} {v} {thing} {t}", {
+        "v": ["borrowed", "broke", "returned", "misplaced", "wrapped", "cleaned"],
+        "thing": ["a neighbour's ladder", "the car keys", "a friend's camera", "a set of wine glasses",
+                  "a heavy toolbox", "a rented projector", "the spare key", "a picnic basket", "a sewing machine",
+                  "a stack of plates", "a folding table", "a borrowed umbrella"]}),
+    ("{n} {v} {thing} for {who} {t}", {
+        "v": ["knitted", "drew", "framed", "printed", "wrote", "made"],
+        "thing": ["a birthday card", "a scarf", "a family tree", "a small painting", "a recipe booklet",
+                  "a playlist", "a poem", "a photo calendar"],
+        "who": ["a niece", "a colleague", "the neighbours", "an old friend", "a cousin", "a godson"]}),
+    ("{n} said the {place} {state} {t}", {
+        "place": ["bakery on the corner", "local library", "swimming pool", "cinema", "post office",
+                  "corner shop", "bus route", "market hall", "farmers' market", "dentist's practice"],
+        "state": ["has new opening hours", "is closing down", "got much busier", "has friendly new staff",
+                  "raised its prices", "is being renovated"]}),
+]
+LIFE_TAILS = ["last week.", "at the weekend.", "with a friend.", "after a long day.", "and enjoyed it.",
+              "and regretted it.", "on a whim.", "again.", "for the first time in ages.", "before breakfast.",
+              "late at night.", "with the radio on.", "while it rained.", "and laughed about it."]
+
+
+def life_fact(r: random.Random, n: str) -> str:
+    template, parts = r.choice(LIFE)
+    return template.format(n=n, t=r.choice(LIFE_TAILS), **{k: r.choice(v) for k, v in parts.items()})
 
 
 def locomo_date(t: datetime) -> str:
@@ -162,6 +237,7 @@ def build_person(r: random.Random, p: Person, sessions: int, dates: list[datetim
     few other people (whose facts, renamed, are the benchmark's distractors) rather than for everyone.
     """
     n, she, her = p.name, p.she, p.hers
+    self_ = "herself" if she == "she" else "himself"
 
     def fact(session: int, text: str) -> int:
         p.facts.append((session, text))
@@ -256,7 +332,7 @@ def build_person(r: random.Random, p: Person, sessions: int, dates: list[datetim
         e2 = fact(s, f2.format(n=n, animal=r.choice(ANIMALS), comp=r.choice(COMPANIONS)))
         fact(session(), f"{n}'s {r.choice(RELATIONS)} {others[3]} went {word} recently.")
         if r.random() < 0.35:
-            ask(question.replace(f"did {n}", "did I").replace(f"was {n}", "was I"), [e1, e2], 2,
+            ask(question.replace("did {n}", "did I").replace("was {n}", "was I"), [e1, e2], 2,
                 locomo_date(dates[s - 1]), ("first-person",))
         else:
             ask(question.format(n=n), [e1, e2], 2, locomo_date(dates[s - 1]))
@@ -285,13 +361,14 @@ def build_person(r: random.Random, p: Person, sessions: int, dates: list[datetim
     if recent and early and lives(0.5):
         (buy1, _), (buy2, _) = r.sample(BUYS, 2)
         fact(r.choice(early), f"{n} bought {buy1}.")
-        x = fact(r.choice(recent), r.choice([f"{n} bought {buy2}.", f"{n} treated {her}self to {buy2}."]))
+        x = fact(r.choice(recent), r.choice([f"{n} bought {buy2}.", f"{n} treated {self_} to {buy2}."]))
         ask(f"What did {n} purchase last month?", [x], 2, buy2)
     # --- inference: no word in common with the evidence
     for text, q, a in r.sample(INFERENCE, 3):
         e = fact(session(), text.format(n=n, she=she, her=her).rstrip(".") + r.choice(INFERENCE_TAILS))
         if r.random() < 0.15:
-            ask(q.format(n=n).replace(f"{n} ", "I ").replace("Is I", "Am I").replace("Does I", "Do I"),
+            ask(q.format(n=n).replace(f"for {n}?", "for me?").replace(f"{n} ", "I ").replace("Is I", "Am I")
+                .replace("Does I", "Do I"),
                 [e], 3, a, ("first-person",))
         else:
             ask(q.format(n=n), [e], 3, a)
@@ -310,6 +387,12 @@ def build_person(r: random.Random, p: Person, sessions: int, dates: list[datetim
         fact(session(), h.format(n=n, x=r.choice(HUB_X), y=r.choice(HUB_Y)))
     for template, values in r.sample(FILLER_PARTS, 17):
         fact(session(), template.format(n=n, x=r.choice(values)).rstrip(".") + r.choice(FILLER_TAILS))
+    said = {text for _s, text in p.facts}
+    for _ in range(r.randint(LIFE_FACTS[0], LIFE_FACTS[1])):
+        text = life_fact(r, n)
+        if text not in said:
+            said.add(text)
+            fact(session(), text)
 
 
 def session_dates(r: random.Random, n: int) -> list[datetime]:

@@ -32,7 +32,7 @@ from typing import Literal, Sequence
 from bot.engine.memories.records import StoredMemory
 from bot.engine.recall.lexical import bm25_scores, estimate_tokens
 from bot.engine.recall.boosts import coverage_boost, temporal_boost
-from bot.engine.recall.vectors import SemanticIndex
+from bot.engine.recall.vectors import Relevance, SemanticIndex
 from bot.engine.recall.weights import DEFAULT_WEIGHTS, Weights
 
 Mode = Literal["lexical", "semantic", "fused"]
@@ -117,6 +117,47 @@ def third_person(query: str, speaker: str | None) -> str:
     return out
 
 
+def damped(cosines: Sequence[float | None], hubness: Sequence[float | None] | None,
+           weights: Weights = DEFAULT_WEIGHTS) -> list[float]:
+    """Cosines with hubs damped: a memory's centrality above the ``hub_quantile``'s, times ``hub``, is taken off.
+
+    A memory with no vector yet counts as typical (the median cosine), not as unrelated.
+    """
+    known = sorted(c for c in cosines if c is not None)
+    floor = known[len(known) // 2] if known else 0.0
+    raw = [floor if c is None else c for c in cosines]
+    if hubness is not None and weights.hub:
+        hubs = sorted(h for h in hubness if h is not None)
+        if hubs:
+            middle = hubs[min(len(hubs) - 1, int(len(hubs) * weights.hub_quantile))]
+            raw = [r - weights.hub * max(0.0, (h if h is not None else middle) - middle)
+                   for r, h in zip(raw, hubness)]
+    return raw
+
+
+def feedback_boost(scores: Sequence[float], relevance: Relevance | None,
+                   weights: Weights = DEFAULT_WEIGHTS) -> list[float] | None:
+    """The second round: what each memory gains from being near the first round's best (None: no vectors).
+
+    The centre of the ``feedback_seeds`` best memories (weighted by how far each stands above the median)
+    is a second query that needs no embedding: the facts an answer needs besides the one that matched
+    ("the hobbies she took up": pottery matched, the choir and the cello sit near it) are close to it even
+    when they share nothing with the question's words.
+    """
+    n = len(scores)
+    if relevance is None or not weights.feedback or weights.feedback_seeds <= 0 or n < 3:
+        return None
+    ranked = sorted(range(n), key=lambda i: scores[i], reverse=True)
+    middle, top = scores[ranked[n // 2]], scores[ranked[0]]
+    if top - middle <= 1e-12:
+        return None
+    seeds = ranked[: weights.feedback_seeds]
+    near = relevance.near(seeds, [(scores[i] - middle) / (top - middle) for i in seeds])
+    if near is None:
+        return None
+    return [weights.feedback * v for v in _scaled(damped(near, relevance.hubness, weights))]
+
+
 def fused_scores(
     memories: Sequence[StoredMemory],
     query: str,
@@ -132,15 +173,7 @@ def fused_scores(
     known = [s for s in semantic if s is not None] if semantic is not None and mode != "lexical" else []
     if not known:  # lexical by choice, or no memory has a vector yet
         return [weights.lexical * lx + weights.recency * rc for lx, rc in zip(lexical, recency)]
-    floor = sorted(known)[len(known) // 2]  # a memory not indexed yet counts as typical, not as unrelated
-    raw = [floor if s is None else s for s in semantic]
-    if hubness is not None and weights.hub:
-        hubs = [h for h in hubness if h is not None]
-        if hubs:
-            middle = sorted(hubs)[min(len(hubs) - 1, int(len(hubs) * weights.hub_quantile))]
-            raw = [r - weights.hub * max(0.0, (h if h is not None else middle) - middle)
-                   for r, h in zip(raw, hubness)]
-    sem = _scaled(raw)
+    sem = _scaled(damped(semantic, hubness, weights))
     if mode == "semantic":
         return [s + weights.recency * rc * 0.01 for s, rc in zip(sem, recency)]  # recency only breaks ties
     return [weights.lexical * lx + weights.semantic * s + weights.recency * rc
@@ -172,13 +205,17 @@ def score_memories(
     hubness: Sequence[float | None] | None = None,
     now: datetime | None = None,
     speaker: str | None = None,
+    relevance: Relevance | None = None,
 ) -> list[float]:
     """The final score of every memory: what matches the query, the time it names, then coverage."""
     scores = fused_scores(memories, query, semantic, mode=mode, weights=weights, hubness=hubness)
     boost = temporal_boost(memories, query, now, weights)
     if boost is not None:
         scores = [s + b for s, b in zip(scores, boost)]
+    near = feedback_boost(scores, relevance, weights) if mode != "lexical" else None
     cover = coverage_boost(memories, scores, speaker, weights)
+    if near is not None:
+        cover = [c + f for c, f in zip(cover, near)]
     return [s + c for s, c in zip(scores, cover)]
 
 
@@ -213,14 +250,10 @@ async def choose_memories(
     if fits(ordered, budget_tokens):
         return Selection(ordered, sum(line_tokens(m) for m in ordered), len(memories), "all")
     query = third_person(query, speaker)
-    semantic = hubness = None
-    if index is not None and mode != "lexical":
-        found = await index.scores_and_hubness(user_id, memories, query)
-        if found is not None:
-            semantic, hubness = found
-    method = mode if semantic is not None else "lexical"
-    scores = score_memories(memories, query, semantic, mode=method, weights=weights, hubness=hubness,
-                            now=now, speaker=speaker)
+    found = await index.relevance(user_id, memories, query) if index is not None and mode != "lexical" else None
+    method = mode if found is not None else "lexical"
+    scores = score_memories(memories, query, found.cosines if found else None, mode=method, weights=weights,
+                            hubness=found.hubness if found else None, now=now, speaker=speaker, relevance=found)
     picked, used = pack(memories, scores, budget_tokens)
     return Selection(picked, used, len(memories), method)
 

@@ -245,11 +245,15 @@ class SemanticIndex:
     async def scores_and_hubness(
         self, user_id: str, memories: Sequence[StoredMemory], query: str
     ) -> tuple[list[float | None], list[float | None]] | None:
-        """The cosines of ``scores`` and each memory's hubness: its cosine with the mean of the person's vectors.
+        """The cosines of ``scores`` and each memory's hubness (see ``Relevance``)."""
+        found = await self.relevance(user_id, memories, query)
+        return None if found is None else (found.cosines, found.hubness)
 
-        A memory close to the centre of everything the person said ("has been busy lately") is close to
-        every question too, and wins for questions it does not answer; the choice damps it by this figure.
-        It costs one more matrix-vector product and no embedding.
+    async def relevance(self, user_id: str, memories: Sequence[StoredMemory], query: str) -> Relevance | None:
+        """The query's cosine with each memory, each memory's hubness, and the vectors for a second round.
+
+        Embeds exactly one text, the query; everything else is matrix products over the stored vectors
+        (about a millisecond for 1,000). Memories without a vector are indexed in the background.
         """
         if not memories or not query.strip():
             return None
@@ -267,7 +271,35 @@ class SemanticIndex:
             vectors.append(v if v is not None and v.shape == query_vec.shape else None)
         if any(v is None for v in vectors):
             self.index_later(user_id, memories)
-        return _cosines(query_vec, vectors), _hubness(vectors)  # matrix products: about a millisecond for 1,000
+        return Relevance(vectors, _cosines(query_vec, vectors), _hubness(vectors))
+
+
+class Relevance:
+    """What one query vector says about a person's memories, and what their own vectors say of each other.
+
+    - ``cosines``: each memory's cosine with the query (None: no vector yet);
+    - ``hubness``: each memory's cosine with the mean of all the person's vectors. A memory close to the
+      centre of everything the person said ("has been busy lately") is close to every question too, and
+      wins for questions it does not answer; the choice damps it by this figure;
+    - ``near(seeds)``: each memory's cosine with the centre of a few chosen memories, the second round of
+      the choice (an answer's other facts sit near the ones that matched: the other hobbies, the rest of the
+      trip), with no second embedding.
+    """
+
+    def __init__(self, vectors: list[np.ndarray | None], cosines: list[float | None],
+                 hubness: list[float | None]) -> None:
+        self.vectors = vectors
+        self.cosines = cosines
+        self.hubness = hubness
+
+    def near(self, seeds: Sequence[int], weights: Sequence[float] | None = None) -> list[float | None] | None:
+        """Each memory's cosine with the (weighted) centre of the seed memories' vectors (None: no seed has one)."""
+        picked = [(self.vectors[i], 1.0 if weights is None else max(0.0, weights[k])) for k, i in enumerate(seeds)]
+        picked = [(v, w) for v, w in picked if v is not None and w > 0]
+        if not picked:
+            return None
+        centre = unit(sum(w * v for v, w in picked))
+        return _cosines(centre, self.vectors)
 
 
 def _hubness(vectors: list[np.ndarray | None]) -> list[float | None]:

@@ -18,8 +18,10 @@ class Weights:
     dated: float = 0.1  # a "when" question: a memory whose text carries a time
     together: float = 0.1  # learned with one of the best candidates (share of that candidate's score)
     entity: float = 0.3  # names a rare name or place one of the best candidates names
-    seeds: int = 3  # how many of the best candidates lend their score to memories learned with them
+    seeds: int = 5  # how many of the best candidates lend their score to memories learned with them
     entity_seeds: int = 20  # how many lend it to memories naming the same rare name
+    feedback: float = 0.15  # near the centre of the first round's best (the second round, no new embedding)
+    feedback_seeds: int = 3  # how many of the first round's best make that centre
     rare: int = 200  # a name is rare when at most one memory in this many (and at least 2) names it
 
 

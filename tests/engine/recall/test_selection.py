@@ -88,3 +88,23 @@ def test_a_first_word_is_a_name_only_when_it_also_appears_mid_sentence():
     names = memory_names([mem("a", "Lives in Ghent with Hedda."), mem("b", "Hedda is getting married in May."),
                           mem("c", "Likes tea.")])
     assert names == [("ghent", "hedda"), ("hedda",), ()]
+
+
+def test_the_second_round_lifts_memories_near_the_first_rounds_best_without_a_new_embedding():
+    import numpy as np
+
+    from bot.engine.recall.choose import feedback_boost
+    from bot.engine.recall.vectors import Relevance, unit
+
+    # memory 0 matched the question; memory 1 shares nothing with the question but sits next to memory 0
+    # (the other hobby); memories 2-5 are elsewhere. The query vector never enters the second round.
+    vectors = [unit([1, 0, 0]), unit([0.9, 0.1, 0]), unit([0, 1, 0]), unit([0, 0, 1]), unit([0, 1, 1]), None]
+    rel = Relevance(vectors, [0.9, 0.1, 0.1, 0.1, 0.1, None], [0.3] * 5 + [None])
+    assert rel.near([0])[1] > rel.near([0])[2]
+    boost = feedback_boost([1.0, 0.0, 0.0, 0.0, 0.0, 0.0], rel, Weights(feedback=0.5, feedback_seeds=1))
+    assert boost is not None and boost[1] > max(boost[2:5]) and boost[1] <= 0.5
+    assert feedback_boost([1.0] + [0.0] * 5, rel, Weights(feedback=0.0)) is None  # off
+    assert feedback_boost([1.0] + [0.0] * 5, None) is None  # no vectors: the lexical path
+    no_vectors = Relevance([None] * 6, [None] * 6, [None] * 6)
+    assert feedback_boost([1.0] + [0.0] * 5, no_vectors, Weights(feedback_seeds=1)) is None
+    assert np.isclose(float(np.linalg.norm(vectors[0])), 1.0)

@@ -1,0 +1,42 @@
+"""The hard recall set's generator: questions fully written, first person where tagged, splits disjoint, and
+people as large as real speakers (so the other people's facts that grow a person are mostly chatter)."""
+
+from __future__ import annotations
+
+import re
+
+from benchmarks.data import make_hard
+
+
+def _speakers(samples: list[dict]) -> set[str]:
+    return {s["conversation"][k] for s in samples for k in ("speaker_a", "speaker_b")}
+
+
+def test_every_question_is_written_out_and_first_person_ones_say_i_or_my():
+    samples = make_hard.make_split("tune")
+    questions = [q for s in samples for q in s["qa"]]
+    assert questions and not [q["question"] for q in questions if "{" in q["question"] or "}" in q["question"]]
+    first = [q["question"] for q in questions if "first-person" in (q.get("tags") or [])]
+    assert first and all(re.search(r"\b(I|my|me|am I)\b", q) for q in first), first
+
+
+def test_splits_share_no_speaker_and_people_hold_a_realistic_number_of_facts():
+    tune, test = make_hard.make_split("tune"), make_hard.make_split("test")
+    assert not _speakers(tune) & _speakers(test)
+    for sample in tune:
+        per_person: dict[str, int] = {}
+        for session in sample["observation"].values():
+            for name, facts in session.items():
+                per_person[name] = per_person.get(name, 0) + len(facts)
+        assert min(per_person.values()) >= make_hard.LIFE_FACTS[0]
+        evidence = {d for q in sample["qa"] for d in q["evidence"]}
+        dia = {item[1] for session in sample["observation"].values() for facts in session.values() for item in facts}
+        assert evidence <= dia  # every question's evidence is an observation of that conversation
+
+
+def test_the_generator_is_deterministic_and_matches_the_shipped_files():
+    import json
+
+    for split in ("tune", "test"):
+        shipped = json.loads((make_hard.HERE / f"hard_{split}_locomo.json").read_text(encoding="utf-8"))
+        assert shipped == make_hard.make_split(split)
