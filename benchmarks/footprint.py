@@ -163,6 +163,9 @@ def status_mb(field: str) -> float:
 
 
 async def child_main(mode: str, data: Path) -> dict:
+    from bot.malloc import return_freed_memory
+
+    return_freed_memory()  # as `python -m bot run` does at start
     from benchmarks.bench_model import BenchModel
     from benchmarks.run import fact
     from bot.client import MemoryBot

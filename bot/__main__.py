@@ -207,7 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if command in ("run", "sync"):
             from bot.client import StartupError, run_discord
+            from bot.malloc import return_freed_memory
             from bot.metrics import Metrics
+
+            return_freed_memory()  # a long-running process: resident memory follows use (bot/malloc.py)
 
             metrics = Metrics(active_channel_seconds=settings.monitoring.active_channel_seconds)
             try:

@@ -10,6 +10,8 @@ This is the one place that decides; the chat graph and ``benchmarks/recall.py`` 
 - recency: the memory's rank by when it was last changed, so of two equally relevant facts the newer wins;
 - time: when the message names a time ("last year", "in May", "two weeks ago", relative to the message's
   own date ``now``), memories dated inside it gain; a "when" question prefers facts whose text carries a time;
+- second round: the centre of the first round's few best memories' vectors is a second query (no second
+  embedding); memories near it gain a little, since an answer's other facts sit near the one that matched;
 - coverage: an answer often needs facts that share nothing with the question (her sister's name, then the
   sister's wedding; "camping" answered by "slept in a tent" from the same conversation). The best few
   candidates lend part of their score to the memories learned together with them (same message or
