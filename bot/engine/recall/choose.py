@@ -209,7 +209,7 @@ def score_memories(
     speaker: str | None = None,
     relevance: Relevance | None = None,
 ) -> list[float]:
-    """The final score of every memory: what matches the query, the time it names, then coverage."""
+    """The final score of every memory: what matches the query, the time it names, the second round, coverage."""
     scores = fused_scores(memories, query, semantic, mode=mode, weights=weights, hubness=hubness)
     boost = temporal_boost(memories, query, now, weights)
     if boost is not None:

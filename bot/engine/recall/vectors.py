@@ -239,15 +239,8 @@ class SemanticIndex:
 
         Embeds exactly one text, the query. Memories without a vector are indexed in the background.
         """
-        found = await self.scores_and_hubness(user_id, memories, query)
-        return None if found is None else found[0]
-
-    async def scores_and_hubness(
-        self, user_id: str, memories: Sequence[StoredMemory], query: str
-    ) -> tuple[list[float | None], list[float | None]] | None:
-        """The cosines of ``scores`` and each memory's hubness (see ``Relevance``)."""
         found = await self.relevance(user_id, memories, query)
-        return None if found is None else (found.cosines, found.hubness)
+        return None if found is None else found.cosines
 
     async def relevance(self, user_id: str, memories: Sequence[StoredMemory], query: str) -> Relevance | None:
         """The query's cosine with each memory, each memory's hubness, and the vectors for a second round.
