@@ -56,6 +56,22 @@ def memory_names(memories: Sequence[StoredMemory]) -> list[tuple[str, ...]]:
     return [tuple(dict.fromkeys(((first,) if first in inside else ()) + rest)) for first, rest in parsed]
 
 
+def best_with_strength(scores: Sequence[float], count: int) -> list[tuple[int, float]]:
+    """The ``count`` best-scored memories, best first, each with its strength: how far its score stands above
+    the median, relative to the best's (1.0 for the best). Empty when fewer than 3 or the scores do not differ.
+
+    What a candidate lends (coverage, the second round) scales with this, so a weak "best" lends little.
+    """
+    n = len(scores)
+    if n < 3 or count <= 0:
+        return []
+    ranked = sorted(range(n), key=lambda i: scores[i], reverse=True)
+    middle, top = scores[ranked[n // 2]], scores[ranked[0]]
+    if top - middle <= 1e-12:
+        return []
+    return [(i, (scores[i] - middle) / (top - middle)) for i in ranked[:count]]
+
+
 def coverage_boost(memories: Sequence[StoredMemory], scores: Sequence[float], speaker: str | None,
                    weights: Weights = DEFAULT_WEIGHTS) -> list[float]:
     """What each memory gains from the best candidates: learned with one, or naming the same rare name.
@@ -65,14 +81,13 @@ def coverage_boost(memories: Sequence[StoredMemory], scores: Sequence[float], sp
     """
     n = len(memories)
     out = [0.0] * n
-    if n < 3 or weights.seeds <= 0 or (not weights.together and not weights.entity):
+    if weights.seeds <= 0 or (not weights.together and not weights.entity):
         return out
-    ranked = sorted(range(n), key=lambda i: scores[i], reverse=True)
-    middle, top = scores[ranked[n // 2]], scores[ranked[0]]
-    if top - middle <= 1e-12:
+    best = best_with_strength(scores, max(weights.seeds, weights.entity_seeds))
+    if not best:
         return out
-    seeds = ranked[: weights.seeds]
-    strength = {s: (scores[s] - middle) / (top - middle) for s in ranked[: max(weights.seeds, weights.entity_seeds)]}
+    seeds = [i for i, _ in best[: weights.seeds]]
+    strength = dict(best)
     # learned together: by shared source message, or created within TOGETHER of each other
     if weights.together:
         by_time = sorted(range(n), key=lambda i: memories[i].created_at)
@@ -97,7 +112,7 @@ def coverage_boost(memories: Sequence[StoredMemory], scores: Sequence[float], sp
     if weights.entity:
         own = {w.lower() for w in (speaker or "").split()}
         names = memory_names(memories)
-        seeds = ranked[: weights.entity_seeds]
+        seeds = [i for i, _ in best[: weights.entity_seeds]]
         wanted = {w for s in seeds for w in names[s]} - own
         if wanted:
             df: dict[str, int] = {}

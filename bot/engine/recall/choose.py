@@ -33,7 +33,7 @@ from typing import Literal, Sequence
 
 from bot.engine.memories.records import StoredMemory
 from bot.engine.recall.lexical import bm25_scores, estimate_tokens
-from bot.engine.recall.boosts import coverage_boost, temporal_boost
+from bot.engine.recall.boosts import best_with_strength, coverage_boost, temporal_boost
 from bot.engine.recall.vectors import Relevance, SemanticIndex
 from bot.engine.recall.weights import DEFAULT_WEIGHTS, Weights
 
@@ -146,15 +146,12 @@ def feedback_boost(scores: Sequence[float], relevance: Relevance | None,
     ("the hobbies she took up": pottery matched, the choir and the cello sit near it) are close to it even
     when they share nothing with the question's words.
     """
-    n = len(scores)
-    if relevance is None or not weights.feedback or weights.feedback_seeds <= 0 or n < 3:
+    if relevance is None or not weights.feedback:
         return None
-    ranked = sorted(range(n), key=lambda i: scores[i], reverse=True)
-    middle, top = scores[ranked[n // 2]], scores[ranked[0]]
-    if top - middle <= 1e-12:
+    best = best_with_strength(scores, weights.feedback_seeds)
+    if not best:
         return None
-    seeds = ranked[: weights.feedback_seeds]
-    near = relevance.near(seeds, [(scores[i] - middle) / (top - middle) for i in seeds])
+    near = relevance.near([i for i, _ in best], [w for _, w in best])
     if near is None:
         return None
     return [weights.feedback * v for v in _scaled(damped(near, relevance.hubness, weights))]
