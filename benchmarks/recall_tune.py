@@ -60,8 +60,7 @@ async def show(questions, memories, index, args) -> None:
         mems = memories[q.person.key]
         query = third_person(q.text, q.person.name)
         rel = await index.relevance(q.person.key, mems, query)
-        scores = score_memories(mems, query, rel.cosines, weights=w, hubness=rel.hubness, now=q.now,
-                                speaker=q.person.name, relevance=rel)
+        scores = score_memories(mems, query, rel, weights=w, now=q.now, speaker=q.person.name)
         order = sorted(range(len(mems)), key=lambda i: scores[i], reverse=True)
         rank = {mems[i].key: r for r, i in enumerate(order)}
         print(f"\n{q.text}  [{q.category}]")

@@ -3,6 +3,7 @@ people as large as real speakers (so the other people's facts that grow a person
 
 from __future__ import annotations
 
+import json
 import re
 
 from benchmarks.data import make_hard
@@ -35,8 +36,6 @@ def test_splits_share_no_speaker_and_people_hold_a_realistic_number_of_facts():
 
 
 def test_the_generator_is_deterministic_and_matches_the_shipped_files():
-    import json
-
     for split in ("tune", "test"):
         shipped = json.loads((make_hard.HERE / f"hard_{split}_locomo.json").read_text(encoding="utf-8"))
         assert shipped == make_hard.make_split(split)

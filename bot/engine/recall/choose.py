@@ -197,17 +197,19 @@ def pack(memories: Sequence[StoredMemory], scores: Sequence[float], budget_token
 def score_memories(
     memories: Sequence[StoredMemory],
     query: str,
-    semantic: Sequence[float | None] | None,
+    relevance: Relevance | None,
     *,
     mode: Mode = "fused",
     weights: Weights = DEFAULT_WEIGHTS,
-    hubness: Sequence[float | None] | None = None,
     now: datetime | None = None,
     speaker: str | None = None,
-    relevance: Relevance | None = None,
 ) -> list[float]:
-    """The final score of every memory: what matches the query, the time it names, the second round, coverage."""
-    scores = fused_scores(memories, query, semantic, mode=mode, weights=weights, hubness=hubness)
+    """The final score of every memory: what matches the query, the time it names, the second round, coverage.
+
+    ``relevance`` is what the query vector says (None: lexical, no embedder or it failed).
+    """
+    scores = fused_scores(memories, query, relevance.cosines if relevance else None, mode=mode, weights=weights,
+                          hubness=relevance.hubness if relevance else None)
     boost = temporal_boost(memories, query, now, weights)
     if boost is not None:
         scores = [s + b for s, b in zip(scores, boost)]
@@ -251,8 +253,7 @@ async def choose_memories(
     query = third_person(query, speaker)
     found = await index.relevance(user_id, memories, query) if index is not None and mode != "lexical" else None
     method = mode if found is not None else "lexical"
-    scores = score_memories(memories, query, found.cosines if found else None, mode=method, weights=weights,
-                            hubness=found.hubness if found else None, now=now, speaker=speaker, relevance=found)
+    scores = score_memories(memories, query, found, mode=method, weights=weights, now=now, speaker=speaker)
     picked, used = pack(memories, scores, budget_tokens)
     return Selection(picked, used, len(memories), method)
 
