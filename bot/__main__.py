@@ -207,10 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if command in ("run", "sync"):
             from bot.client import StartupError, run_discord
-            from bot.malloc import return_freed_memory
+            from bot.malloc import return_freed_memory, trim_periodically
             from bot.metrics import Metrics
 
             return_freed_memory()  # a long-running process: resident memory follows use (bot/malloc.py)
+            trim_periodically()
 
             metrics = Metrics(active_channel_seconds=settings.monitoring.active_channel_seconds)
             try:
