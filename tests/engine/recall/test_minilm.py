@@ -43,7 +43,9 @@ def test_a_text_gets_the_same_vector_alone_or_in_a_batch():
     model = local_embedder("onnx")
     batch = np.array(model.embed_documents(SENTENCES))
     alone = np.array([model.embed_query(s) for s in SENTENCES])
-    assert np.allclose((batch * alone).sum(axis=1), 1.0, atol=1e-4)
+    # int8 products (bot.engine.recall.int8_kernels) round a row's activations a little differently by where
+    # it falls in the step: within a cosine of 1e-3, far below the gaps that order memories
+    assert np.allclose((batch * alone).sum(axis=1), 1.0, atol=1e-3)
 
 
 def test_the_onnx_and_torch_models_agree_but_are_different_embedders():
