@@ -89,3 +89,34 @@ def test_the_setting_picks_the_embedder_and_auto_prefers_onnx(tmp_path):
     if local_model_installed("torch"):
         assert isinstance(built(local_embedder="torch"), minilm.TorchMiniLM)
     assert built(semantic="off") is None
+
+
+def test_the_model_loads_through_a_temporary_file_that_is_gone_afterwards(tmp_path, monkeypatch):
+    needs("onnx")
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    made, real = [], tempfile.NamedTemporaryFile
+
+    def spy(*args, **kwargs):
+        file = real(*args, **kwargs)
+        made.append(file.name)
+        return file
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", spy)
+    model = local_embedder("onnx")
+    assert len(model.embed_query("hello")) == 384
+    assert len(made) == 1 and made[0].startswith(str(tmp_path))  # the rewritten graph went through a file
+    assert list(tmp_path.iterdir()) == []  # which is gone once the session has it
+
+
+def test_without_a_writable_temporary_directory_the_model_loads_from_memory(monkeypatch):
+    needs("onnx")
+    import tempfile
+
+    def refused(*args, **kwargs):
+        raise OSError("read-only file system")
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", refused)
+    vector = np.array(local_embedder("onnx").embed_query("She brought home a beagle puppy from the shelter."))
+    assert vector.shape == (384,) and abs(np.linalg.norm(vector) - 1.0) < 1e-5
