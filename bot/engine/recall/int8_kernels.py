@@ -25,8 +25,9 @@ node in fp32, whose vectors differ from these by about the same 0.001.
 The file is protobuf (ONNX's ``ModelProto``). The ``onnx`` package is not a dependency (it and its own
 dependencies would add to the install what the issue's footprint target has no room for), so this reads and
 writes the wire format itself: the handful of fields it needs, every other field copied byte for byte. The
-input is the one file whose sha256 ``minilm`` checks, so a pattern that is not found is an error (the model
-fails to load, logged, and memories rank by words and recency), not a silent slow path.
+input is the one file whose sha256 ``minilm`` checks, so a pattern that is not found raises; ``minilm`` then
+logs a warning and runs the file's own graph (slower, same model), as it does when an ONNX Runtime build
+refuses ``MatMulNBits``.
 """
 
 from __future__ import annotations

