@@ -60,7 +60,8 @@ def _glibc() -> ctypes.CDLL | None:
         return None
     try:
         libc = ctypes.CDLL(None)  # the process's own symbols: libc is already loaded
-        libc.malloc_trim  # noqa: B018 - present on glibc; looked up here so a missing one is known at start
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]  # present on glibc; looked up here so a missing one is known at start
+        libc.malloc_trim.restype = ctypes.c_int
         return libc
     except (OSError, AttributeError) as exc:
         log.debug("malloc_trim unavailable: %s", exc)

