@@ -33,6 +33,9 @@ def quote_of_ann() -> tuple[Quote, ...]:
 
 
 async def answers(engine, thread: str) -> list[str]:
+    # a reply returns once the answer exists; its checkpoint is written in the turn's tail: wait for the tails
+    # (reading at once flaked on PostgreSQL in CI: the answer of the last turn was not in the state yet)
+    await engine.runner.close()
     return [m.text for m in (await engine.thread_state(thread)).get("messages", []) if isinstance(m, AIMessage)]
 
 
