@@ -81,34 +81,56 @@ async def _engine_run(settings, body, latency: float = 0.0):
             await engine.close()
 
 
-async def reply_latency(backend: str, turns: int, channels: int = 100, sync: bool = True) -> tuple[list[float], float]:
-    """Milliseconds per reply, one reply at a time, round robin over ``channels`` channels (each has answered
-    once before, so every reply loads a channel's own checkpoint among ``channels``), and pool checkouts per
-    turn (the pool's own request counter, the turn's writes after the answer included; 0 on SQLite)."""
-    from bot.engine import Speaker
+async def reply_latency(turns: int, channels: int = 100) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Milliseconds per reply on SQLite, on PostgreSQL and on PostgreSQL with ``synchronous_commit`` off,
+    measured side by side in one process: each round sends the same message to the three bots, in a
+    rotating order, so a slower stretch of the machine falls on all three alike and the ratio compares like
+    with like (run one after another, the ratio moved by a third between runs). Replies go one at a time,
+    round robin over ``channels`` channels (each has answered once before, so every reply loads a channel's
+    own checkpoint among ``channels``). Also pool checkouts per turn (the pool's own request counter, the
+    turn's writes after the answer included; SQLite has no pool)."""
+    from contextlib import AsyncExitStack
 
-    name, dsn = fresh_database() if backend == "postgres" else (None, None)
+    from benchmarks.bench_model import BenchModel
+    from bot.engine import ChatEngine, Speaker
+    from bot.storage import open_storage
+
+    backends = {"sqlite": ("sqlite", True), "postgres": ("postgres", True), "async": ("postgres", False)}
+    databases = {}
     try:
-        async def body(engine) -> tuple[list[float], float]:
-            times, checkouts = [], 0
-            count = engine.storage.checkouts or (lambda: 0)
+        async with AsyncExitStack() as stack:
+            engines = {}
+            for key, (backend, sync) in backends.items():
+                dsn = None
+                if backend == "postgres":
+                    databases[key], dsn = fresh_database()
+                settings = _settings(Path(tempfile.mkdtemp()), backend, dsn, pool_max=POOL_MAX, sync=sync,
+                                     learning=False)
+                storage = await stack.enter_async_context(open_storage(settings))
+                engine = ChatEngine(settings=settings, storage=storage, chat_model=BenchModel())
+                await engine.start()
+                stack.push_async_callback(engine.close)
+                engines[key] = engine
+            times: dict[str, list[float]] = {key: [] for key in engines}
+            checkouts = dict.fromkeys(engines, 0)
+            order = list(engines)
             for i in range(channels + turns):
                 channel = str(7000 + i % channels)
                 speaker = Speaker(user_id=str(i % 20), name=f"p{i % 20}", guild_id="900", channel_id=channel)
-                before = count()
-                start = time.perf_counter()
-                await engine.reply(channel, speaker, f"I like benchmark item {i}")
-                if i >= channels:
-                    times.append((time.perf_counter() - start) * 1000)
-                await engine.runner.close()  # the turn's tail (its last checkpoint) is part of the turn
-                if i >= channels:
-                    checkouts += count() - before
-            return times, checkouts / turns
-
-        return await _engine_run(_settings(Path(tempfile.mkdtemp()), backend, dsn, pool_max=POOL_MAX, sync=sync,
-                                           learning=False), body)
+                for key in order[i % 3:] + order[:i % 3]:
+                    engine = engines[key]
+                    count = engine.storage.checkouts or (lambda: 0)
+                    before = count()
+                    start = time.perf_counter()
+                    await engine.reply(channel, speaker, f"I like benchmark item {i}")
+                    elapsed = (time.perf_counter() - start) * 1000
+                    await engine.runner.close()  # the turn's tail (its last checkpoint) is part of the turn
+                    if i >= channels:
+                        times[key].append(elapsed)
+                        checkouts[key] += count() - before
+            return times, {key: n / turns for key, n in checkouts.items()}
     finally:
-        if name:
+        for name in databases.values():
             drop_database(name)
 
 
@@ -180,17 +202,15 @@ def main() -> None:
         asyncio.run(worker(rest[1], int(rest[2]), int(rest[3]), int(rest[4]), float(rest[5])))
         return
     turns = 100 if args.quick else 300
-    runs = {"sqlite": asyncio.run(reply_latency("sqlite", turns)),
-            "postgres": asyncio.run(reply_latency("postgres", turns)),
-            "async": asyncio.run(reply_latency("postgres", turns, sync=False))}
-    lat = {b: v[0] for b, v in runs.items()}
+    lat, checkouts = asyncio.run(reply_latency(turns))
     print(table("Pool checkouts per answered turn (PostgreSQL; the turn's writes after the answer included)",
                 ["synchronous_commit", "checkouts/turn"],
-                [["on", f"{runs['postgres'][1]:.1f}"], ["off", f"{runs['async'][1]:.1f}"]]))
+                [["on", f"{checkouts['postgres']:.1f}"], ["off", f"{checkouts['async']:.1f}"]]))
     print()
     p50 = {b: statistics.median(v) for b, v in lat.items()}
     p95 = {b: sorted(v)[int(0.95 * len(v)) - 1] for b, v in lat.items()}
-    print(table(f"Reply overhead with an instant model ({turns} replies one at a time, round robin over 100 channels, ms)",
+    print(table(f"Reply overhead with an instant model ({turns} replies a backend, one at a time, round robin over"
+                f" 100 channels, the backends side by side, ms)",
                 ["metric", "sqlite", "postgres", "postgres/sqlite", "postgres, synchronous_commit off", "that/sqlite"],
                 [[m, f"{d['sqlite']:.1f}", f"{d['postgres']:.1f}", f"{d['postgres'] / d['sqlite']:.2f}x",
                   f"{d['async']:.1f}", f"{d['async'] / d['sqlite']:.2f}x"] for m, d in (("p50", p50), ("p95", p95))]))

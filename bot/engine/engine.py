@@ -107,7 +107,8 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                                  locks=self.locks, scheduler=self.scheduler, policies=self.policies,
                                  outages=self.outages, observer=self.metrics.observer(),
                                  drop_answer=self.conversations.drop_answer,
-                                 drop_messages=self.conversations.erase_messages, scopes=storage.scopes)
+                                 drop_messages=self.conversations.erase_messages, scopes=storage.scopes,
+                                 owed=(self.meter.owe, self.meter.paid))
         self.eraser = Eraser(storage, self.conversations, hold=self._hold, light_hold=self._light_hold,
                              on_erase=self.runner.inflight.mark_erased, exclusive=self.locks.erasures,
                              notify=self.scheduler.notify)

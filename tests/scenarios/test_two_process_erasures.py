@@ -87,3 +87,43 @@ async def test_resume_never_runs_a_job_the_other_live_process_is_running(tmp_pat
         await erasing
         assert runs == {"a": 1, "b": 0}
         assert await b.storage.erasures.unfinished() == [] and await b.memories.list("1") == []
+
+
+class HeldModel(ScriptedChatModel):
+    """Holds each chat call (not extraction) until ``gate`` is set; ``entered`` says one is waiting."""
+
+    gate: object = None
+    entered: object = None
+
+    async def _agenerate(self, messages, stop=None, run_manager=None, **kwargs):
+        if "New messages to learn from" not in str(messages[-1].content):
+            self.entered.set()
+            await self.gate.wait()
+        return self._generate(messages, stop, run_manager, **kwargs)
+
+
+async def test_a_wipe_in_one_process_reaches_a_new_thread_being_answered_in_the_other(tmp_path, pg_backend):
+    """The other process's turn is not marked by the wipe (that mark is per process): the wipe must find the
+    brand-new thread by its checkpoint and wait for the turn's lock, or the message would stay after Done."""
+    held = HeldModel(default_script)
+    held.gate, held.entered = asyncio.Event(), asyncio.Event()
+    stack = AsyncExitStack()
+    a = await stack.enter_async_context(running_engine(make_settings(tmp_path / "a", pg_backend), held))
+    b = await stack.enter_async_context(running_engine(make_settings(tmp_path / "b", pg_backend), ScriptedChatModel(no_echo)))
+    async with stack:
+        answering = asyncio.create_task(a.reply("fresh", ANN, f"I like {ANN_SAYS}"))
+        try:
+            await asyncio.wait_for(held.entered.wait(), 20)
+            wipe = asyncio.create_task(b.erase_person("1"))
+            await asyncio.sleep(0.3)
+            waited = not wipe.done()  # it found the thread and waits for the turn that holds it
+        finally:
+            held.gate.set()  # a failed check must not leave the turn (and the engines' close) waiting
+        assert waited
+        await answering  # Ann still gets her answer
+        result = await asyncio.wait_for(wipe, 30)
+        assert result.messages == 2  # her message and the answer to it
+        await a.scheduler.flush()
+        assert [m for m in (await a.thread_state("fresh")).get("messages", []) if isinstance(m, HumanMessage)] == []
+        assert all(ANN_SAYS not in t.human for t in await a.storage.inbox.every_turn())
+        assert await a.memories.list("1") == []

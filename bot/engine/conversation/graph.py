@@ -3,6 +3,11 @@
 ``respond`` answers with one model call; ``summarize`` runs after it only when the thread has grown past its
 budget, folding older messages into a running summary (``RemoveMessage``). What the model reads is
 rendered by :mod:`bot.engine.conversation.rendering`; the memory graph is :mod:`bot.engine.learning.graph`.
+
+Two things are left for after the answer, so a person waits for no write the answer does not need (the
+turn runner, :mod:`bot.engine.conversation.turn`, does both): ``respond`` tells the runner on the
+``custom`` stream whether the thread now needs a summary (``{"summarize": bool}``), and a model call's
+usage record is left on the turn's :class:`Later` (:data:`AFTER_ANSWER`) when one is set.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import AbstractAsyncContextManager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Awaitable, Callable
 
@@ -44,6 +50,44 @@ log = logging.getLogger(__name__)
 
 # (speaker, the model's answer, the prompt's estimated tokens: used only when the answer reports no usage)
 UsageCallback = Callable[[Speaker, BaseMessage, int], Awaitable[None]]
+
+
+
+class Later:
+    """Work a turn's nodes leave for after its answer is handed out (a model call's usage record).
+
+    ``owe`` is called as a piece is left and ``paid`` once it has run, so whoever reads what that work
+    writes can wait for it (the daily budgets: ``UsageMeter.owe``).
+    """
+
+    def __init__(self, owe: Callable[[], None] = lambda: None, paid: Callable[[], None] = lambda: None,
+                 failed: Callable[[BaseException], None] | None = None) -> None:
+        self._work: list[Callable[[], Awaitable[None]]] = []
+        self._owe, self._paid = owe, paid
+        self._failed = failed or (lambda exc: log.error("work left for after the answer failed", exc_info=exc))
+
+    def __bool__(self) -> bool:
+        return bool(self._work)
+
+    def add(self, work: Callable[[], Awaitable[None]]) -> None:
+        self._work.append(work)
+        self._owe()
+
+    async def run(self) -> None:
+        """Run what is left, in order; a piece that fails is handed to ``failed`` and the rest still run
+        (accounting must never cost a reply, and an outage is the runner's to report, once)."""
+        while self._work:
+            work = self._work.pop(0)
+            try:
+                await work()
+            except Exception as exc:  # noqa: BLE001 - see the docstring
+                self._failed(exc)
+            finally:
+                self._paid()
+
+
+#: Set by the turn runner around each turn. Unset (a graph run on its own, as in tests), the work runs in place.
+AFTER_ANSWER: ContextVar[Later | None] = ContextVar("after_answer", default=None)
 
 
 @dataclass
@@ -88,11 +132,19 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
         async with deps.waiting(), deps.limiter:
             reply = await deps.model.ainvoke(messages)
         if deps.on_usage is not None:
-            try:
-                estimate = sum(estimate_tokens(m.text) for m in messages) + extra_tokens  # images: extra_tokens
+            estimate = sum(estimate_tokens(m.text) for m in messages) + extra_tokens  # images: extra_tokens
+
+            async def record() -> None:
                 await deps.on_usage(speaker, reply, estimate)
-            except Exception:  # noqa: BLE001 - accounting must never cost a reply
-                log.exception("recording usage failed")
+
+            later = AFTER_ANSWER.get()
+            if later is not None:  # the limits read it at the person's next message: written just after the answer
+                later.add(record)
+            else:
+                try:
+                    await record()
+                except Exception:  # noqa: BLE001 - accounting must never cost a reply
+                    log.exception("recording usage failed")
         return reply
 
     async def respond(state: ChatState, runtime: Runtime[Speaker]) -> dict:
@@ -134,6 +186,7 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
             reply = await call([system, *history], speaker)
         answers = [m.id for m in state["messages"][pending_start(state["messages"]):]]
         answer = AIMessage(content=reply.text, id=reply.id, additional_kwargs={"answers": answers})
+        runtime.stream_writer({"summarize": needs_summary([*state["messages"], answer], deps)})  # what route decides
         return {"messages": [answer], "guild_id": speaker.guild_id}
 
     async def summarize(state: ChatState, runtime: Runtime[Speaker]) -> dict:

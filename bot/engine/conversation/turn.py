@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable, Coroutine
 
@@ -17,6 +18,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph.state import CompiledStateGraph
 
 from bot.engine.concurrency import InflightTurns, Locks
+from bot.engine.conversation.graph import AFTER_ANSWER, Later
 from bot.engine.conversation.rendering import pending_start
 from bot.engine.errors import Outages
 from bot.engine.learning.scheduler import ExtractionScheduler
@@ -29,6 +31,7 @@ log = logging.getLogger(__name__)
 DeltaCallback = Callable[[str], None]
 PRUNE_EVERY = 8  # a thread keeps at most this many superseded checkpoints between prunes
 MAX_PRUNE_COUNTERS = 100_000
+KNOWN_THREADS = 4096  # threads this process has seen stored (see TurnRunner._durability); about 0.4 MB
 
 
 @dataclass(frozen=True)
@@ -59,10 +62,12 @@ class TurnRunner:
                  scheduler: ExtractionScheduler, policies: Policies, outages: Outages, observer: object,
                  drop_answer: Callable[[str, str], Awaitable[None]],
                  drop_messages: Callable[[str, set[str]], Awaitable[object]] | None = None,
-                 scopes: TurnScopes | None = None) -> None:
+                 scopes: TurnScopes | None = None,
+                 owed: tuple[Callable[[], None], Callable[[], None]] = (lambda: None, lambda: None)) -> None:
         """``drop_answer(thread, answer_id)`` takes an unseen answer back out, ``drop_messages(thread, ids)``
         Discord messages with their answers (both the conversation eraser's). ``scopes`` mark a turn's
-        storage work as one unit (``bot.engine.stores.scopes``: one pooled connection on PostgreSQL)."""
+        storage work as one unit (``bot.engine.stores.scopes``: one pooled connection on PostgreSQL).
+        ``owed`` (owe, paid) is told about each usage record left for after an answer (``Later``)."""
         self.graph = graph
         self.inbox = inbox
         self.maintenance = maintenance
@@ -74,9 +79,12 @@ class TurnRunner:
         self._drop_answer = drop_answer
         self._drop_messages = drop_messages
         self.scopes = scopes if scopes is not None else NoScopes()
+        self.owed = owed
         self.inflight = InflightTurns()  # an erasure marks a person's turns in flight: none is learned from
         self.tails: set[asyncio.Task] = set()
+        self._turns: dict[str, set[asyncio.Task]] = {}  # each thread's turns in flight (see thread_state)
         self._turns_since_prune: dict[str, int] = {}
+        self._stored: OrderedDict[str, None] = OrderedDict()  # threads known to have a checkpoint
 
     def spawn(self, coro: Coroutine[Any, Any, object]) -> asyncio.Task:
         """Run ``coro`` in the background; :meth:`close` waits for it."""
@@ -96,6 +104,9 @@ class TurnRunner:
         answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         turn = _Turn(thread_id, policy.speaker, incoming, answered, on_delta, policy.learning, timeout)
         task = self.spawn(self._run(turn))  # the task enters the channel lock: FIFO in the order messages came
+        turns = self._turns.setdefault(thread_id, set())
+        turns.add(task)
+        task.add_done_callback(lambda done: (turns.discard(done), turns or self._turns.pop(thread_id, None)))
         try:
             return await answered
         except asyncio.CancelledError:
@@ -118,13 +129,52 @@ class TurnRunner:
             messages, again = await self._human_messages(thread_id, incoming)
             config = {"configurable": {"thread_id": thread_id}}
             await self.graph.aupdate_state(config, {"messages": messages}, as_node="summarize")  # routes to END
+            self._remember_stored(thread_id)
             if learning:
                 await self._queue_for_learning(thread_id, incoming, None, tickets, again=again)
             await self._maybe_prune(thread_id)  # a flood of heard messages must not pile up checkpoints
         await self._forget_erased(thread_id, incoming, tickets)  # an erasure that began meanwhile
 
     async def thread_state(self, thread_id: str) -> dict:
-        """The thread's current state values (messages, summary)."""
+        """The thread's state values (messages, summary) once this process's turns in it have finished.
+
+        A turn writes its checkpoint as it ends (see :meth:`_stream`), so a message being answered is in
+        the thread only once its turn is done: a reader (who wrote a message that is being deleted or
+        edited; a test after a reply) waits for it, as the erasure itself waits for the channel's lock.
+        """
+        me = asyncio.current_task()
+        running = [t for t in self._turns.get(thread_id, ()) if t is not me]
+        if running:
+            await asyncio.wait(running)
+        return await self._read_state(thread_id)
+
+    async def _durability(self, thread_id: str) -> str:
+        """How a turn's run writes its checkpoints: once, as it stops (``"exit"``), in a thread already stored.
+
+        A thread's first turn writes its messages before the model call (``"sync"``): an erasure finds the
+        threads to visit by their checkpoints, so a brand-new thread whose only message is being answered
+        must be stored before the answer, or an erasure of its author (in another process, where this
+        turn is not marked) would pass it by and the turn would write the message, and queue it, after
+        "Done". Once stored, the erasure finds the thread and waits for its lock, which the turn holds until
+        its checkpoint is written. Whether a thread is stored is read once per thread and process (an
+        ``aget_tuple`` on the turn's connection), then remembered, for the ``KNOWN_THREADS`` most recent.
+        """
+        if thread_id in self._stored:
+            self._stored.move_to_end(thread_id)
+            return "exit"
+        config = {"configurable": {"thread_id": thread_id}}
+        stored = await self.graph.checkpointer.aget_tuple(config) is not None
+        if stored:
+            self._remember_stored(thread_id)
+        return "exit" if stored else "sync"
+
+    def _remember_stored(self, thread_id: str) -> None:
+        self._stored[thread_id] = None
+        self._stored.move_to_end(thread_id)
+        while len(self._stored) > KNOWN_THREADS:
+            self._stored.popitem(last=False)
+
+    async def _read_state(self, thread_id: str) -> dict:
         snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread_id}})
         return dict(snapshot.values)
 
@@ -133,7 +183,7 @@ class TurnRunner:
         (a turn restarted to take in follow-ups): their stored message is replaced, not added twice."""
         waiting: dict[str, str] = {}
         if len(incoming) > 1 or not incoming[0].answer:
-            stored = (await self.thread_state(thread_id)).get("messages", [])
+            stored = (await self._read_state(thread_id)).get("messages", [])
             for m in stored[pending_start(stored):]:
                 if m.additional_kwargs.get("message_id"):
                     waiting[str(m.additional_kwargs["message_id"])] = m.id
@@ -186,28 +236,64 @@ class TurnRunner:
             await self._maybe_prune(turn.thread_id)
 
     async def _stream(self, turn: _Turn, tickets: dict) -> None:
-        """Run the graph, streaming the answer to ``on_delta``; the answer is handed out once it exists."""
+        """Run the graph, streaming the answer to ``on_delta``; the answer is handed out once it exists.
+
+        Checkpoints: the run stops after ``respond`` (``interrupt_after``) and writes its checkpoint once,
+        as it stops (``durability="exit"``), in the turn's tail after the answer is handed out; when the
+        thread needs a summary, the run is resumed for ``summarize`` and writes once more. LangGraph's
+        default writes the turn's messages before the model call and the graph's steps before the answer
+        too: three checkpoints a turn, and on PostgreSQL three commits a person waits for. A run that fails
+        or is cancelled writes what it has as it ends (the turn's messages stay in the thread). What this
+        gives up: a process killed while the model is answering loses that unanswered message from the
+        thread (docs/decisions.md); the learning queue is written before the answer, as before.
+        """
         config = {"configurable": {"thread_id": turn.thread_id}, "callbacks": [self.observer]}
         streamed = ""
-        async with asyncio.timeout(None) as clock:
-            if turn.timeout is not None:
-                clock.reschedule(asyncio.get_running_loop().time() + turn.timeout)
-            messages, again = await self._human_messages(turn.thread_id, turn.incoming)
-            async for mode, chunk in self.graph.astream({"messages": messages}, config, context=turn.speaker,
-                                                        stream_mode=["updates", "messages"]):
-                if mode == "messages":
-                    piece, meta = chunk
-                    if turn.on_delta and meta.get("langgraph_node") == "respond" and piece.text:
-                        streamed += piece.text
-                        turn.on_delta(streamed)
-                    continue
-                if "respond" in chunk:
-                    clock.reschedule(None)  # answered: the summary after it is on nobody's clock
-                    ai: AIMessage = chunk["respond"]["messages"][-1]
-                    if turn.learning:  # the server's admins may have turned learning off there
-                        await self._queue_for_learning(turn.thread_id, turn.incoming, ai.text, tickets, again=again)
-                    if not turn.answered.done():  # the caller may have given up waiting
-                        turn.answered.set_result(Reply(text=ai.text, message_id=ai.id or ""))
+        summarize = False
+        later = Later(*self.owed, failed=self._usage_failed)
+        token = AFTER_ANSWER.set(later)
+        try:
+            async with asyncio.timeout(None) as clock:
+                if turn.timeout is not None:
+                    clock.reschedule(asyncio.get_running_loop().time() + turn.timeout)
+                messages, again = await self._human_messages(turn.thread_id, turn.incoming)
+                durability = await self._durability(turn.thread_id)
+                async for mode, chunk in self.graph.astream(
+                        {"messages": messages}, config, context=turn.speaker, durability=durability,
+                        interrupt_after=["respond"], stream_mode=["updates", "messages", "custom"]):
+                    if mode == "custom":
+                        summarize = summarize or bool(isinstance(chunk, dict) and chunk.get("summarize"))
+                        continue
+                    if mode == "messages":
+                        piece, meta = chunk
+                        if turn.on_delta and meta.get("langgraph_node") == "respond" and piece.text:
+                            streamed += piece.text
+                            turn.on_delta(streamed)
+                        continue
+                    if "respond" in chunk:
+                        clock.reschedule(None)  # answered: the summary after it is on nobody's clock
+                        ai: AIMessage = chunk["respond"]["messages"][-1]
+                        if turn.learning:  # the server's admins may have turned learning off there
+                            await self._queue_for_learning(turn.thread_id, turn.incoming, ai.text, tickets,
+                                                           again=again)
+                        if not turn.answered.done():  # the caller may have given up waiting
+                            turn.answered.set_result(Reply(text=ai.text, message_id=ai.id or ""))
+                self._remember_stored(turn.thread_id)
+                await later.run()  # the answer's usage
+                if summarize:  # resumes the run where it stopped: summarize, then one more checkpoint
+                    await self.graph.ainvoke(None, config, context=turn.speaker, durability="exit")
+        finally:
+            AFTER_ANSWER.reset(token)
+            if later:  # usage of calls made before a failure (the summary's, or the answer's if its turn failed)
+                await asyncio.shield(later.run())
+
+    def _usage_failed(self, exc: BaseException) -> None:
+        """A usage record left for after the answer failed: an outage is reported once, by the storage
+        (``Outages``), so it is quiet here; anything else is a bug worth its traceback."""
+        if self.outages.storage(exc):
+            log.debug("usage not recorded: the database is unreachable (%s)", type(exc).__name__)
+        else:
+            log.error("recording usage failed", exc_info=exc)
 
     def _after_failure(self, turn: _Turn, exc: BaseException) -> None:
         if not turn.answered.done():
@@ -250,8 +336,9 @@ class TurnRunner:
         """Record a turn's messages for background extraction (before the reply is handed out).
 
         One inbox row per message, under its own author: the bot's answer goes with the last message it
-        answers (the others carry none). People who paused learning, or were erased since the turn
-        started, are left out. A message ``again`` (already in the thread: its earlier answer was written
+        answers (the others carry none). People erased since the turn started are left out, and so are
+        people who paused learning (the inbox checks the pause in the same statement as the insert:
+        ``Inbox.record``). A message ``again`` (already in the thread: its earlier answer was written
         just as a follow-up restarted the turn) that is already queued is not queued twice: each message
         is learned from exactly once.
         """
@@ -262,14 +349,15 @@ class TurnRunner:
             sp = item.speaker
             if (sp.user_id, sp.message_id) in queued:
                 continue
-            if tickets[sp.user_id].erased or not await self.policies.learns_from(sp.user_id):
+            if tickets[sp.user_id].erased:
                 continue
             try:
                 count = await self.inbox.record(
                     thread_id=thread_id, user_id=sp.user_id, author=sp.name, human=item.text,
                     ai=(ai or "") if i == last_answered and ai is not None else "", origin=sp.origin(),
                 )
-                counts[sp.user_id] = (count, sp.guild_id)
+                if count:
+                    counts[sp.user_id] = (count, sp.guild_id)
             except Exception as exc:  # noqa: BLE001 - the reply still goes out; the log says what was not recorded
                 if self.outages.storage(exc):
                     raise  # the database is down: the person gets the apology, not an answer never learned from

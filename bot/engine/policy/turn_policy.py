@@ -77,7 +77,3 @@ class Policies:
             return None  # the server turned learning off after these turns were queued: dropped too
         return replace(request, visibility=resolve_visibility(prefs, self.settings.memory, place, for_reply=False),
                        max_memories=self.settings.memory.max_per_person)
-
-    async def learns_from(self, user_id: str) -> bool:
-        """Whether a person's new messages may be queued for learning (not paused)."""
-        return not (await self.prefs.get(user_id)).paused

@@ -7,6 +7,8 @@ counts older than ``limits.usage_retention_days`` are dropped at start-up and on
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 
@@ -22,6 +24,7 @@ from bot.settings import LimitsSection
 log = logging.getLogger(__name__)
 
 MAX_BUCKETS_NOTICED = 100_000
+OWED_WAIT_SECONDS = 2.0
 
 
 def usage_of(message: BaseMessage) -> tuple[int, int]:
@@ -42,6 +45,27 @@ class UsageMeter:
         self.limits = limits
         self._pruned_on = ""
         self._noticed: dict[str, str] = {}  # budget bucket -> UTC day its notice was sent
+        self._owed = 0  # records left for after an answer, not yet written (see owe)
+        self._paid = asyncio.Event()
+        self._paid.set()
+
+    def owe(self) -> None:
+        """A model call's record is left for after its answer (``conversation.graph.Later``): budget
+        checks wait for it, so a person's next message is checked against the answer before it."""
+        self._owed += 1
+        self._paid.clear()
+
+    def paid(self) -> None:
+        """An owed record was written (or failed and was logged)."""
+        self._owed = max(0, self._owed - 1)
+        if not self._owed:
+            self._paid.set()
+
+    async def _settled(self) -> None:
+        """Wait for the owed records (milliseconds); a stuck database is not waited out."""
+        if self._owed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._paid.wait(), OWED_WAIT_SECONDS)
 
     async def record(self, speaker: Speaker, message: BaseMessage, estimated_prompt: int = 0) -> None:
         """Count a reply's tokens against the speaker's buckets (and prune on a new UTC day).
@@ -75,10 +99,12 @@ class UsageMeter:
 
     async def tokens_today(self, guild_id: str, user_id: str | None = None) -> int:
         """Tokens used today (UTC) in a server (or by one person there, or in DMs)."""
+        await self._settled()
         return await self.store.tokens_today(guild_id, user_id)
 
     async def exhausted(self, speaker: Speaker, policy: GuildPolicy) -> str | None:
         """The budget bucket (a server, a member there, or a person's DMs) with no tokens left today, if any."""
+        await self._settled()
         if speaker.in_dm:
             cap = self.limits.dm_daily_tokens
             if cap and await self.store.tokens_today("dm", speaker.user_id) >= cap:

@@ -50,8 +50,11 @@ class Inbox(Protocol):
     async def record(self, *, thread_id: str, user_id: str, author: str, human: str, ai: str, origin: dict) -> int:
         """Store a finished turn; return how many are now pending for that (thread, person).
 
-        Returns 0, storing nothing, while an ``ERASURE`` claim on the person is held in any process (a
-        shared backend; see :class:`bot.engine.stores.locks.CrossProcessLocks`).
+        Returns 0, storing nothing, while the person has paused learning (``Prefs.paused``), and while an
+        ``ERASURE`` claim on the person is held in any process (a shared backend; see
+        :class:`bot.engine.stores.locks.CrossProcessLocks`). The pause is read in the same statement as
+        the insert, not before it: a pause committed before the record holds (one made while the model
+        answered included), and a reply spends one round trip on it instead of two.
         """
         ...
 

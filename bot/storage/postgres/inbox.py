@@ -15,6 +15,9 @@ from bot.storage.shielding import shielded
 
 log = logging.getLogger(__name__)
 
+# True while the person ``%(user)s`` has paused learning (their preferences; see ``Inbox.record``).
+PAUSED = "EXISTS (SELECT 1 FROM bot_prefs WHERE user_id = %(user)s AND paused)"
+
 _TURN_COLS = "id, thread_id, user_id, author, human, ai, origin, created"
 
 
@@ -49,8 +52,9 @@ class PostgresInbox:
         return await self._record(row, again=True)
 
     async def _record(self, row: dict, *, again: bool) -> int:
-        # One statement: the insert (unless an erasure of this person is running in any process) and the
-        # count of what is now pending (the CTE's row is not yet visible to the count, hence the + added).
+        # One statement: the insert (unless the person paused learning, or an erasure of them is running in
+        # any process) and the count of what is now pending (the CTE's row is not yet visible to the count,
+        # hence the + added).
         # Asked again after a lost connection, a row of this thread, person and creation time (to the
         # microsecond, from the first attempt) means the first attempt committed: not inserted twice.
         landed = (" AND NOT EXISTS (SELECT 1 FROM bot_inbox WHERE thread_id = %(thread)s AND user_id = %(user)s"
@@ -59,7 +63,7 @@ class PostgresInbox:
             cur = await conn.execute(
                 "WITH added AS (INSERT INTO bot_inbox (thread_id, user_id, author, human, ai, origin, created)"
                 " SELECT %(thread)s, %(user)s, %(author)s, %(human)s, %(ai)s, %(origin)s, %(created)s"
-                " WHERE NOT " + PostgresLocks.erasing_clause() + landed + " RETURNING id)"
+                " WHERE NOT " + PostgresLocks.erasing_clause() + " AND NOT " + PAUSED + landed + " RETURNING id)"
                 " SELECT (SELECT COUNT(*) FROM added) AS added, COUNT(*) AS n,"
                 " COUNT(*) FILTER (WHERE created = %(created)s) AS landed FROM bot_inbox"
                 " WHERE thread_id = %(thread)s AND user_id = %(user)s AND NOT extracted",
@@ -70,7 +74,7 @@ class PostgresInbox:
             return int(found["n"]) + int(found["added"])
         if again and found["landed"]:
             return int(found["n"])  # the first attempt's row, already counted
-        return 0  # refused during an erasure
+        return 0  # refused: paused, or during an erasure
 
     @retried
     async def pending(self) -> list[PendingKey]:

@@ -31,11 +31,13 @@ class SqliteInbox:
     @shielded
     async def record(self, *, thread_id: str, user_id: str, author: str, human: str, ai: str, origin: dict) -> int:
         async with self._db.tx() as db:
-            await db.execute(
+            cur = await db.execute(  # nothing while the person has paused learning (the protocol's docstring)
                 "INSERT INTO memory_inbox (thread_id, user_id, author, human, ai, origin, created)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (thread_id, user_id, author, human, ai, json.dumps(origin), time.time()),
+                " SELECT ?, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM prefs WHERE user_id = ? AND paused)",
+                (thread_id, user_id, author, human, ai, json.dumps(origin), time.time(), user_id),
             )
+            if cur.rowcount == 0:
+                return 0
             cur = await db.execute(
                 "SELECT COUNT(*) FROM memory_inbox WHERE thread_id=? AND user_id=? AND extracted=0",
                 (thread_id, user_id),

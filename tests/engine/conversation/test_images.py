@@ -61,10 +61,10 @@ async def test_without_usage_figures_the_budget_counts_each_image(settings):
     model = NoUsageModel(default_script)
     async with running_engine(settings, model) as engine:
         await engine.reply_to("5", [Incoming(SPEAKER, "what is it? [image: cat.png, 3 KB]", images=(CAT,))])
-        with_image = await engine.usage.tokens_today("900", "1")
+        with_image = await engine.meter.tokens_today("900", "1")
         plain = Speaker(user_id="2", name="Bo", guild_id="900", channel_id="6", message_id="m3")
         await engine.reply_to("6", [Incoming(plain, "what is it? [image: cat.png, 3 KB]")])
-        without = await engine.usage.tokens_today("900", "2")
+        without = await engine.meter.tokens_today("900", "2")
         state = await engine.thread_state("5")
     assert with_image - without >= 765 > 0 and without > 0
     assert all(isinstance(m.content, str) for m in state["messages"]), "the thread holds text only"

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+import pytest
 
 from bot.engine import Actor, Incoming, Speaker
 from tests.conftest import ScriptedChatModel, default_script, running_engine
@@ -65,3 +68,95 @@ async def test_a_turn_that_starts_during_a_wipe_reads_no_memories_and_leaves_not
         assert await engine.list_memories("42") == []
         await engine.reply("c", ada("m11"), "I like radishes")  # after Done: a new start, kept as usual
         assert "radishes" in " ".join(m.text for m in (await engine.thread_state("c"))["messages"])
+
+
+class GatedModel(ScriptedChatModel):
+    """Holds each chat call (not extraction) until ``gate`` is set; ``entered`` says one is waiting."""
+
+    gate: Any = None
+    entered: Any = None
+
+    async def _agenerate(self, messages, stop=None, run_manager=None, **kwargs):
+        if self.gate is not None and "New messages to learn from" not in str(messages[-1].content):
+            self.entered.set()
+            await self.gate.wait()
+        return self._generate(messages, stop, run_manager, **kwargs)
+
+
+def gated() -> GatedModel:
+    model = GatedModel(default_script)
+    model.gate, model.entered = asyncio.Event(), asyncio.Event()
+    return model
+
+
+def texts(state: dict) -> list[str]:
+    return [m.text for m in state.get("messages", [])]
+
+
+async def checkpoints(engine, thread_id: str) -> int:
+    return len([c async for c in engine.runner.graph.checkpointer.alist({"configurable": {"thread_id": thread_id}})])
+
+
+async def test_a_pause_made_while_the_model_answers_keeps_that_message_out_of_the_learning_queue(settings):
+    model = gated()
+    async with running_engine(settings, model) as engine:
+        turn = asyncio.create_task(engine.reply("c", ada("m1"), "I like kayaks"))
+        await model.entered.wait()
+        await engine.set_preferences("42", paused=True)  # after the turn's policy was read
+        model.gate.set()
+        assert (await turn).text  # answered as usual
+        _, pending = await engine.inbox.batch("c", "42", 0)
+        assert pending == []  # but not queued for learning
+        await engine.set_preferences("42", paused=False)
+        await engine.reply("c", ada("m2"), "I like canoes")
+        _, pending = await engine.inbox.batch("c", "42", 0)
+        assert [t.human for t in pending] == ["I like canoes"]
+
+
+async def test_a_turn_writes_one_checkpoint_and_a_reader_waits_for_the_turn_in_flight(settings):
+    model = gated()
+    async with running_engine(settings, model) as engine:
+        turn = asyncio.create_task(engine.reply("c", ada("m1"), "I like kayaks"))
+        await model.entered.wait()
+        read = asyncio.create_task(engine.thread_state("c"))
+        await asyncio.sleep(0.05)
+        assert not read.done()  # the message being answered is not in the thread yet: the read waits
+        model.gate.set()
+        reply = await turn
+        assert texts(await read) == ["I like kayaks", reply.text]
+        await engine.reply("c", ada("m2"), "I like boats")  # the thread is stored now
+        await engine.runner.close()
+        before = await checkpoints(engine, "c")
+        for n in range(3, 5):
+            await engine.reply("c", ada(f"m{n}"), f"I like boat {n}")
+        await engine.runner.close()
+        assert await checkpoints(engine, "c") == before + 2  # one a turn (LangGraph's default writes three)
+
+
+async def test_a_new_threads_first_message_is_stored_before_the_model_answers(settings):
+    """An erasure finds threads by their checkpoints: a brand-new thread must be findable mid-answer."""
+    model = gated()
+    async with running_engine(settings, model) as engine:
+        turn = asyncio.create_task(engine.reply("new", ada("m1"), "I like kayaks"))
+        try:
+            await model.entered.wait()
+            found = await engine.conversations.thread_ids()
+        finally:
+            model.gate.set()  # a failed check must not leave the turn (and the engine's close) waiting
+        await turn
+        assert "new" in found
+
+
+async def test_a_turn_cancelled_while_the_model_answers_leaves_its_message_in_the_thread(settings):
+    model = gated()
+    async with running_engine(settings, model) as engine:
+        turn = asyncio.create_task(engine.reply("c", ada("m1"), "I like kayaks"))
+        await model.entered.wait()
+        turn.cancel()  # the caller gave up (its deadline, or a follow-up restarting the turn)
+        with pytest.raises(asyncio.CancelledError):
+            await turn
+        await engine.runner.close()
+        assert texts(await engine.thread_state("c")) == ["I like kayaks"]  # written as the run ended
+        model.gate.set()
+        reply = await engine.reply("c", ada("m2"), "and canoes")
+        assert texts(await engine.thread_state("c")) == ["I like kayaks", "and canoes", reply.text]

@@ -140,3 +140,13 @@ async def test_another_process_sees_the_same_epoch_and_the_recorded_turns(storag
     assert second_process.inbox.epoch == storage.inbox.epoch
     await record(storage, "t", "42", 0)
     assert [(p.thread_id, p.user_id, p.count) for p in await second_process.inbox.pending()] == [("t", "42", 1)]
+
+
+async def test_a_paused_person_is_not_recorded_and_is_again_once_they_resume(storage, raw):
+    await storage.prefs.set("42", paused=True)
+    assert await record(storage, "t", "42", 0) == 0  # the pause is read with the insert: nothing stored
+    assert await record(storage, "t", "7", 0) == 1  # someone else in the same thread is recorded
+    assert await raw.count("inbox", "user_id = ?", ("42",)) == 0
+    await storage.prefs.set("42", paused=False)
+    assert await record(storage, "t", "42", 1) == 1
+    assert [t.human for t in (await storage.inbox.batch("t", "42", context=0))[1]] == ["h1"]
