@@ -31,6 +31,7 @@ async def test_a_sqlite_data_directory_moves_to_postgres_and_carries_on(tmp_path
         await engine.reply("7", ADA, "I like jam")  # still pending when the data moves
         await engine.reply("8", BOB, "hello there")
         await engine.prefs.set("7", paused=True)
+        await engine.meter.settled()  # the last answer's usage is written just after it (policy.usage.owe)
         before_usage = sorted((r.guild_id, r.user_id, r.calls) for r in await engine.usage.totals())
         before_thread = [m.text for m in (await engine.thread_state("7"))["messages"]]
         engine.scheduler._closed = True  # leave the pending turn pending (as a stopped bot does)

@@ -61,8 +61,11 @@ class UsageMeter:
         if not self._owed:
             self._paid.set()
 
-    async def _settled(self) -> None:
-        """Wait for the owed records (milliseconds); a stuck database is not waited out."""
+    async def settled(self) -> None:
+        """Wait for the owed records (milliseconds); a stuck database is not waited out.
+
+        Anything that reads counts and must include the answer just given (budget checks, a copy of the
+        data, a test) waits here first: the record is written just after the reply, not before it."""
         if self._owed:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._paid.wait(), OWED_WAIT_SECONDS)
@@ -99,12 +102,12 @@ class UsageMeter:
 
     async def tokens_today(self, guild_id: str, user_id: str | None = None) -> int:
         """Tokens used today (UTC) in a server (or by one person there, or in DMs)."""
-        await self._settled()
+        await self.settled()
         return await self.store.tokens_today(guild_id, user_id)
 
     async def exhausted(self, speaker: Speaker, policy: GuildPolicy) -> str | None:
         """The budget bucket (a server, a member there, or a person's DMs) with no tokens left today, if any."""
-        await self._settled()
+        await self.settled()
         if speaker.in_dm:
             cap = self.limits.dm_daily_tokens
             if cap and await self.store.tokens_today("dm", speaker.user_id) >= cap:
