@@ -81,13 +81,16 @@ async def _engine_run(settings, body, latency: float = 0.0):
             await engine.close()
 
 
-async def reply_latency(turns: int, channels: int = 100) -> tuple[dict[str, list[float]], dict[str, float]]:
+async def reply_latency(turns: int, channels: int = 100) -> tuple[dict[str, list[float]], dict[str, list[float]],
+                                                                   dict[str, float]]:
     """Milliseconds per reply on SQLite, on PostgreSQL and on PostgreSQL with ``synchronous_commit`` off,
     measured side by side in one process: each round sends the same message to the three bots, in a
     rotating order, so a slower stretch of the machine falls on all three alike and the ratio compares like
     with like (run one after another, the ratio moved by a third between runs). Replies go one at a time,
     round robin over ``channels`` channels (each has answered once before, so every reply loads a channel's
-    own checkpoint among ``channels``). Also pool checkouts per turn (the pool's own request counter, the
+    own checkpoint among ``channels``). The first ``channels`` replies (one a new channel each) are timed apart:
+    a new channel's first turn writes its checkpoint before the model call (``TurnRunner._durability``), so an
+    erasure in another process finds it. Also pool checkouts per turn (the pool's own request counter, the
     turn's writes after the answer included; SQLite has no pool)."""
     from contextlib import AsyncExitStack
 
@@ -112,6 +115,7 @@ async def reply_latency(turns: int, channels: int = 100) -> tuple[dict[str, list
                 stack.push_async_callback(engine.close)
                 engines[key] = engine
             times: dict[str, list[float]] = {key: [] for key in engines}
+            first: dict[str, list[float]] = {key: [] for key in engines}
             checkouts = dict.fromkeys(engines, 0)
             order = list(engines)
             for i in range(channels + turns):
@@ -128,7 +132,9 @@ async def reply_latency(turns: int, channels: int = 100) -> tuple[dict[str, list
                     if i >= channels:
                         times[key].append(elapsed)
                         checkouts[key] += count() - before
-            return times, {key: n / turns for key, n in checkouts.items()}
+                    elif i >= 10:  # the first few warm the process up (imports, caches, the pool)
+                        first[key].append(elapsed)
+            return times, first, {key: n / turns for key, n in checkouts.items()}
     finally:
         for name in databases.values():
             drop_database(name)
@@ -202,7 +208,7 @@ def main() -> None:
         asyncio.run(worker(rest[1], int(rest[2]), int(rest[3]), int(rest[4]), float(rest[5])))
         return
     turns = 100 if args.quick else 300
-    lat, checkouts = asyncio.run(reply_latency(turns))
+    lat, first, checkouts = asyncio.run(reply_latency(turns))
     print(table("Pool checkouts per answered turn (PostgreSQL; the turn's writes after the answer included)",
                 ["synchronous_commit", "checkouts/turn"],
                 [["on", f"{checkouts['postgres']:.1f}"], ["off", f"{checkouts['async']:.1f}"]]))
@@ -214,6 +220,10 @@ def main() -> None:
                 ["metric", "sqlite", "postgres", "postgres/sqlite", "postgres, synchronous_commit off", "that/sqlite"],
                 [[m, f"{d['sqlite']:.1f}", f"{d['postgres']:.1f}", f"{d['postgres'] / d['sqlite']:.2f}x",
                   f"{d['async']:.1f}", f"{d['async'] / d['sqlite']:.2f}x"] for m, d in (("p50", p50), ("p95", p95))]))
+    new = {b: statistics.median(v) for b, v in first.items()}
+    print(f"first reply in a new channel (p50 of {len(first['sqlite'])}, ms): sqlite {new['sqlite']:.1f},"
+          f" postgres {new['postgres']:.1f} ({new['postgres'] / new['sqlite']:.2f}x), synchronous_commit off"
+          f" {new['async']:.1f} ({new['async'] / new['sqlite']:.2f}x)")
     print()
     per_channel = 3 if args.quick else 8
     repeats = 1 if args.quick else 3
