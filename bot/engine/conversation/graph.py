@@ -56,34 +56,35 @@ UsageCallback = Callable[[Speaker, BaseMessage, int], Awaitable[None]]
 class Later:
     """Work a turn's nodes leave for after its answer is handed out (a model call's usage record).
 
-    ``owe`` is called as a piece is left and ``paid`` once it has run, so whoever reads what that work
-    writes can wait for it (the daily budgets: ``UsageMeter.owe``).
+    ``owe(speaker)`` is called as a piece is left for ``speaker`` and ``paid(speaker)`` once it has run,
+    so whoever reads what that work writes can wait for it (the daily budgets: ``UsageMeter.owe``).
     """
 
-    def __init__(self, owe: Callable[[], None] = lambda: None, paid: Callable[[], None] = lambda: None,
+    def __init__(self, owe: Callable[[Speaker], None] = lambda _s: None,
+                 paid: Callable[[Speaker], None] = lambda _s: None,
                  failed: Callable[[BaseException], None] | None = None) -> None:
-        self._work: list[Callable[[], Awaitable[None]]] = []
+        self._work: list[tuple[Speaker, Callable[[], Awaitable[None]]]] = []
         self._owe, self._paid = owe, paid
         self._failed = failed or (lambda exc: log.error("work left for after the answer failed", exc_info=exc))
 
     def __bool__(self) -> bool:
         return bool(self._work)
 
-    def add(self, work: Callable[[], Awaitable[None]]) -> None:
-        self._work.append(work)
-        self._owe()
+    def add(self, speaker: Speaker, work: Callable[[], Awaitable[None]]) -> None:
+        self._work.append((speaker, work))
+        self._owe(speaker)
 
     async def run(self) -> None:
         """Run what is left, in order; a piece that fails is handed to ``failed`` and the rest still run
         (accounting must never cost a reply, and an outage is the runner's to report, once)."""
         while self._work:
-            work = self._work.pop(0)
+            speaker, work = self._work.pop(0)
             try:
                 await work()
             except Exception as exc:  # noqa: BLE001 - see the docstring
                 self._failed(exc)
             finally:
-                self._paid()
+                self._paid(speaker)
 
 
 #: Set by the turn runner around each turn. Unset (a graph run on its own, as in tests), the work runs in place.
@@ -139,7 +140,7 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
 
             later = AFTER_ANSWER.get()
             if later is not None:  # the limits read it at the person's next message: written just after the answer
-                later.add(record)
+                later.add(speaker, record)
             else:
                 try:
                     await record()

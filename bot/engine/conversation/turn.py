@@ -9,6 +9,7 @@ concurrently. :meth:`TurnRunner.hear` records messages without answering them (o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, replace
@@ -63,7 +64,8 @@ class TurnRunner:
                  drop_answer: Callable[[str, str], Awaitable[None]],
                  drop_messages: Callable[[str, set[str]], Awaitable[object]] | None = None,
                  scopes: TurnScopes | None = None,
-                 owed: tuple[Callable[[], None], Callable[[], None]] = (lambda: None, lambda: None)) -> None:
+                 owed: tuple[Callable[[Speaker], None], Callable[[Speaker], None]] = (lambda _s: None,
+                                                                                      lambda _s: None)) -> None:
         """``drop_answer(thread, answer_id)`` takes an unseen answer back out, ``drop_messages(thread, ids)``
         Discord messages with their answers (both the conversation eraser's). ``scopes`` mark a turn's
         storage work as one unit (``bot.engine.stores.scopes``: one pooled connection on PostgreSQL).
@@ -258,26 +260,31 @@ class TurnRunner:
                     clock.reschedule(asyncio.get_running_loop().time() + turn.timeout)
                 messages, again = await self._human_messages(turn.thread_id, turn.incoming)
                 durability = await self._durability(turn.thread_id)
-                async for mode, chunk in self.graph.astream(
-                        {"messages": messages}, config, context=turn.speaker, durability=durability,
-                        interrupt_after=["respond"], stream_mode=["updates", "messages", "custom"]):
-                    if mode == "custom":
-                        summarize = summarize or bool(isinstance(chunk, dict) and chunk.get("summarize"))
-                        continue
-                    if mode == "messages":
-                        piece, meta = chunk
-                        if turn.on_delta and meta.get("langgraph_node") == "respond" and piece.text:
-                            streamed += piece.text
-                            turn.on_delta(streamed)
-                        continue
-                    if "respond" in chunk:
-                        clock.reschedule(None)  # answered: the summary after it is on nobody's clock
-                        ai: AIMessage = chunk["respond"]["messages"][-1]
-                        if turn.learning:  # the server's admins may have turned learning off there
-                            await self._queue_for_learning(turn.thread_id, turn.incoming, ai.text, tickets,
-                                                           again=again)
-                        if not turn.answered.done():  # the caller may have given up waiting
-                            turn.answered.set_result(Reply(text=ai.text, message_id=ai.id or ""))
+                # Closed here, not by the garbage collector: when this loop's body raises (a learning-queue
+                # insert in an outage, the caller's stream callback), the run's one checkpoint is written as
+                # the stream closes, and that must happen before the channel is released to the next turn.
+                run = self.graph.astream(
+                    {"messages": messages}, config, context=turn.speaker, durability=durability,
+                    interrupt_after=["respond"], stream_mode=["updates", "messages", "custom"])
+                async with contextlib.aclosing(run) as stream:
+                    async for mode, chunk in stream:
+                        if mode == "custom":
+                            summarize = summarize or bool(isinstance(chunk, dict) and chunk.get("summarize"))
+                            continue
+                        if mode == "messages":
+                            piece, meta = chunk
+                            if turn.on_delta and meta.get("langgraph_node") == "respond" and piece.text:
+                                streamed += piece.text
+                                turn.on_delta(streamed)
+                            continue
+                        if "respond" in chunk:
+                            clock.reschedule(None)  # answered: the summary after it is on nobody's clock
+                            ai: AIMessage = chunk["respond"]["messages"][-1]
+                            if turn.learning:  # the server's admins may have turned learning off there
+                                await self._queue_for_learning(turn.thread_id, turn.incoming, ai.text, tickets,
+                                                               again=again)
+                            if not turn.answered.done():  # the caller may have given up waiting
+                                turn.answered.set_result(Reply(text=ai.text, message_id=ai.id or ""))
                 self._remember_stored(turn.thread_id)
                 await later.run()  # the answer's usage
                 if summarize:  # resumes the run where it stopped: summarize, then one more checkpoint

@@ -45,30 +45,39 @@ class UsageMeter:
         self.limits = limits
         self._pruned_on = ""
         self._noticed: dict[str, str] = {}  # budget bucket -> UTC day its notice was sent
-        self._owed = 0  # records left for after an answer, not yet written (see owe)
-        self._paid = asyncio.Event()
-        self._paid.set()
+        # (server, person) -> [records left for after an answer and not yet written, set once none is] (see owe)
+        self._owed: dict[tuple[str, str], tuple[list[int], asyncio.Event]] = {}
 
-    def owe(self) -> None:
+    def owe(self, speaker: Speaker) -> None:
         """A model call's record is left for after its answer (``conversation.graph.Later``): budget
-        checks wait for it, so a person's next message is checked against the answer before it."""
-        self._owed += 1
-        self._paid.clear()
+        checks of the same place wait for it, so a person's next message is checked against the answer
+        before it. Counted per server and person, so a busy server's writes never hold up another's checks
+        (one process-wide count would rarely be zero with many channels answering)."""
+        count, _ = self._owed.setdefault((speaker.guild_id, speaker.user_id), ([0], asyncio.Event()))
+        count[0] += 1
 
-    def paid(self) -> None:
+    def paid(self, speaker: Speaker) -> None:
         """An owed record was written (or failed and was logged)."""
-        self._owed = max(0, self._owed - 1)
-        if not self._owed:
-            self._paid.set()
+        key = (speaker.guild_id, speaker.user_id)
+        if key not in self._owed:
+            return
+        count, done = self._owed[key]
+        count[0] -= 1
+        if count[0] <= 0:
+            del self._owed[key]
+            done.set()
 
-    async def settled(self) -> None:
-        """Wait for the owed records (milliseconds); a stuck database is not waited out.
+    async def settled(self, guild_id: str | None = None, user_id: str | None = None) -> None:
+        """Wait for the owed records of a server (or of one person there; no arguments: all of them).
 
-        Anything that reads counts and must include the answer just given (budget checks, a copy of the
-        data, a test) waits here first: the record is written just after the reply, not before it."""
-        if self._owed:
+        Milliseconds; a stuck database is not waited out (``OWED_WAIT_SECONDS``). Anything that reads counts
+        and must include the answer just given (budget checks, a copy of the data, a test) waits here
+        first: the record is written just after the reply, not before it."""
+        waits = [done.wait() for (g, u), (_, done) in self._owed.items()
+                 if (guild_id is None or g == guild_id) and (user_id is None or u == user_id)]
+        if waits:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._paid.wait(), OWED_WAIT_SECONDS)
+                await asyncio.wait_for(asyncio.gather(*waits), OWED_WAIT_SECONDS)
 
     async def record(self, speaker: Speaker, message: BaseMessage, estimated_prompt: int = 0) -> None:
         """Count a reply's tokens against the speaker's buckets (and prune on a new UTC day).
@@ -102,12 +111,12 @@ class UsageMeter:
 
     async def tokens_today(self, guild_id: str, user_id: str | None = None) -> int:
         """Tokens used today (UTC) in a server (or by one person there, or in DMs)."""
-        await self.settled()
+        await self.settled(guild_id, user_id)
         return await self.store.tokens_today(guild_id, user_id)
 
     async def exhausted(self, speaker: Speaker, policy: GuildPolicy) -> str | None:
         """The budget bucket (a server, a member there, or a person's DMs) with no tokens left today, if any."""
-        await self.settled()
+        await self.settled(speaker.guild_id, speaker.user_id if speaker.in_dm else None)
         if speaker.in_dm:
             cap = self.limits.dm_daily_tokens
             if cap and await self.store.tokens_today("dm", speaker.user_id) >= cap:

@@ -160,3 +160,24 @@ async def test_a_turn_cancelled_while_the_model_answers_leaves_its_message_in_th
         model.gate.set()
         reply = await engine.reply("c", ada("m2"), "and canoes")
         assert texts(await engine.thread_state("c")) == ["I like kayaks", "and canoes", reply.text]
+
+
+async def test_a_turn_that_fails_after_the_answer_has_stored_its_message_when_it_ends(settings):
+    """The one checkpoint is written as the graph run closes: a failure in the turn's own work after the
+    answer (here the streaming callback; in production a learning-queue insert during an outage) must close
+    the run before the channel is released, or the next turn reads the thread without that message."""
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("c", ada("m1"), "I like kayaks")  # the thread is stored: later turns write once
+        await engine.runner.close()
+
+        def broken(_text: str) -> None:
+            raise RuntimeError("the caller's stream broke")
+
+        with pytest.raises(RuntimeError):
+            await engine.reply("c", ada("m2"), "and canoes", on_delta=broken)
+        assert "and canoes" in texts(await engine.thread_state("c"))  # at once, not some time later
+        reply = await engine.reply("c", ada("m3"), "and boats")
+        await engine.runner.close()
+        after = texts(await engine.thread_state("c"))
+        assert after[0] == "I like kayaks" and after[-2:] == ["and boats", reply.text]
+        assert after.index("and canoes") < after.index("and boats")  # kept, not overwritten by a late write
