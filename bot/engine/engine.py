@@ -115,7 +115,8 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         self.changes = DiscordChanges(storage=storage, conversations=self.conversations, eraser=self.eraser,
                                       scheduler=self.scheduler, thread_state=self.thread_state,
                                       removed_server_days=settings.retention.removed_server_days,
-                                      forget_settings=self.guild_settings.forget)
+                                      forget_settings=self.guild_settings.forget,
+                                      forget_stored=self.runner.forget_stored)
         limits = settings.limits
         # /memories remember and import, per person per hour: bounded like every map keyed by person.
         self.memory_commands: RateLimiter[str] = RateLimiter(limits.memory_commands_per_hour, 3600.0)

@@ -170,6 +170,14 @@ class TurnRunner:
             self._remember_stored(thread_id)
         return "exit" if stored else "sync"
 
+    def forget_stored(self, thread_id: str | None) -> None:
+        """A thread's conversation was deleted (None: a server's, threads unknown): its next turn here is a
+        first turn again and writes before the model call (see ``_durability``)."""
+        if thread_id is None:
+            self._stored.clear()
+        else:
+            self._stored.pop(thread_id, None)
+
     def _remember_stored(self, thread_id: str) -> None:
         self._stored[thread_id] = None
         self._stored.move_to_end(thread_id)

@@ -41,6 +41,7 @@ class DiscordChanges:
         thread_state: Callable,
         removed_server_days: float,
         forget_settings: Callable[[str], Awaitable[bool]] | None = None,
+        forget_stored: Callable[[str | None], None] | None = None,
     ) -> None:
         self.storage = storage
         self.conversations = conversations
@@ -50,6 +51,8 @@ class DiscordChanges:
         self.memories = MemoryRepository(storage.store)
         self.removed_server_days = removed_server_days
         self.forget_settings = forget_settings  # the server's /settings go with the rest of its data
+        # This process's note of which threads have a checkpoint (``TurnRunner.forget_stored``; None: all).
+        self.forget_stored = forget_stored or (lambda _thread: None)
         self._sweeper: asyncio.Task | None = None
         self.active = 0  # edits being applied right now (erasures are counted by the Eraser)
         # Edits and deletions are applied one at a time, in the order Discord sent them: an edit racing a
@@ -77,7 +80,10 @@ class DiscordChanges:
 
     async def forget_thread(self, thread_id: str) -> bool:
         """Its channel or thread was deleted: delete the stored conversation and its pending turns."""
-        return await self.eraser.erase_thread(thread_id)
+        try:
+            return await self.eraser.erase_thread(thread_id)
+        finally:
+            self.forget_stored(thread_id)
 
     # ---- edits
     async def edit_message(self, thread_id: str, message_id: str, text: str, *, edited_at: float | None = None) -> bool:
@@ -115,7 +121,10 @@ class DiscordChanges:
         now = time.time() if now is None else now
         swept = []
         for guild_id in await self.storage.removed_guilds.due(now - self.removed_server_days * 86400):
-            await self.eraser.erase_guild(guild_id)
+            try:
+                await self.eraser.erase_guild(guild_id)
+            finally:
+                self.forget_stored(None)  # which threads were that server's is not kept here; all re-checked
             if self.forget_settings is not None:
                 await self.forget_settings(guild_id)
             await self.storage.removed_guilds.done(guild_id)

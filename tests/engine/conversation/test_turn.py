@@ -181,3 +181,23 @@ async def test_a_turn_that_fails_after_the_answer_has_stored_its_message_when_it
         after = texts(await engine.thread_state("c"))
         assert after[0] == "I like kayaks" and after[-2:] == ["and boats", reply.text]
         assert after.index("and canoes") < after.index("and boats")  # kept, not overwritten by a late write
+
+
+async def test_a_deleted_threads_next_first_message_is_stored_before_the_model_answers_again(settings):
+    """The process remembers which threads are stored; deleting a thread's conversation (a deleted channel,
+    a removed server) must make its next message a first message again, findable by an erasure mid-answer."""
+    model = gated()
+    async with running_engine(settings, model) as engine:
+        model.gate.set()
+        await engine.reply("c", ada("m1"), "I like kayaks")
+        assert await engine.changes.forget_thread("c")
+        model.gate.clear()
+        model.entered.clear()
+        turn = asyncio.create_task(engine.reply("c", ada("m2"), "I like canoes"))
+        try:
+            await model.entered.wait()
+            found = await engine.conversations.thread_ids()
+        finally:
+            model.gate.set()
+        await turn
+        assert "c" in found
