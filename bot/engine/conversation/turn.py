@@ -293,7 +293,8 @@ class TurnRunner:
                                                                again=again)
                             if not turn.answered.done():  # the caller may have given up waiting
                                 turn.answered.set_result(Reply(text=ai.text, message_id=ai.id or ""))
-                self._remember_stored(turn.thread_id)
+                if durability == "sync":  # its first checkpoint is written now (later turns: already noted)
+                    self._remember_stored(turn.thread_id)
                 await later.run()  # the answer's usage
                 if summarize:  # resumes the run where it stopped: summarize, then one more checkpoint
                     await self.graph.ainvoke(None, config, context=turn.speaker, durability="exit")

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 
 from langchain_core.messages import BaseMessage
 
@@ -45,27 +46,29 @@ class UsageMeter:
         self.limits = limits
         self._pruned_on = ""
         self._noticed: dict[str, str] = {}  # budget bucket -> UTC day its notice was sent
-        # (server, person) -> [records left for after an answer and not yet written, set once none is] (see owe)
-        self._owed: dict[tuple[str, str], tuple[list[int], asyncio.Event]] = {}
+        # (server, person) -> records left for after an answer and not yet written, and the event set once
+        # none is left (see owe)
+        self._owed: Counter[tuple[str, str]] = Counter()
+        self._paid: dict[tuple[str, str], asyncio.Event] = {}
 
     def owe(self, speaker: Speaker) -> None:
         """A model call's record is left for after its answer (``conversation.graph.Later``): budget
         checks of the same place wait for it, so a person's next message is checked against the answer
         before it. Counted per server and person, so a busy server's writes never hold up another's checks
         (one process-wide count would rarely be zero with many channels answering)."""
-        count, _ = self._owed.setdefault((speaker.guild_id, speaker.user_id), ([0], asyncio.Event()))
-        count[0] += 1
+        key = (speaker.guild_id, speaker.user_id)
+        self._owed[key] += 1
+        self._paid.setdefault(key, asyncio.Event())
 
     def paid(self, speaker: Speaker) -> None:
         """An owed record was written (or failed and was logged)."""
         key = (speaker.guild_id, speaker.user_id)
         if key not in self._owed:
             return
-        count, done = self._owed[key]
-        count[0] -= 1
-        if count[0] <= 0:
+        self._owed[key] -= 1
+        if self._owed[key] <= 0:
             del self._owed[key]
-            done.set()
+            self._paid.pop(key).set()
 
     async def settled(self, guild_id: str | None = None, user_id: str | None = None) -> None:
         """Wait for the owed records of a server (or of one person there; no arguments: all of them).
@@ -73,7 +76,7 @@ class UsageMeter:
         Milliseconds; a stuck database is not waited out (``OWED_WAIT_SECONDS``). Anything that reads counts
         and must include the answer just given (budget checks, a copy of the data, a test) waits here
         first: the record is written just after the reply, not before it."""
-        waits = [done.wait() for (g, u), (_, done) in self._owed.items()
+        waits = [done.wait() for (g, u), done in self._paid.items()
                  if (guild_id is None or g == guild_id) and (user_id is None or u == user_id)]
         if waits:
             with contextlib.suppress(TimeoutError):
