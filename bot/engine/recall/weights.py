@@ -13,15 +13,15 @@ class Weights:
     semantic: float = 1.0
     recency: float = 0.05
     hub: float = 1.5  # cosine with the person's centre, above the hub_quantile's, taken off the semantic cosine
-    hub_quantile: float = 0.5  # from which centrality on a memory counts as a hub
+    hub_quantile: float = 0.35  # from which centrality on a memory counts as a hub (re-tuned 2026-12-04)
     time: float = 0.35  # a memory dated inside the time the question names
     dated: float = 0.1  # a "when" question: a memory whose text carries a time
     together: float = 0.1  # learned with one of the best candidates (share of that candidate's score)
     entity: float = 0.3  # names a rare name or place one of the best candidates names
     seeds: int = 5  # how many of the best candidates lend their score to memories learned with them
     entity_seeds: int = 20  # how many lend it to memories naming the same rare name
-    feedback: float = 0.15  # near the centre of the first round's best (the second round, no new embedding)
-    feedback_seeds: int = 3  # how many of the first round's best make that centre
+    feedback: float = 0.2  # near the centre of the first round's best (the second round, no new embedding)
+    feedback_seeds: int = 6  # how many of the first round's best make that centre
     rare: int = 200  # a name is rare when at most one memory in this many (and at least 2) names it
 
 
