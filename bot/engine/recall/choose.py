@@ -6,7 +6,9 @@ This is the one place that decides; the chat graph and ``benchmarks/recall.py`` 
 - lexical: BM25 of the memory against the query (names, rare words, exact phrases);
 - semantic: cosine similarity of embeddings (meaning without shared words), when an index is available,
   damped for hubs: a memory close to the centre of all the person's memories ("has been busy lately") is
-  close to every question and would otherwise win for questions it does not answer;
+  close to every question and would otherwise win for questions it does not answer; and compared with part
+  of the person's own name taken out of both vectors (their name is in most of their memories and says
+  nothing about which one matters);
 - recency: the memory's rank by when it was last changed, so of two equally relevant facts the newer wins;
 - time: when the message names a time ("last year", "in May", "two weeks ago", relative to the message's
   own date ``now``), memories dated inside it gain; a "when" question prefers facts whose text carries a time;
@@ -251,7 +253,8 @@ async def choose_memories(
     if fits(ordered, budget_tokens):
         return Selection(ordered, sum(line_tokens(m) for m in ordered), len(memories), "all")
     query = third_person(query, speaker)
-    found = await index.relevance(user_id, memories, query) if index is not None and mode != "lexical" else None
+    found = (await index.relevance(user_id, memories, query, about=speaker, name_share=weights.name)
+             if index is not None and mode != "lexical" else None)
     method = mode if found is not None else "lexical"
     scores = score_memories(memories, query, found, mode=method, weights=weights, now=now, speaker=speaker)
     picked, used = pack(memories, scores, budget_tokens)

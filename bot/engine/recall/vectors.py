@@ -13,8 +13,9 @@ start-up: each person with rows of another embedder is indexed again and those r
 person's turn comes, their memories simply have no vector (ranked by words and recency) and the reply that
 finds them so queues them first.
 
-The reply path (``scores``) embeds at most one text, the query, and only the caller decides when (when a
-person's memories exceed the budget). Memory vectors are made by ``index``, which the engine runs after
+The reply path (``scores``) embeds one text, the query, and only the caller decides when (when a person's
+memories exceed the budget); the first time a process sees a speaker's name it embeds that too, once
+(``relevance``, ``without_name``). Memory vectors are made by ``index``, which the engine runs after
 memories are written, off the reply path. A memory the reply finds without a vector (written by a path that
 did not index it, or while the embedder was down) gets no semantic score this time and is indexed in the
 background for the next reply. Any failure of the embedder is logged once and relevance falls back to
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections import OrderedDict
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Awaitable, Callable, Sequence
 
@@ -114,6 +116,7 @@ class SemanticIndex:
         self._background: dict[str, asyncio.Task] = {}
         self._paused: dict[str, int] = {}  # people being erased: no vectors are written for them meanwhile
         self.query_embeddings = 0  # how many query vectors the reply path computed (a benchmark figure)
+        self._names: OrderedDict[str, np.ndarray] = OrderedDict()  # a person's name -> its vector (see ``relevance``)
 
     def _failed(self, exc: BaseException) -> None:
         self.failures += 1
@@ -242,18 +245,28 @@ class SemanticIndex:
         found = await self.relevance(user_id, memories, query)
         return None if found is None else found.cosines
 
-    async def relevance(self, user_id: str, memories: Sequence[StoredMemory], query: str) -> Relevance | None:
+    async def relevance(self, user_id: str, memories: Sequence[StoredMemory], query: str, *,
+                        about: str | None = None, name_share: float = 0.0) -> Relevance | None:
         """The query's cosine with each memory, each memory's hubness, and the vectors for a second round.
 
-        Embeds exactly one text, the query; everything else is matrix products over the stored vectors
-        (about a millisecond for 1,000). Memories without a vector are indexed in the background.
+        Embeds one text, the query; everything else is matrix products over the stored vectors (about a
+        millisecond for 1,000). Memories without a vector are indexed in the background.
+
+        ``about``: whose memories these are (the speaker's name). ``name_share`` of the direction of that name's
+        own vector is taken out of the query and of every memory vector before they are compared (see
+        ``without_name``). The name's vector is embedded once per name and kept (an LRU of 1,024), so a
+        reply embeds a second text only the first time a name is seen in this process.
         """
         if not memories or not query.strip():
             return None
         try:
             cached = await self.cache.get(user_id, self.embedder)  # this space only: never another embedder's
             self.query_embeddings += 1
-            query_vec = unit(await self.embeddings.aembed_query(query))
+            if about and about.strip() and name_share > 0:  # both at once: a new name adds no wait
+                raw, name_vec = await asyncio.gather(self.embeddings.aembed_query(query), self._name_vector(about))
+            else:
+                raw, name_vec = await self.embeddings.aembed_query(query), None
+            query_vec = unit(raw)
         except Exception as exc:  # noqa: BLE001 - relevance degrades to lexical, the reply goes on
             self._failed(exc)
             return None
@@ -264,7 +277,48 @@ class SemanticIndex:
             vectors.append(v if v is not None and v.shape == query_vec.shape else None)
         if any(v is None for v in vectors):
             self.index_later(user_id, memories)
+        if name_vec is not None and name_vec.shape == query_vec.shape:
+            query_vec, vectors = without_name(query_vec, vectors, name_vec, name_share)
         return Relevance(vectors, _cosines(query_vec, vectors), _hubness(vectors))
+
+    async def _name_vector(self, name: str) -> np.ndarray:
+        """The unit vector of a person's name alone, embedded once per name (raises what the embedder raises)."""
+        key = " ".join(name.split())
+        found = self._names.get(key)
+        if found is not None:
+            self._names.move_to_end(key)
+            return found
+        vec = unit(await self.embeddings.aembed_query(key))
+        self._names[key] = vec
+        while len(self._names) > 1024:
+            self._names.popitem(last=False)
+        return vec
+
+
+def without_name(query: np.ndarray, vectors: list[np.ndarray | None], name: np.ndarray,
+                 share: float) -> tuple[np.ndarray, list[np.ndarray | None]]:
+    """The query and memory vectors with ``share`` of the name's direction taken out, each made unit again.
+
+    Why: every memory of a person is about that person, and most say their name ("Saskia's little brother is
+    called Ulrich"), as does the question ("Where is Saskia's sibling having the wedding?"). In a small model
+    the name then carries much of each cosine. A fact that does not name the person ("Ulrich is getting
+    married at a vineyard") ranks near the bottom, although it is the answer. The name tells nothing about
+    which of the person's memories matters. Measured on the hard set's tune split (docs/decisions.md, issue
+    20, item 16), taking half of it out lifts "all" most, on questions that need several facts.
+    """
+    def out(v: np.ndarray) -> np.ndarray:
+        return unit(v - share * float(v @ name) * name)
+
+    present = [i for i, v in enumerate(vectors) if v is not None]
+    if not present:
+        return out(query), vectors
+    matrix = np.stack([vectors[i] for i in present])
+    matrix = matrix - share * np.outer(matrix @ name, name)
+    matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
+    result: list[np.ndarray | None] = [None] * len(vectors)
+    for row, i in enumerate(present):
+        result[i] = matrix[row]
+    return out(query), result
 
 
 class Relevance:

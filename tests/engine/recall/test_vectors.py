@@ -58,9 +58,11 @@ async def run(tmp_path, embeddings_status: int = 200):
 async def test_semantic_ranking_finds_the_memory_bm25_cannot(tmp_path):
     system, requests = await run(tmp_path)
     assert TARGET in system  # no shared word with the question: only meaning connects them
-    # The reply path embedded exactly one text: the query.
-    assert [r["model"] for r in requests] == ["fake-embed"]
-    assert len(requests[0]["input"]) == 1 and "croissant" in str(requests[0]["input"])
+    # The reply path embedded the query and, the first time this process sees the name, the speaker's name
+    # (its direction is taken out of the comparison: bot/engine/recall/vectors.py, without_name).
+    assert [r["model"] for r in requests] == ["fake-embed", "fake-embed"]
+    inputs = sorted(t for r in requests for t in (r["input"] if isinstance(r["input"], list) else [r["input"]]))
+    assert inputs == ["Sam", "Where can Sam get a good croissant?"]  # "I" read as the speaker's name
 
 
 async def test_a_failing_embeddings_provider_falls_back_with_one_log_line(tmp_path, caplog):
@@ -87,8 +89,11 @@ async def test_memories_written_without_vectors_are_indexed_off_the_reply_path(t
         documents = [r for r in server.embedding_requests if isinstance(r["input"], list) and len(r["input"]) > 1]
         # Indexed once, in the background after the first reply found them without vectors; never again.
         assert len(documents) == 1 and len(documents[0]["input"]) == len(FILLER)
-        queries = [r for r in server.embedding_requests if r not in documents]
-        assert len(queries) == 2  # one query vector a reply
+        queries = sorted(t for r in server.embedding_requests if r not in documents
+                         for t in (r["input"] if isinstance(r["input"], list) else [r["input"]]))
+        # One query vector a reply, and the speaker's name once: the second reply reuses its vector.
+        assert len(queries) == 3 and queries.count("Sam") == 1
+        assert [q for q in queries if q != "Sam"][-1].endswith("any band tonight?")  # the query: recent turns, then the message
 
 
 async def test_no_query_vector_while_everything_fits(tmp_path):
@@ -151,3 +156,92 @@ async def test_a_cached_vector_is_keyed_by_version_never_by_a_digest_of_the_text
     later = StoredMemory(key="k1", content="my door code is secret", origin={}, created_at=at,
                          updated_at=datetime(2026, 1, 2, tzinfo=timezone.utc))
     assert await SemanticIndex(Other(), cache).index("42", [later]) == 1  # changed text: made again
+
+
+# ---------------------------------------------------------------- the person's own name is not what matches
+class NamedEmbeddings:
+    """A tiny model at the edge where a name dominates, as in a small real model: dimensions are the person's
+    name (weighted 3), weddings, the commute, and a constant."""
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    def _vec(self, text: str) -> list[float]:
+        t = text.lower()
+        return [3.0 * ("saskia" in t), float("wedding" in t or "married" in t), float("commute" in t), 0.1]
+
+    async def aembed_documents(self, texts):
+        return [self._vec(t) for t in texts]
+
+    async def aembed_query(self, text):
+        self.queries.append(text)
+        return self._vec(text)
+
+
+def test_without_name_takes_the_names_direction_out_and_keeps_vectors_unit():
+    import numpy as np
+
+    from bot.engine.recall.vectors import unit, without_name
+
+    name = unit([1.0, 0.0, 0.0, 0.0])
+    query = unit([3.0, 1.0, 0.0, 0.1])  # "Where is Saskia's sibling having the wedding?"
+    chatter = unit([3.0, 0.0, 1.0, 0.1])  # "Saskia feels hopeful about the long commute"
+    answer = unit([0.0, 1.0, 0.0, 0.1])  # "Ulrich is getting married at a vineyard" (does not name her)
+    assert chatter @ query > answer @ query  # the name decides: the wrong memory wins
+    q, (c, a, missing) = without_name(query, [chatter, answer, None], name, 1.0)
+    assert missing is None  # a memory without a vector stays without one
+    assert a @ q > c @ q  # with the name's direction out, the memory about a wedding wins
+    assert all(abs(float(np.linalg.norm(v)) - 1.0) < 1e-5 for v in (q, c, a))
+    q_half, (c_half, a_half, _) = without_name(query, [chatter, answer, None], name, 0.5)
+    assert (c_half @ q_half - a_half @ q_half) < (chatter @ query - answer @ query)  # half way: the gap narrows
+    q0, (c0, _a0, _) = without_name(query, [chatter, answer, None], name, 0.0)
+    assert np.allclose(q0, query) and np.allclose(c0, chatter)
+
+
+async def test_the_persons_name_is_embedded_once_and_only_when_asked():
+    from datetime import datetime, timezone
+
+    from bot.engine.memories.records import StoredMemory
+    from bot.engine.recall.vectors import MemoryVectorCache, SemanticIndex
+
+    when = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    memories = [StoredMemory("a", "Saskia feels hopeful about the long commute", {}, when, when),
+                StoredMemory("b", "Ulrich is getting married at a vineyard", {}, when, when)]
+    model = NamedEmbeddings()
+    index = SemanticIndex(model, MemoryVectorCache())  # type: ignore[arg-type]
+    await index.index("u", memories)
+    plain = await index.relevance("u", memories, "Where is Saskia's sibling having the wedding?")
+    assert plain is not None and plain.cosines[0] > plain.cosines[1]  # the name decides
+    assert model.queries == ["Where is Saskia's sibling having the wedding?"]
+    first = await index.relevance("u", memories, "Where is Saskia's sibling having the wedding?",
+                                  about="Saskia", name_share=1.0)
+    assert first is not None and first.cosines[1] > first.cosines[0]  # the wedding wins
+    await index.relevance("u", memories, "Any wedding news, Saskia?", about="  Saskia ", name_share=1.0)
+    assert model.queries.count("Saskia") == 1  # the name's vector is kept, keyed by the name as written
+    await index.relevance("u", memories, "Any wedding news?", about="Saskia", name_share=0.0)
+    assert model.queries.count("Saskia") == 1 and model.queries[-1] == "Any wedding news?"
+
+
+async def test_choose_memories_passes_the_speaker_so_the_answer_that_does_not_name_them_is_chosen():
+    from datetime import datetime, timedelta, timezone
+
+    from bot.engine.memories.records import StoredMemory
+    from bot.engine.recall import choose_memories
+    from bot.engine.recall.choose import line_tokens
+    from bot.engine.recall.vectors import MemoryVectorCache, SemanticIndex
+    from bot.engine.recall.weights import Weights
+
+    t0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    chatter = [StoredMemory(f"c{i}", f"Saskia feels hopeful about the long commute, day {i}", {},
+                            t0 + timedelta(days=i), t0 + timedelta(days=i)) for i in range(20)]
+    answer = StoredMemory("w", "Ulrich is getting married at a vineyard next spring", {}, t0, t0)
+    memories = [*chatter, answer]
+    index = SemanticIndex(NamedEmbeddings(), MemoryVectorCache())  # type: ignore[arg-type]
+    await index.index("u", memories)
+    budget = line_tokens(answer) + 2  # room for one line
+    ask = dict(user_id="u", index=index, speaker="Saskia")
+    with_name = await choose_memories(memories, "Where is my sibling having the wedding?", budget,
+                                      weights=Weights(name=0.0, lexical=0.0), **ask)
+    without = await choose_memories(memories, "Where is my sibling having the wedding?", budget,
+                                    weights=Weights(name=1.0, lexical=0.0), **ask)
+    assert answer not in with_name.memories and answer in without.memories
