@@ -286,7 +286,7 @@ def build_person(r: random.Random, p: Person, sessions: int, dates: list[datetim
             ask(f"Was arbeitet {n} jetzt beruflich?", [j2], 4, job2, ("de",))
         else:
             ask(f"What does {n} do for a living these days?", [j2], 4, job2)
-        ask(f"How has {n}'s career changed over the past year?", [j1, j2], 6, f"{job1} -> {job2}")
+        ask(f"How has {n}'s career changed since we first talked?", [j1, j2], 6, f"{job1} -> {job2}")
     # --- city, superseded: "where before" (what changed) and "where now" (single)
     if lives(0.5):
         c1, c2 = r.sample(CITIES, 2)
@@ -321,7 +321,7 @@ def build_person(r: random.Random, p: Person, sessions: int, dates: list[datetim
         picks = r.sample(HOBBIES, k)
         hob = [fact(s, f"{n} {h[0]}.") for s, h in zip(r.sample(range(1, sessions + 1), k), picks)]
         if r.random() < 0.3:
-            ask("What new pastimes have I picked up this year?", hob, 1, ", ".join(h[1] for h in picks), ("first-person",))
+            ask("What new pastimes have I picked up?", hob, 1, ", ".join(h[1] for h in picks), ("first-person",))
         else:
             ask(f"What leisure activities has {n} taken up over time?", hob, 1, ", ".join(h[1] for h in picks))
     # --- an episode: two facts of one session, neither has the question's word; a relative's one distracts

@@ -39,3 +39,26 @@ def test_the_generator_is_deterministic_and_matches_the_shipped_files():
     for split in ("tune", "test"):
         shipped = json.loads((make_hard.HERE / f"hard_{split}_locomo.json").read_text(encoding="utf-8"))
         assert shipped == make_hard.make_split(split)
+
+
+def test_a_question_that_names_a_time_has_its_evidence_inside_that_time():
+    """"What did I pick up this year?" answered by facts from last year is a question nobody could answer
+    from its evidence; the bot's own reading of the time (``time_window``) is the judge."""
+    from datetime import timedelta
+    from pathlib import Path
+
+    from benchmarks.recall import load
+    from bot.engine.recall.temporal import time_window
+
+    checked = 0
+    for split in ("tune", "test"):
+        everyone, questions, _ = load(Path(make_hard.HERE / f"hard_{split}_locomo.json"))
+        dated = {m.key: m.created_at for p in everyone for m in p.memories}
+        for q in questions:
+            window = time_window(q.text, q.now)
+            if window is None:
+                continue
+            checked += 1
+            outside = [k for k in q.evidence if not window[0] <= dated[k] < window[1] + timedelta(days=1)]
+            assert not outside, (q.text, window, [dated[k] for k in outside])
+    assert checked > 50  # the sets do ask about times

@@ -304,7 +304,7 @@ def without_name(query: np.ndarray, vectors: list[np.ndarray | None], name: np.n
     the name then carries much of each cosine. A fact that does not name the person ("Ulrich is getting
     married at a vineyard") ranks near the bottom, although it is the answer. The name tells nothing about
     which of the person's memories matters. Measured on the hard set's tune split (docs/decisions.md, issue
-    20, item 16), taking half of it out lifts "all" most, on questions that need several facts.
+    20, item 16), taking 0.4 of it out lifts "all" most, on questions that need several facts.
     """
     def out(v: np.ndarray) -> np.ndarray:
         return unit(v - share * float(v @ name) * name)

@@ -22,7 +22,7 @@ class Weights:
     entity_seeds: int = 20  # how many lend it to memories naming the same rare name
     feedback: float = 0.2  # near the centre of the first round's best (the second round, no new embedding)
     feedback_seeds: int = 6  # how many of the first round's best make that centre
-    name: float = 0.5  # share of the person's own name's direction taken out of query and memory vectors
+    name: float = 0.4  # share of the person's own name's direction taken out of query and memory vectors
     rare: int = 200  # a name is rare when at most one memory in this many (and at least 2) names it
 
 
