@@ -116,7 +116,7 @@ class SemanticIndex:
         self._background: dict[str, asyncio.Task] = {}
         self._paused: dict[str, int] = {}  # people being erased: no vectors are written for them meanwhile
         self.query_embeddings = 0  # how many query vectors the reply path computed (a benchmark figure)
-        self._names: OrderedDict[str, np.ndarray] = OrderedDict()  # a person's name -> its vector (see ``relevance``)
+        self._names: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()  # (person, name) -> vector (``relevance``)
 
     def _failed(self, exc: BaseException) -> None:
         self.failures += 1
@@ -182,6 +182,8 @@ class SemanticIndex:
         bring erased text back in another form.
         """
         self._paused[user_id] = self._paused.get(user_id, 0) + 1
+        for key in [k for k in self._names if k[0] == user_id]:  # their name's vector goes with their data
+            del self._names[key]
         try:
             running = self._background.get(user_id)
             if running is not None and not running.done():
@@ -254,8 +256,8 @@ class SemanticIndex:
 
         ``about``: whose memories these are (the speaker's name). ``name_share`` of the direction of that name's
         own vector is taken out of the query and of every memory vector before they are compared (see
-        ``without_name``). The name's vector is embedded once per name and kept (an LRU of 1,024), so a
-        reply embeds a second text only the first time a name is seen in this process.
+        ``without_name``). The name's vector is embedded once per person and name and kept (an LRU of 1,024,
+        emptied of a person by ``paused``), so a reply embeds a second text only the first time.
         """
         if not memories or not query.strip():
             return None
@@ -263,7 +265,7 @@ class SemanticIndex:
             cached = await self.cache.get(user_id, self.embedder)  # this space only: never another embedder's
             self.query_embeddings += 1
             if about and about.strip() and name_share > 0:  # both at once: a new name adds no wait
-                raw, name_vec = await asyncio.gather(self.embeddings.aembed_query(query), self._name_vector(about))
+                raw, name_vec = await asyncio.gather(self.embeddings.aembed_query(query), self._name_vector(user_id, about))
             else:
                 raw, name_vec = await self.embeddings.aembed_query(query), None
             query_vec = unit(raw)
@@ -281,14 +283,17 @@ class SemanticIndex:
             query_vec, vectors = without_name(query_vec, vectors, name_vec, name_share)
         return Relevance(vectors, _cosines(query_vec, vectors), _hubness(vectors))
 
-    async def _name_vector(self, name: str) -> np.ndarray:
-        """The unit vector of a person's name alone, embedded once per name (raises what the embedder raises)."""
-        key = " ".join(name.split())
+    async def _name_vector(self, user_id: str, name: str) -> np.ndarray:
+        """The unit vector of a person's name alone, embedded once per person and name (raises what the
+        embedder raises). Kept per person so that an erasure (``paused``) drops it with the rest."""
+        key = (user_id, " ".join(name.split()))
         found = self._names.get(key)
         if found is not None:
             self._names.move_to_end(key)
             return found
-        vec = unit(await self.embeddings.aembed_query(key))
+        vec = unit(await self.embeddings.aembed_query(key[1]))
+        if user_id in self._paused:  # an erasure began meanwhile: keep nothing derived from them
+            return vec
         self._names[key] = vec
         while len(self._names) > 1024:
             self._names.popitem(last=False)

@@ -220,6 +220,12 @@ async def test_the_persons_name_is_embedded_once_and_only_when_asked():
     assert model.queries.count("Saskia") == 1  # the name's vector is kept, keyed by the name as written
     await index.relevance("u", memories, "Any wedding news?", about="Saskia", name_share=0.0)
     assert model.queries.count("Saskia") == 1 and model.queries[-1] == "Any wedding news?"
+    await index.relevance("v", memories, "Any wedding news?", about="Saskia", name_share=1.0)
+    assert model.queries.count("Saskia") == 2  # kept per person: another person of the same name is theirs
+    async with index.paused("u"):  # an erasure: nothing derived from the person is kept, their name's vector too
+        pass
+    await index.relevance("u", memories, "Any wedding news?", about="Saskia", name_share=1.0)
+    assert model.queries.count("Saskia") == 3
 
 
 async def test_choose_memories_passes_the_speaker_so_the_answer_that_does_not_name_them_is_chosen():
