@@ -1,6 +1,6 @@
 """Semantic relevance through a real OpenAIEmbeddings client on loopback: memory vectors are made at write
-time, the reply path embeds only the query (and only past the budget), a failing provider falls back to
-BM25 with one log line."""
+time, the reply path embeds only the query and, once, the speaker's name (and only past the budget), a
+failing provider falls back to BM25 with one log line."""
 
 from __future__ import annotations
 
