@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from collections import OrderedDict
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Awaitable, Callable, Sequence
@@ -38,6 +39,8 @@ from bot.engine.memories.records import StoredMemory
 from bot.engine.stores import VectorCache
 
 log = logging.getLogger(__name__)
+
+NAME_RETRY_SECONDS = 300.0  # after the speaker's name failed to embed, compare without taking it out meanwhile
 
 
 class MemoryVectorCache:
@@ -116,7 +119,9 @@ class SemanticIndex:
         self._background: dict[str, asyncio.Task] = {}
         self._paused: dict[str, int] = {}  # people being erased: no vectors are written for them meanwhile
         self.query_embeddings = 0  # how many query vectors the reply path computed (a benchmark figure)
-        self._names: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()  # (person, name) -> vector (``relevance``)
+        # (person, name) -> (its vector, or None after a failure, and when to try again): see ``relevance``
+        self._names: OrderedDict[tuple[str, str], tuple[np.ndarray | None, float]] = OrderedDict()
+        self._erasures = 0  # how many holds ``paused`` has begun: a name embedded across one is not kept
 
     def _failed(self, exc: BaseException) -> None:
         self.failures += 1
@@ -182,6 +187,7 @@ class SemanticIndex:
         bring erased text back in another form.
         """
         self._paused[user_id] = self._paused.get(user_id, 0) + 1
+        self._erasures += 1  # a name being embedded now is not kept (``_name_vector``)
         for key in [k for k in self._names if k[0] == user_id]:  # their name's vector goes with their data
             del self._names[key]
         try:
@@ -264,14 +270,20 @@ class SemanticIndex:
         try:
             cached = await self.cache.get(user_id, self.embedder)  # this space only: never another embedder's
             self.query_embeddings += 1
-            if about and about.strip() and name_share > 0:  # both at once: a new name adds no wait
-                raw, name_vec = await asyncio.gather(self.embeddings.aembed_query(query), self._name_vector(user_id, about))
+            if name_share > 0 and about and any(ch.isalnum() for ch in about):  # requested together
+                raw, named = await asyncio.gather(self.embeddings.aembed_query(query),
+                                                  self._name_vector(user_id, about), return_exceptions=True)
             else:
-                raw, name_vec = await self.embeddings.aembed_query(query), None
+                raw, named = await self.embeddings.aembed_query(query), None
+            if isinstance(raw, BaseException):
+                raise raw
             query_vec = unit(raw)
         except Exception as exc:  # noqa: BLE001 - relevance degrades to lexical, the reply goes on
             self._failed(exc)
             return None
+        name_vec = named if isinstance(named, np.ndarray) and np.isfinite(named).all() else None
+        if isinstance(named, BaseException):  # only the name failed: compare without taking it out, this once
+            log.debug("the speaker's name could not be embedded (%r); their name is not taken out this time", named)
         vectors: list[np.ndarray | None] = []
         for m in memories:
             row = cached.get(m.key)
@@ -280,24 +292,41 @@ class SemanticIndex:
         if any(v is None for v in vectors):
             self.index_later(user_id, memories)
         if name_vec is not None and name_vec.shape == query_vec.shape:
-            query_vec, vectors = without_name(query_vec, vectors, name_vec, name_share)
+            query_vec, vectors = without_name(query_vec, vectors, name_vec, min(name_share, 0.9))
         return Relevance(vectors, _cosines(query_vec, vectors), _hubness(vectors))
 
     async def _name_vector(self, user_id: str, name: str) -> np.ndarray:
         """The unit vector of a person's name alone, embedded once per person and name (raises what the
-        embedder raises). Kept per person so that an erasure (``paused``) drops it with the rest."""
+        embedder raises). Kept per person so that an erasure (``paused``) drops it with the rest.
+
+        A failure is remembered for ``NAME_RETRY_SECONDS``: an endpoint that refuses the name (a rate limit on
+        the second request) is not asked again, and waited for, on every reply meanwhile.
+        """
         key = (user_id, " ".join(name.split()))
         found = self._names.get(key)
         if found is not None:
             self._names.move_to_end(key)
-            return found
-        vec = unit(await self.embeddings.aembed_query(key[1]))
-        if user_id in self._paused:  # an erasure began meanwhile: keep nothing derived from them
-            return vec
-        self._names[key] = vec
+            vec, retry_at = found
+            if vec is not None:
+                return vec
+            if time.monotonic() < retry_at:
+                raise LookupError("the name's embedding failed a moment ago")
+        erasures = self._erasures
+        try:
+            vec = unit(await self.embeddings.aembed_query(key[1]))
+        except Exception:
+            if user_id not in self._paused and self._erasures == erasures:
+                self._remember_name(key, None, time.monotonic() + NAME_RETRY_SECONDS)
+            raise
+        if user_id not in self._paused and self._erasures == erasures:  # no erasure came meanwhile
+            self._remember_name(key, vec, 0.0)
+        return vec
+
+    def _remember_name(self, key: tuple[str, str], vec: np.ndarray | None, retry_at: float) -> None:
+        self._names[key] = (vec, retry_at)
+        self._names.move_to_end(key)
         while len(self._names) > 1024:
             self._names.popitem(last=False)
-        return vec
 
 
 def without_name(query: np.ndarray, vectors: list[np.ndarray | None], name: np.ndarray,
