@@ -312,14 +312,17 @@ class SemanticIndex:
             if time.monotonic() < retry_at:
                 raise LookupError("the name's embedding failed a moment ago")
         erasures = self._erasures
+
+        def keep(value: np.ndarray | None, retry_at: float) -> None:
+            if user_id not in self._paused and self._erasures == erasures:  # no erasure came meanwhile
+                self._remember_name(key, value, retry_at)
+
         try:
             vec = unit(await self.embeddings.aembed_query(key[1]))
         except Exception:
-            if user_id not in self._paused and self._erasures == erasures:
-                self._remember_name(key, None, time.monotonic() + NAME_RETRY_SECONDS)
+            keep(None, time.monotonic() + NAME_RETRY_SECONDS)
             raise
-        if user_id not in self._paused and self._erasures == erasures:  # no erasure came meanwhile
-            self._remember_name(key, vec, 0.0)
+        keep(vec, 0.0)
         return vec
 
     def _remember_name(self, key: tuple[str, str], vec: np.ndarray | None, retry_at: float) -> None:
@@ -340,19 +343,14 @@ def without_name(query: np.ndarray, vectors: list[np.ndarray | None], name: np.n
     which of the person's memories matters. Measured on the hard set's tune split (docs/decisions.md, issue
     20, item 16), taking 0.4 of it out lifts "all" most, on questions that need several facts.
     """
-    def out(v: np.ndarray) -> np.ndarray:
-        return unit(v - share * float(v @ name) * name)
-
     present = [i for i, v in enumerate(vectors) if v is not None]
-    if not present:
-        return out(query), vectors
-    matrix = np.stack([vectors[i] for i in present])
+    matrix = np.stack([query, *(vectors[i] for i in present)])  # the query is row 0, projected the same way
     matrix = matrix - share * np.outer(matrix @ name, name)
     matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
     result: list[np.ndarray | None] = [None] * len(vectors)
-    for row, i in enumerate(present):
+    for row, i in enumerate(present, start=1):
         result[i] = matrix[row]
-    return out(query), result
+    return matrix[0], result
 
 
 class Relevance:
