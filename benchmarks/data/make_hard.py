@@ -16,9 +16,9 @@ fail the ways real conversations fail a retriever (issue 20), not to be easy to 
 - a small share of questions in German and Spanish (the embedded model is English-only; reported apart).
 
 Categories follow LoCoMo: 1 several facts, 2 about time, 3 inference, 4 single fact; 6 is ours, "what
-changed". ``tags`` marks cross-cutting kinds (``first-person``, ``de``, ``es``). Two splits with disjoint
-names and different seeds: tune on one, report the other. Questions are asked on the day after the last
-session (the benchmark's "now").
+changed". ``tags`` marks cross-cutting kinds (``first-person``, ``de``, ``es``, and ``two facts`` for an
+inference answered only by two facts together). Two splits with disjoint names and different seeds: tune on
+one, report the other. Questions are asked on the day after the last session (the benchmark's "now").
 
     python -m benchmarks.data.make_hard       # rewrites both files
 """
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import random
+from itertools import combinations
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -204,6 +205,26 @@ INFERENCE = [
     ("{n} is saving every penny for a deposit on a flat.", "Is {n} likely to book a luxury cruise soon?", "no"),
     ("{n} grew up on a dairy farm and still milks cows at {her} uncle's.", "Does {n} know much about looking after cattle?", "yes"),
 ]
+# Two of a person's inference facts that together answer one question (keys: INFERENCE indices, lower
+# first). Real inference questions often need two facts ("would she ...": a fear and a diet); one of these
+# replaces the two one-fact questions of its facts, so the kind's mix of one and two facts is the real one's
+# rather than a count of questions added.
+INFERENCE_PAIRS = {
+    (0, 2): ("Would {n} enjoy a day on a fishing boat, eating the catch on board?", "no"),
+    (0, 3): ("What should be left off the menu when {n} comes to dinner?", "meat and shellfish"),
+    (0, 6): ("Would {n} have a good time at a packed seafood festival?", "no"),
+    (0, 7): ("Would a seafood platter with a bottle of wine make a good birthday treat for {n}?", "no"),
+    (1, 8): ("Is there a partner's income helping {n} put money aside for a home?", "no"),
+    (2, 4): ("Is {n} up for a kayaking trip with the group?", "no"),
+    (2, 6): ("Would {n} like a crowded party on a boat?", "no"),
+    (3, 7): ("What should the host skip when {n} comes to the barbecue?", "meat and alcohol"),
+    (3, 9): ("Would {n} still eat the beef raised by relatives?", "no"),
+    (4, 6): ("Would {n} manage well in the crush at a stadium concert?", "no"),
+    (4, 9): ("Could {n} lend a hand with the cows during calving?", "not while on crutches"),
+    (5, 8): ("Would {n} prefer a cheap secondhand read to a pricey gadget as a present?", "yes"),
+    (6, 7): ("Would {n} enjoy a night at a crowded beer festival?", "no"),
+    (7, 8): ("Is {n} likely to spend a lot on nights out at bars?", "no"),
+}
 INFERENCE_TAILS = [".", ", and talks about it openly.", ", which few people know.", ", as " + "they told a friend.",
                    ", said with a shrug.", ", and takes it seriously.", ", mentioned over dinner.", ", since last spring."]
 FILLER_TAILS = [".", " last weekend.", " with a friend.", " after work.", " on a rainy day.", " again after years.",
@@ -363,10 +384,20 @@ def build_person(r: random.Random, p: Person, sessions: int, dates: list[datetim
         fact(r.choice(early), f"{n} bought {buy1}.")
         x = fact(r.choice(recent), r.choice([f"{n} bought {buy2}.", f"{n} treated {self_} to {buy2}."]))
         ask(f"What did {n} purchase last month?", [x], 2, buy2)
-    # --- inference: no word in common with the evidence
-    for text, q, a in r.sample(INFERENCE, 3):
+    # --- inference: no word in common with the evidence; two of the facts answer one question when they can
+    asked: list[tuple[int, int, str, str, bool]] = []  # (INFERENCE index, fact, question, answer, first person)
+    for item in r.sample(INFERENCE, 3):
+        text, q, a = item
         e = fact(session(), text.format(n=n, she=she, her=her).rstrip(".") + r.choice(INFERENCE_TAILS))
-        if r.random() < 0.15:
+        asked.append((INFERENCE.index(item), e, q, a, r.random() < 0.15))
+    pair = next(((x, y) for x, y in combinations(sorted(asked), 2) if (x[0], y[0]) in INFERENCE_PAIRS), None)
+    if pair is not None:
+        q, a = INFERENCE_PAIRS[(pair[0][0], pair[1][0])]
+        ask(q.format(n=n, she=she, her=her), [pair[0][1], pair[1][1]], 3, a, ("two facts",))
+    for k, e, q, a, first_person in asked:
+        if pair is not None and k in (pair[0][0], pair[1][0]):
+            continue
+        if first_person:
             ask(q.format(n=n).replace(f"for {n}?", "for me?").replace(f"{n} ", "I ").replace("Is I", "Am I")
                 .replace("Does I", "Do I"),
                 [e], 3, a, ("first-person",))

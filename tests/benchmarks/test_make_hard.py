@@ -62,3 +62,24 @@ def test_a_question_that_names_a_time_has_its_evidence_inside_that_time():
             outside = [k for k in q.evidence if not window[0] <= dated[k] < window[1] + timedelta(days=1)]
             assert not outside, (q.text, window, [dated[k] for k in outside])
     assert checked > 50  # the sets do ask about times
+
+
+def test_a_two_fact_inference_needs_two_inference_facts_that_have_no_question_of_their_own():
+    """Real "would she ..." questions often need two facts together; a pair's question replaces the two
+    one-fact questions, so neither fact can be answered on its own by an easier question about it."""
+    # what each inference fact says after the name, up to its first pronoun ("found out", "has been raising ...")
+    stems = [t.split("{n}", 1)[1].split("{", 1)[0].strip().rstrip(".") for t, _q, _a in make_hard.INFERENCE]
+    checked = 0
+    for split in ("tune", "test"):
+        for sample in make_hard.make_split(split):
+            observed = {item[1]: item[0] for session in sample["observation"].values()
+                        for facts in session.values() for item in facts}
+            inference = [q for q in sample["qa"] if q["category"] == 3]
+            pairs = [q for q in inference if "two facts" in q["tags"]]
+            for q in pairs:
+                checked += 1
+                assert len(set(q["evidence"])) == 2 and not re.search(r"\b(I|my|me)\b", q["question"])
+                assert all(any(stem in observed[d] for stem in stems) for d in q["evidence"]), q["question"]
+                singles = {d for other in inference if other is not q for d in other["evidence"]}
+                assert not singles & set(q["evidence"]), q["question"]
+    assert checked >= 20
