@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import json
 import random
-from itertools import combinations
 from datetime import datetime, timedelta
+from itertools import combinations
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -206,9 +206,9 @@ INFERENCE = [
     ("{n} grew up on a dairy farm and still milks cows at {her} uncle's.", "Does {n} know much about looking after cattle?", "yes"),
 ]
 # Two of a person's inference facts that together answer one question (keys: INFERENCE indices, lower
-# first). Real inference questions often need two facts ("would she ...": a fear and a diet); one of these
-# replaces the two one-fact questions of its facts, so the kind's mix of one and two facts is the real one's
-# rather than a count of questions added.
+# first). Real inference questions often need two facts ("would she ...": a fear and a diet). One of these
+# replaces the two one-fact questions of its facts, so the kind holds questions of one and of two facts, as
+# real ones do, without growing in count, and neither fact is reachable through an easier question.
 INFERENCE_PAIRS = {
     (0, 2): ("Would {n} enjoy a day on a fishing boat, eating the catch on board?", "no"),
     (0, 3): ("What should be left off the menu when {n} comes to dinner?", "meat and shellfish"),
