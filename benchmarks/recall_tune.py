@@ -59,7 +59,8 @@ async def show(questions, memories, index, args) -> None:
             continue
         mems = memories[q.person.key]
         query = third_person(q.text, q.person.name)
-        rel = await index.relevance(q.person.key, mems, query, about=q.person.name, name_share=w.name)
+        rel = await index.relevance(q.person.key, mems, query, about=q.person.name, name_share=w.name,
+                                    hub_name_share=w.hub_name)
         scores = score_memories(mems, query, rel, weights=w, now=q.now, speaker=q.person.name)
         order = sorted(range(len(mems)), key=lambda i: scores[i], reverse=True)
         rank = {mems[i].key: r for r, i in enumerate(order)}

@@ -253,7 +253,8 @@ async def choose_memories(
     if fits(ordered, budget_tokens):
         return Selection(ordered, sum(line_tokens(m) for m in ordered), len(memories), "all")
     query = third_person(query, speaker)
-    found = (await index.relevance(user_id, memories, query, about=speaker, name_share=weights.name)
+    found = (await index.relevance(user_id, memories, query, about=speaker, name_share=weights.name,
+                                   hub_name_share=weights.hub_name)
              if index is not None and mode != "lexical" else None)
     method = mode if found is not None else "lexical"
     scores = score_memories(memories, query, found, mode=method, weights=weights, now=now, speaker=speaker)

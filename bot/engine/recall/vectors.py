@@ -254,7 +254,8 @@ class SemanticIndex:
         return None if found is None else found.cosines
 
     async def relevance(self, user_id: str, memories: Sequence[StoredMemory], query: str, *,
-                        about: str | None = None, name_share: float = 0.0) -> Relevance | None:
+                        about: str | None = None, name_share: float = 0.0,
+                        hub_name_share: float | None = None) -> Relevance | None:
         """The query's cosine with each memory, each memory's hubness, and the vectors for a second round.
 
         Embeds one text, the query; everything else is matrix products over the stored vectors (about a
@@ -264,13 +265,19 @@ class SemanticIndex:
         own vector is taken out of the query and of every memory vector before they are compared (see
         ``without_name``). The name's vector is embedded once per person and name and kept (an LRU of 1,024,
         emptied of a person by ``paused``), so a reply embeds a second text only the first time.
+
+        ``hub_name_share`` (default: ``name_share``): how much of the name is out when each memory's hubness
+        is measured. With more of the name in, centrality partly measures how much of a memory is the
+        person's name: a short fact that names them ("Kolja joined a chess club") sits nearer the centre of
+        their memories than a long sentence of chatter, and would be damped as a hub although it is specific.
         """
         if not memories or not query.strip():
             return None
         try:
             cached = await self.cache.get(user_id, self.embedder)  # this space only: never another embedder's
             self.query_embeddings += 1
-            if name_share > 0 and about and any(ch.isalnum() for ch in about):  # requested together
+            wanted = max(name_share, hub_name_share or 0.0) > 0
+            if wanted and about and any(ch.isalnum() for ch in about):  # requested together
                 raw, named = await asyncio.gather(self.embeddings.aembed_query(query),
                                                   self._name_vector(user_id, about), return_exceptions=True)
             else:
@@ -291,9 +298,14 @@ class SemanticIndex:
             vectors.append(v if v is not None and v.shape == query_vec.shape else None)
         if any(v is None for v in vectors):
             self.index_later(user_id, memories)
+        hub_vectors = vectors
         if name_vec is not None and name_vec.shape == query_vec.shape:
-            query_vec, vectors = without_name(query_vec, vectors, name_vec, min(name_share, 0.9))
-        return Relevance(vectors, _cosines(query_vec, vectors), _hubness(vectors))
+            raw_vectors = vectors
+            query_vec, vectors = without_name(query_vec, raw_vectors, name_vec, min(name_share, 0.9))
+            hub_vectors = vectors
+            if hub_name_share is not None and hub_name_share != name_share:
+                _, hub_vectors = without_name(query_vec, raw_vectors, name_vec, min(max(hub_name_share, 0.0), 0.9))
+        return Relevance(vectors, _cosines(query_vec, vectors), _hubness(hub_vectors))
 
     async def _name_vector(self, user_id: str, name: str) -> np.ndarray:
         """The unit vector of a person's name alone, embedded once per person and name (raises what the

@@ -13,7 +13,7 @@ class Weights:
     semantic: float = 1.0
     recency: float = 0.05
     hub: float = 1.5  # cosine with the person's centre, above the hub_quantile's, taken off the semantic cosine
-    hub_quantile: float = 0.35  # from which centrality on a memory counts as a hub (re-tuned 2026-12-04)
+    hub_quantile: float = 0.25  # from which centrality on a memory counts as a hub (re-tuned 2026-12-05)
     time: float = 0.35  # a memory dated inside the time the question names
     dated: float = 0.1  # a "when" question: a memory whose text carries a time
     together: float = 0.1  # learned with one of the best candidates (share of that candidate's score)
@@ -23,6 +23,7 @@ class Weights:
     feedback: float = 0.2  # near the centre of the first round's best (the second round, no new embedding)
     feedback_seeds: int = 6  # how many of the first round's best make that centre
     name: float = 0.4  # share of the person's own name's direction taken out of query and memory vectors
+    hub_name: float = 0.7  # the share taken out when hubness is measured (short facts naming them are not hubs)
     rare: int = 200  # a name is rare when at most one memory in this many (and at least 2) names it
 
 

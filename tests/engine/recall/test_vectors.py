@@ -303,3 +303,58 @@ async def test_a_name_embedded_while_an_erasure_comes_and_goes_is_not_kept():
     assert await reply is not None
     await index.relevance("u", memories, "Any wedding news?", about="Saskia", name_share=0.4)
     assert model.queries.count("Saskia") == 2  # the vector made across the erasure was not kept
+
+
+async def test_hubness_is_measured_with_more_of_the_name_out_and_the_query_comparison_is_unchanged():
+    """A short fact that names the person sits near the centre of their memories through the name alone, and
+    would be damped as a hub although it is specific; hubness is measured with more of the name out."""
+    from datetime import datetime, timedelta, timezone
+
+    from bot.engine.memories.records import StoredMemory
+    from bot.engine.recall.vectors import MemoryVectorCache, SemanticIndex
+
+    t0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    chatter = [StoredMemory(f"c{i}", f"Saskia feels hopeful about the long commute, day {i}", {},
+                            t0 + timedelta(days=i), t0 + timedelta(days=i)) for i in range(10)]
+    fact = StoredMemory("f", "Saskia got married", {}, t0, t0)
+    memories = [*chatter, fact]
+    model = NamedEmbeddings()
+    index = SemanticIndex(model, MemoryVectorCache())  # type: ignore[arg-type]
+    await index.index("u", memories)
+    question = "Any news from Saskia?"
+    same = await index.relevance("u", memories, question, about="Saskia", name_share=0.4)
+    more = await index.relevance("u", memories, question, about="Saskia", name_share=0.4, hub_name_share=0.9)
+    assert same is not None and more is not None
+    assert more.cosines == same.cosines  # what the query matches does not change
+    gap = lambda r: r.hubness[0] - r.hubness[-1]  # noqa: E731 - chatter's centrality over the fact's
+    assert gap(more) > 2 * gap(same)  # with more of the name in, the fact looks far more like a hub
+    model.queries.clear()
+    only_hubs = await index.relevance("u", memories, question, about="Saskia", name_share=0.0, hub_name_share=0.9)
+    assert only_hubs is not None and gap(only_hubs) > 2 * gap(same)  # the name is fetched for hubness alone too
+    assert "Saskia" not in model.queries  # kept from before: embedded once per person and name
+
+
+async def test_choose_memories_measures_hubs_with_the_shipped_share_of_the_name_out():
+    from datetime import datetime, timezone
+
+    from bot.engine.memories.records import StoredMemory
+    from bot.engine.recall import choose_memories
+    from bot.engine.recall.vectors import MemoryVectorCache, SemanticIndex
+    from bot.engine.recall.weights import DEFAULT_WEIGHTS
+
+    class Spy(SemanticIndex):
+        asked: dict = {}
+
+        async def relevance(self, *args, **kwargs):
+            Spy.asked = kwargs
+            return await super().relevance(*args, **kwargs)
+
+    when = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    memories = [StoredMemory(f"m{i}", f"Saskia feels hopeful about the long commute, day {i}", {}, when, when)
+                for i in range(40)]
+    index = Spy(NamedEmbeddings(), MemoryVectorCache())  # type: ignore[arg-type]
+    await index.index("u", memories)
+    await choose_memories(memories, "How is my commute?", 30, user_id="u", index=index, speaker="Saskia")
+    assert Spy.asked == {"about": "Saskia", "name_share": DEFAULT_WEIGHTS.name,
+                         "hub_name_share": DEFAULT_WEIGHTS.hub_name}
+    assert DEFAULT_WEIGHTS.hub_name > DEFAULT_WEIGHTS.name
