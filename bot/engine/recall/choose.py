@@ -6,9 +6,10 @@ This is the one place that decides; the chat graph and ``benchmarks/recall.py`` 
 - lexical: BM25 of the memory against the query (names, rare words, exact phrases);
 - semantic: cosine similarity of embeddings (meaning without shared words), when an index is available,
   damped for hubs: a memory close to the centre of all the person's memories ("has been busy lately") is
-  close to every question and would otherwise win for questions it does not answer; and compared with part
-  of the person's own name taken out of both vectors (their name is in most of their memories and says
-  nothing about which one matters);
+  close to every question and would otherwise win for questions it does not answer (centrality measured
+  with most of the person's name taken out, so a short fact naming them is not a hub through the name); and
+  compared with part of the person's own name taken out of both vectors (their name is in most of their
+  memories and says nothing about which one matters);
 - recency: the memory's rank by when it was last changed, so of two equally relevant facts the newer wins;
 - time: when the message names a time ("last year", "in May", "two weeks ago", relative to the message's
   own date ``now``), memories dated inside it gain; a "when" question prefers facts whose text carries a time;
