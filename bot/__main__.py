@@ -119,7 +119,7 @@ async def _memories(settings: Settings, action: str, user: str, yes: bool) -> in
         memories = await repo.list(user)
         if action == "list":
             for m in memories:
-                _out(f"{m.short_id}  {m.updated_at:%Y-%m-%d}  {m.origin.get('guild_id', '?'):>20}  {m.content}")
+                _out(f"{m.short_id}  {m.created_at:%Y-%m-%d}  {m.origin.get('guild_id', '?'):>20}  {m.content}")
             _out(f"{len(memories)} memories for user {user}")
         elif action == "export":
             _out(json.dumps(export_memories(user, memories), indent=2, ensure_ascii=False))
