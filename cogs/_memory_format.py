@@ -54,20 +54,13 @@ def when(moment: datetime | str) -> str:
     return f"<t:{int(moment.timestamp())}:R>"
 
 
-CHANGED_AFTER_SECONDS = 60
-
-
 def describe(client: discord.Client, m: StoredMemory) -> str:
-    """One memory as a line: its text, when it was first learned, when it last changed, and where.
+    """One memory as a line: its text, when it was learned (``created_at``) and where.
 
-    "Learned" is ``created_at``: a correction or a merge moves ``updated_at``, and showing that as the
-    learning date told people the bot had learned something new. When the memory changed later (more than a
-    minute after it was learned, so the write that created it does not count) that date follows.
+    Not ``updated_at``: a correction or a merge moves it, and showing it as the learning date told people
+    the bot had just learned something it knew for months. What changed and when is ``/memories history``'s.
     """
-    line = f"`{m.short_id}` {clip(m.content)}\n-# learned {when(m.created_at)}"
-    if (m.updated_at - m.created_at).total_seconds() > CHANGED_AFTER_SECONDS:
-        line += f", changed {when(m.updated_at)}"
-    return f"{line} in {where(client, m.origin)}"
+    return f"`{m.short_id}` {clip(m.content)}\n-# learned {when(m.created_at)} in {where(client, m.origin)}"
 
 
 def status_line(prefs: Prefs, dm_default: bool, scope_default: str = "server") -> str:

@@ -107,6 +107,7 @@ class Chat(commands.Cog):
             guild_id=str(message.guild.id) if message.guild else "dm",
             channel_id=str(channel.id),
             message_id=str(message.id),
+            sent_at=message.created_at.isoformat(),  # from the snowflake: when it was sent, not when answered
             parent_id=str(getattr(channel, "parent_id", None) or ""),
             place=place,
         )

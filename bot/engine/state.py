@@ -101,6 +101,7 @@ class Speaker:
     guild_id: str = "dm"  # a server ID, or "dm"
     channel_id: str = ""
     message_id: str = ""
+    sent_at: str = ""  # when the message was sent (ISO 8601, UTC): what "yesterday" in it is counted from
     parent_id: str = ""  # a thread's (or forum post's) channel: its instructions apply in the thread too
     place: str = "a direct message"  # human-readable, for the prompt only
     visibility: Visibility | None = None  # the person's policy here, resolved once per message (the engine)

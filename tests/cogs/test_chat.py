@@ -33,6 +33,26 @@ async def test_mention_in_server_gets_a_reply_to_that_message_without_pings(r):
     assert f"<@{dh.BOT_ID}>" not in prompt
 
 
+async def test_a_reply_counts_time_words_from_when_the_message_was_sent(r):
+    """"Yesterday" means the day before the message was sent: Discord's snowflake carries that moment, and the
+    memory choice reads it from the stored message (a reply computed later, after a queue, keeps it)."""
+    from datetime import datetime, timedelta, timezone
+
+    import discord
+
+    from bot.engine.recall.temporal import reply_time
+
+    sent = (datetime.now(timezone.utc) - timedelta(minutes=10)).replace(microsecond=0)
+    payload = r.mentioning(ALICE, "what did I do yesterday?")
+    payload["id"] = str(discord.utils.time_snowflake(sent))
+    await r.h.send_message(payload)
+    assert r.h.sent_messages(GENERAL), "answered"
+    messages = (await r.engine.thread_state(str(GENERAL)))["messages"]
+    (human,) = [m for m in messages if isinstance(m, HumanMessage)]
+    assert datetime.fromisoformat(human.additional_kwargs["sent_at"]) == sent
+    assert reply_time(messages) == sent
+
+
 async def test_dm_gets_a_reply(r):
     dm = r.h.dm(ALICE)
     await r.h.send_message(r.msg(ALICE, "hi in a DM", channel_id=dm["id"], guild_id=None))

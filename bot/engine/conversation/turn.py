@@ -200,11 +200,14 @@ class TurnRunner:
         out = []
         for item in incoming:
             sp = item.speaker
+            meta = {"author_id": sp.user_id, "author_name": sp.name, "message_id": sp.message_id,
+                    "guild_id": sp.guild_id}
+            if sp.sent_at:  # the reply's "now" for time words (recall's reply_time), not the clock at reply
+                meta["sent_at"] = sp.sent_at
             out.append(HumanMessage(
                 content=item.text,
                 id=waiting.get(sp.message_id) if sp.message_id else None,
-                additional_kwargs={"author_id": sp.user_id, "author_name": sp.name, "message_id": sp.message_id,
-                                   "guild_id": sp.guild_id},
+                additional_kwargs=meta,
             ))
         return out, {i.speaker.message_id for i in incoming if i.speaker.message_id in waiting}
 

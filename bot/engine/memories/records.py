@@ -31,7 +31,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable
 
 from langgraph.store.base import Item
@@ -99,6 +99,32 @@ def merge_sources(*lists: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+LEARNED_AT_REACH = timedelta(days=30)
+
+
+def learned_at(sources: Iterable[dict[str, Any]], now: str) -> str:
+    """When a new memory was learned: the time of the earliest message it came from, else ``now``.
+
+    Extraction runs after a conversation has gone quiet, and after a model outage or a restart it can run
+    hours later; the memory's date (``created_at``, shown in the prompt and read by "when did ...") should
+    be the day the person said it, not the day the queue got to it. A source time in the future, or more
+    than 30 days before ``now`` (a source without a real time reads as 1970), is not trusted, and ``now``
+    is used: it never moves a memory's date later than before.
+    """
+    current = datetime.fromisoformat(now)
+    best = current
+    for source in sources:
+        try:
+            at = datetime.fromisoformat(str(source.get("at")))
+        except ValueError:
+            continue
+        if at.tzinfo is None:
+            continue
+        if current - LEARNED_AT_REACH <= at < best:
+            best = at
+    return now if best == current else best.astimezone(timezone.utc).isoformat(timespec="microseconds")
 
 
 def _parse(value: Any, fallback: datetime) -> datetime:

@@ -21,6 +21,7 @@ from bot.engine.memories.records import (
     StoredMemory,
     _now,
     hand_source,
+    learned_at,
     history_namespace,
     merge_sources,
     namespace,
@@ -138,7 +139,7 @@ class MemoryRepository:
 
         for (content, origin, sources), key in zip(inserts, time_ordered_keys(len(inserts))):
             value = {"content": content, "origin": origin, "sources": merge_sources(sources),
-                     "created_at": now, "updated_at": now}
+                     "created_at": learned_at(sources, now), "updated_at": now}
             ops.append(PutOp(ns, key, value, index=False))
             taught.replace(key, None, value)
             log(key, "created", None, content, origin)

@@ -52,3 +52,29 @@ async def test_memories_written_before_sources_existed_report_their_origin(setti
         await storage.store.aput(namespace("7"), "old", {"content": "Old fact.", "origin": A}, index=False)
         memory = await MemoryRepository(storage.store).get("7", "old")
         assert memory.sources == (A,)
+
+
+async def test_a_new_memory_is_dated_by_the_message_it_came_from_not_by_when_the_queue_got_to_it(settings):
+    """Extraction can run hours after the message (a model outage, a restart): "when did ..." needs the day
+    it was said. A source time that cannot be right (1970, the future) leaves the date at the write."""
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime.now(timezone.utc)
+    said = (now - timedelta(hours=9)).replace(microsecond=0)
+    async with open_storage(settings) as storage:
+        repo = MemoryRepository(storage.store)
+        late, later = (await repo.apply("7", inserts=[
+            ("Went camping at Lake Orta.", A, [dict(A, at=said.isoformat()), dict(B, at=(said + timedelta(hours=1)).isoformat())]),
+            ("Bought a tent.", C, [dict(C, at=(said + timedelta(hours=2)).isoformat())]),
+        ])).inserted
+        unknown, future = (await repo.apply("7", inserts=[
+            ("Has no dated source.", A, [dict(A, at="1970-01-01T00:00:00+00:00")]),
+            ("Has a source from the future.", B, [dict(B, at=(now + timedelta(days=1)).isoformat())]),
+        ])).inserted
+        got = {k: await repo.get("7", k) for k in (late, later, unknown, future)}
+        assert got[late].created_at == said  # the earliest of its messages
+        assert got[later].created_at == said + timedelta(hours=2)
+        assert got[late].updated_at >= now  # the write itself is still when it changed
+        for k in (unknown, future):
+            assert got[k].created_at >= now and got[k].created_at == got[k].updated_at
+        assert [m.key for m in await repo.list("7")] == [late, later, unknown, future]  # oldest first
