@@ -121,12 +121,15 @@ class DiscordChanges:
         now = time.time() if now is None else now
         swept = []
         for guild_id in await self.storage.removed_guilds.due(now - self.removed_server_days * 86400):
+            # The settings (persona, instructions: text admins wrote) go first, so the guild job's one
+            # compaction also removes their old pages; a crash in between leaves the server marked, and the
+            # next sweep repeats both (deleting absent settings is a no-op).
+            if self.forget_settings is not None:
+                await self.forget_settings(guild_id)
             try:
                 await self.eraser.erase_guild(guild_id)
             finally:
                 self.forget_stored(None)  # which threads were that server's is not kept here; all re-checked
-            if self.forget_settings is not None:
-                await self.forget_settings(guild_id)
             await self.storage.removed_guilds.done(guild_id)
             swept.append(guild_id)
         return swept

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 # Everything that can hold a person's words: LangGraph's checkpoint tables and store, and the bot's own.
 # The erasure journal is one of them: its rows carry quote hashes and people's IDs until the job finishes.
 ERASURE_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "store", "bot_inbox", "bot_embeddings",
-                  "bot_erasures")
+                  "bot_erasures", "bot_guild_settings")
 PRUNE_ATTEMPTS = 3
 # VACUUM cannot remove a dead row version an older snapshot may still see (a long transaction, a
 # replication slot): it is retried after these pauses, then reported, and autovacuum removes it later.

@@ -155,3 +155,28 @@ async def test_the_caps_drop_takes_the_dropped_memorys_vector(tmp_path, backend)
         assert await vector_rows(engine, ALICE, first) == 0
         # (No byte check here: the change log keeps the dropped memory's text by design, "deleted by
         # extraction", so the drop is not an erasure and runs no compaction.)
+
+
+async def test_a_removed_servers_settings_text_is_not_left_on_disk_after_its_sweep(tmp_path, backend):
+    """Admins' persona and instructions are text too: they go before the server's job, so its one
+    compaction (SQLite WAL truncation, PostgreSQL VACUUM) takes their old pages with the rest."""
+    from bot.engine.policy.server_settings import channel_persona
+    from tests.conftest import make_settings
+
+    settings = make_settings(tmp_path / "data", backend, retention={"removed_server_days": 0})
+    canary = b"settingscanary_zz"
+    async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
+        await engine.reply("c", Speaker(user_id="1", name="A", guild_id="5", channel_id="c", message_id="5"), "hello")
+        await engine.guild_settings.change("5", channel_persona("c", "persona text " + canary.decode()), by="admin")
+        await engine.storage.maintenance.compact()
+        if backend.name == "sqlite":
+            assert files_with(settings, canary)  # the check can see it
+        await engine.server_removed("5")
+        assert await engine.guild_settings.stored("5") is None
+        assert files_with(settings, canary) == []
+        if backend.name == "postgres":
+            from bot.storage.postgres.maintenance import ERASURE_TABLES
+            from tests.storage.test_postgres import page_bytes
+
+            assert "bot_guild_settings" in ERASURE_TABLES
+            assert canary not in await page_bytes(backend.database_url, ("bot_guild_settings",))
