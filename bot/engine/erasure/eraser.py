@@ -224,8 +224,8 @@ class Eraser(JournalReplay):
         message_id = str(message_id)
         candidates = await self.steps.edit_authors(thread_id, message_id, authors)
         async with self._exclusive(), AsyncExitStack() as stack:
-            for user in candidates:
-                await stack.enter_async_context(self.hold(user))
+            for user in candidates:  # light: the author goes on talking meanwhile, and is learned from
+                await stack.enter_async_context(self.holds.hold(user, light=True))
             plan = await self.steps.edit_plan(thread_id, message_id, text, candidates, edited_at)
             if plan is None:
                 return False
@@ -236,7 +236,7 @@ class Eraser(JournalReplay):
             async with self._journaled(job_id):
                 await self.steps.edit(plan)
                 await self.steps.cut_taken_back(thread_id, rule, author or None)
-                await stack.aclose()  # the holds go first: a shared database refuses turns of a held person
+                await stack.aclose()  # the holds go first: the message's extraction waits for its person
                 await self.steps.learn_again(plan)
         return True
 
@@ -245,7 +245,7 @@ class Eraser(JournalReplay):
         """Memories the person (``/memories delete``, ``forget``) chose go, with their cached vectors;
         journaled (``memories``), under the person's hold. The change log keeps its entry."""
         user = str(user_id)
-        async with self._exclusive(), self.hold(user):
+        async with self._exclusive(), self.holds.hold(user, light=True):  # their new turns are still queued
             job_id = await self.storage.erasures.begin(kind=MEMORIES, user_id=user, actor=by.kind, actor_id=by.id,
                                                        subject=json.dumps({"keys": sorted(set(keys))}))
             async with self._journaled(job_id):
@@ -256,7 +256,7 @@ class Eraser(JournalReplay):
         """The person corrected a memory (``/memories edit``): the new text is theirs (a hand source, see
         ``memories.records``) and the old text's cached vector goes; journaled (``memories``)."""
         user = str(user_id)
-        async with self._exclusive(), self.hold(user):
+        async with self._exclusive(), self.holds.hold(user, light=True):  # their new turns are still queued
             job_id = await self.storage.erasures.begin(kind=MEMORIES, user_id=user, actor=by.kind, actor_id=by.id,
                                                        subject=json.dumps({"keys": [key], "replaced": True}))
             async with self._journaled(job_id):

@@ -114,3 +114,32 @@ async def test_an_old_message_the_bot_holds_no_text_of_is_judged_by_its_edited_t
         assert await engine.message_edited("c", "1001", "I like old_message_coffee", edited_at=time.time())
         await engine.scheduler.flush()
         assert [m.content for m in await engine.memories.list("1")] == ["I like old_message_coffee"]
+
+
+async def test_what_the_author_says_elsewhere_during_an_edit_or_a_memory_delete_is_still_learned(settings):
+    """An edit and ``/memories delete`` hold their person lightly: on a shared database a full (erasure)
+    hold makes the queue refuse the person's new turns, which is right for a wipe and wrong here."""
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("c", ann("51"), "I like sailing")
+        await engine.scheduler.flush()
+        real_edit, real_delete = engine.eraser.steps.edit, engine.eraser.steps.delete_memories
+        elsewhere = Speaker(user_id="1", name="Ann", guild_id="9", channel_id="d", message_id="52")
+        later = Speaker(user_id="1", name="Ann", guild_id="9", channel_id="d", message_id="53")
+
+        async def edit_while_talking(plan):
+            await engine.reply("d", elsewhere, "I like climbing")
+            return await real_edit(plan)
+
+        async def delete_while_talking(user, keys, by):
+            await engine.reply("d", later, "I like chess")
+            return await real_delete(user, keys, by)
+
+        engine.eraser.steps.edit = edit_while_talking
+        assert await engine.message_edited("c", "51", "I like rowing")
+        await engine.scheduler.flush()
+        assert sorted(m.content for m in await engine.memories.list("1")) == ["I like climbing", "I like rowing"]
+        engine.eraser.steps.delete_memories = delete_while_talking
+        rowing = next(m.key for m in await engine.memories.list("1") if m.content == "I like rowing")
+        await engine.delete_memories("1", [rowing], by=Actor("user", "1"))
+        await engine.scheduler.flush()
+        assert sorted(m.content for m in await engine.memories.list("1")) == ["I like chess", "I like climbing"]
