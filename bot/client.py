@@ -42,6 +42,69 @@ def bot_intents() -> discord.Intents:
     return intents
 
 
+def guard_gateway_parsers(state: object) -> None:
+    """Make discord.py's gateway parsers survive a malformed or partial event instead of ending the process.
+
+    ``DiscordWebSocket.received_message`` calls a parser without a ``try``, and ``Client.connect`` does not
+    catch what escapes it, so one event discord.py cannot build an object from (a partial MESSAGE_UPDATE
+    without ``content`` or ``author``, sent for a link preview or by an older gateway) would stop the bot.
+    Each parser is wrapped: a failure is logged with the event's name only (never its text) and the event
+    is dropped. MESSAGE_UPDATE is completed first where it can be (``complete_message_update``).
+    """
+    parsers: dict = getattr(state, "parsers")
+    for event, parse in list(parsers.items()):
+        if getattr(parse, "__guarded__", False):
+            continue
+        if event == "MESSAGE_UPDATE":
+            parse = _completing_update(state, parse)
+
+        def guarded(data, *, _event=event, _parse=parse):
+            try:
+                return _parse(data)
+            except Exception as exc:  # noqa: BLE001 - one bad event must not end the process
+                log.warning("ignored a %s event discord.py could not read (%s)", _event, type(exc).__name__)
+                log.debug("the %s event's error", _event, exc_info=True)
+                return None
+
+        guarded.__guarded__ = True  # type: ignore[attr-defined]
+        parsers[event] = guarded
+
+
+def complete_message_update(data: dict, cached: discord.Message | None) -> dict | None:
+    """A MESSAGE_UPDATE payload discord.py can build a message from, or None when it changes no text.
+
+    Discord documents MESSAGE_UPDATE as carrying the whole message, but a link preview unfurling has come as
+    ``{id, channel_id, guild_id, embeds}``: without ``content`` it is no edit, and is dropped here. One with
+    ``content`` but no ``type`` or ``author`` gets them from discord.py's cached copy when there is one.
+    """
+    if "content" not in data:
+        return None
+    if "type" in data and "author" in data:
+        return data
+    out = dict(data)
+    out.setdefault("type", cached.type.value if cached is not None else 0)
+    if "author" not in out and cached is not None:
+        a = cached.author
+        out["author"] = {"id": str(a.id), "username": a.name, "discriminator": a.discriminator,
+                         "global_name": a.global_name, "avatar": None, "bot": a.bot}
+    return out
+
+
+def _completing_update(state: object, parse):
+    def parse_update(data: dict) -> None:
+        try:
+            cached = state._get_message(int(data["id"]))  # type: ignore[attr-defined]
+        except (KeyError, TypeError, ValueError):
+            cached = None
+        full = complete_message_update(data, cached)
+        if full is None:
+            log.debug("a MESSAGE_UPDATE without content (a link preview, a pin) was not read")
+            return None
+        return parse(full)
+
+    return parse_update
+
+
 class StartupError(Exception):
     """Discord could not be reached or refused the bot at start-up; the message names the cause (one line)."""
 
@@ -74,6 +137,7 @@ class MemoryBot(commands.Bot):
         # Gateway connection per shard (None: the whole client), from discord.py's connect/disconnect events.
         self._links: dict[int | None, bool] = {}
         self.monitoring: MonitoringServer | None = None
+        guard_gateway_parsers(self._connection)
 
     async def setup_hook(self) -> None:
         for ext in EXTENSIONS:

@@ -199,3 +199,33 @@ async def test_an_edit_while_the_message_is_being_extracted_ends_with_the_new_te
         await r.engine.close()
         r.engine.scheduler._closed = False
         assert files_containing(r.data_dir, "tea_in_flight") == []
+
+
+async def test_partial_updates_neither_stop_the_bot_nor_change_anything(tmp_path):
+    """discord.py builds a whole message from every MESSAGE_UPDATE and its parser runs outside any ``try``:
+    one without ``content`` (a link preview as older gateways send it) raised out of the gateway and ended
+    the process. Now it is dropped; an edit without ``author`` or ``type`` is completed from the cache."""
+    async with rig(tmp_path, ScriptedChatModel(no_echo)) as r:
+        said = r.mentioning(ALICE, "I like tea_first https://example.com/tea")
+        await r.h.send_message(said)
+        await r.engine.scheduler.flush()
+        before = await snapshot(r, ALICE)
+        partial = {"id": said["id"], "channel_id": said["channel_id"], "guild_id": str(GUILD_ID),
+                   "embeds": [{"type": "link", "url": "https://example.com/tea"}]}
+        r.h.feed("MESSAGE_UPDATE", partial)  # cached
+        await settle(r)
+        forget_cache(r)
+        r.h.feed("MESSAGE_UPDATE", partial)  # not cached
+        await settle(r)
+        assert await snapshot(r, ALICE) == before
+        assert not r.bot.is_closed()
+
+        fixed = r.mentioning(ALICE, "I like coffee_second")
+        await r.h.send_message(fixed)
+        await r.engine.scheduler.flush()
+        no_author = {k: v for k, v in edited(fixed, f"{r.mention()} I like cocoa_third").items()
+                     if k not in ("author", "type", "member")}
+        r.h.feed("MESSAGE_UPDATE", no_author)  # cached: completed and applied as the edit it is
+        await settle(r)
+        await r.engine.scheduler.flush()
+        assert sorted(await contents(r, ALICE)) == ["I like cocoa_third", "I like tea_first https"]
