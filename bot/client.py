@@ -13,6 +13,7 @@ import json
 import logging
 import signal
 from pathlib import Path
+from typing import Any, Callable
 
 import aiohttp
 import discord
@@ -58,7 +59,7 @@ def guard_gateway_parsers(state: object) -> None:
         if event == "MESSAGE_UPDATE":
             parse = _completing_update(state, parse)
 
-        def guarded(data, *, _event=event, _parse=parse):
+        def guarded(data: dict, *, _event: str = event, _parse: Callable[[dict], Any] = parse) -> Any:
             try:
                 return _parse(data)
             except Exception as exc:  # noqa: BLE001 - one bad event must not end the process
@@ -90,8 +91,8 @@ def complete_message_update(data: dict, cached: discord.Message | None) -> dict 
     return out
 
 
-def _completing_update(state: object, parse):
-    def parse_update(data: dict) -> None:
+def _completing_update(state: object, parse: Callable[[dict], Any]) -> Callable[[dict], Any]:
+    def parse_update(data: dict) -> Any:
         try:
             cached = state._get_message(int(data["id"]))  # type: ignore[attr-defined]
         except (KeyError, TypeError, ValueError):

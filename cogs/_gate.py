@@ -1,7 +1,8 @@
 """Who may talk to the bot: the allow/block lists in ``[access]`` (how fast is the engine's: ``policy.limits``).
 
-Not an extension: helpers for the chat cog. Slash commands are not gated: everyone can always see,
-export and erase what the bot holds about them.
+Not an extension: helpers for the chat cog and the "Ask about this" menu (the one command that asks the
+model). Other slash commands are not gated: everyone can always see, export and erase what the bot holds
+about them.
 """
 
 from __future__ import annotations
@@ -13,13 +14,26 @@ from bot.settings import AccessSection
 
 def access_allows(message: discord.Message, access: AccessSection) -> bool:
     """Whether the lists in ``[access]`` let this message be answered."""
-    author = message.author
+    channel = message.channel
+    return allows(access, message.author, in_dm=message.guild is None, channel_id=channel.id,
+                  parent_id=getattr(channel, "parent_id", None))
+
+
+def interaction_allows(interaction: discord.Interaction, access: AccessSection) -> bool:
+    """Whether the lists in ``[access]`` let a command that asks the model ("Ask about this") be answered:
+    the same lists as a message in that channel, so a blocked member cannot get answers through a menu."""
+    channel = interaction.channel
+    return allows(access, interaction.user, in_dm=interaction.guild_id is None,
+                  channel_id=interaction.channel_id, parent_id=getattr(channel, "parent_id", None))
+
+
+def allows(access: AccessSection, author: discord.abc.User, *, in_dm: bool, channel_id: int | None,
+           parent_id: int | None) -> bool:
     if author.id in access.block_users or (access.allow_users and author.id not in access.allow_users):
         return False
-    if message.guild is None:
+    if in_dm:
         return access.dms_enabled
-    channel = message.channel
-    ids = {channel.id, getattr(channel, "parent_id", None)}
+    ids = {channel_id, parent_id} - {None}
     if ids & set(access.block_channels) or (access.allow_channels and not ids & set(access.allow_channels)):
         return False
     roles = {r.id for r in getattr(author, "roles", [])}

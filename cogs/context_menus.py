@@ -35,6 +35,7 @@ from bot.chunking import split_message
 from bot.engine import MAX_CONTENT, Actor, Incoming, Speaker
 from cogs import _memory_format as fmt
 from cogs._context import quote_of, speaker_name
+from cogs._gate import interaction_allows
 from cogs._installs import guild_installed
 from cogs.memories import origin_of, reply, teach
 from cogs.moderation import has_server_wide_manage_messages, in_server, purge
@@ -45,6 +46,8 @@ log = logging.getLogger(__name__)
 
 REMEMBER, FORGET, ASK, PURGE = "Remember this", "Forget this", "Ask about this", "Purge memories"
 ASK_TEXT = "What can you tell me about this message?"
+NOT_HERE = "I'm not set up to answer you here."
+TOO_FAST = "You're going a bit fast for me. Ask me again in a moment."
 NOT_YOURS = "I only learn about people from what they say themselves, so this only works on your own messages."
 EVERYWHERE = app_commands.AppCommandContext(guild=True, dm_channel=True, private_channel=True)
 ANY_INSTALL = app_commands.AppInstallationType(guild=True, user=True)
@@ -83,14 +86,29 @@ class ContextMenus(commands.Cog):
             self.bot.tree.remove_command(menu.name, type=menu.type)
 
     async def ask_about(self, interaction: discord.Interaction, message: discord.Message) -> None:
-        """Answer about a message, ephemerally, with it as context (see the module docstring)."""
-        await interaction.response.defer(ephemeral=True, thinking=True)
+        """Answer about a message, ephemerally, with it as context (see the module docstring).
+
+        It asks the model, so it is gated as a message is: the ``[access]`` lists, the server's
+        ``/settings`` for the channel (mentions off there: no answers there either) and the per-person rate
+        limit. The lists and the limit are answered at once; the server's settings after the defer (a read)."""
         guild_id = str(interaction.guild_id) if interaction.guild_id and self.bot.get_guild(interaction.guild_id) else "dm"
+        if not interaction_allows(interaction, self.bot.settings.access):
+            await self.refuse(interaction, NOT_HERE)
+            return
+        if not self.engine.admit(interaction.user.id):
+            await self.refuse(interaction, TOO_FAST)
+            return
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        server = await self.engine.guild_policy(None if guild_id == "dm" else guild_id)
+        if guild_id != "dm" and not server.answers_mentions(interaction.channel_id,
+                                                            getattr(interaction.channel, "parent_id", None)):
+            await interaction.followup.send(NOT_HERE, ephemeral=True)
+            return
         place = ("a direct message with them" if guild_id == "dm"
                  else f"#{speaker_name_text(getattr(interaction.channel, 'name', None) or 'channel')}")
         speaker = Speaker(user_id=str(interaction.user.id), name=speaker_name(interaction.user), guild_id=guild_id,
                           channel_id=str(interaction.channel_id or ""), place=place)
-        policy = replace(await self.engine.guild_policy(None if guild_id == "dm" else guild_id), learning=False)
+        policy = replace(server, learning=False)
         thread = f"ask:{interaction.channel_id}:{interaction.user.id}"
 
         async def context() -> tuple:

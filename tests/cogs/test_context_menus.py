@@ -201,3 +201,33 @@ async def test_ask_about_this_does_not_show_a_private_authors_words(r):
     bob = said(r, BOB, "my private plans for the weekend")
     await r.h.invoke_context_menu("Ask about this", bob, user=ALICE, channel_id=GENERAL)
     assert "private plans" not in r.model.chat_calls[-1].prompt_text
+
+
+async def test_ask_about_this_is_gated_like_a_message_lists_limit_and_the_servers_settings(tmp_path):
+    """It asks the model, so what stops a message stops it: a blocked member, a blocked channel, the
+    per-person rate limit, and a channel where the server turned mentions off."""
+    from tests.cogs.conftest import OTHER_GUILD
+    from tests.cogs.test_settings import apply, channel
+
+    async with rig(tmp_path, access={"block_users": [int(BOB["id"])], "block_channels": [OTHER_CHANNEL]},
+                   limits={"burst": 1, "refill_seconds": 3600}) as r:
+        msg = said(r, ALICE, "the release moves to friday")
+        calls = len(r.model.chat_calls)
+        refused = final(await r.h.invoke_context_menu("Ask about this", msg, user=BOB, channel_id=GENERAL))
+        assert refused.ephemeral and refused.content == "I'm not set up to answer you here."
+        elsewhere = said(r, ALICE, "in the blocked channel", channel_id=OTHER_CHANNEL, guild_id=OTHER_GUILD)
+        refused = final(await r.h.invoke_context_menu("Ask about this", elsewhere, user=ALICE, channel_id=OTHER_CHANNEL))
+        assert refused.content == "I'm not set up to answer you here."
+        assert len(r.model.chat_calls) == calls
+        first = final(await r.h.invoke_context_menu("Ask about this", msg, user=ALICE, channel_id=GENERAL))
+        assert first.content.startswith("reply to") and len(r.model.chat_calls) == calls + 1
+        again = final(await r.h.invoke_context_menu("Ask about this", msg, user=ALICE, channel_id=GENERAL))
+        assert again.ephemeral and "a bit fast" in again.content and len(r.model.chat_calls) == calls + 1
+
+    async with rig(tmp_path / "2") as r:
+        await apply(r, "mentions", channel=channel(GENERAL, name="general"), on=False)
+        msg = said(r, ALICE, "the release moves to friday")
+        calls = len(r.model.chat_calls)
+        res = await r.h.invoke_context_menu("Ask about this", msg, user=ALICE, channel_id=GENERAL)
+        assert final(res).ephemeral and final(res).content == "I'm not set up to answer you here."
+        assert len(r.model.chat_calls) == calls
