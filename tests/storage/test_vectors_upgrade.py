@@ -10,6 +10,7 @@ import psycopg
 
 from bot.storage import open_storage
 from tests.conftest import make_settings
+from tests.storage.contract.conftest import memories_exist
 
 OLD_SQLITE_TABLE = ("CREATE TABLE embeddings (user_id TEXT NOT NULL, memory_key TEXT NOT NULL, digest TEXT NOT NULL,"
                     " vector BLOB NOT NULL, PRIMARY KEY (user_id, memory_key))")
@@ -35,5 +36,6 @@ async def test_rows_from_before_the_embedder_column_survive_the_upgrade_as_anoth
         assert await storage.vectors.get("42") == {"k": ("d", b"\x01")}
         assert await storage.vectors.get("42", "LocalMiniLM") == {}  # never read as any embedder's
         assert await storage.vectors.people_with_others("LocalMiniLM") == ["42"]
+        await memories_exist(storage, "42", "k")
         await storage.vectors.put("42", [("k", "d2", b"\x02")], embedder="LocalMiniLM")
         assert await storage.vectors.people_with_others("LocalMiniLM") == []

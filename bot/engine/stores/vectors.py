@@ -27,7 +27,11 @@ class VectorCache(Protocol):
     async def put(self, user_id: str, rows: list[tuple[str, str, bytes]], *, embedder: str = "") -> None:
         """Store or replace ``(memory key, version, vector)`` rows, recorded as made by ``embedder``.
 
-        One row per memory: a row another embedder made for the same memory is replaced.
+        One row per memory: a row another embedder made for the same memory is replaced. A backend shared
+        by several processes skips rows whose memory no longer exists, or whose person an erasure holds:
+        ``SemanticIndex.paused`` stops only this process's indexing, and another's, started from a list
+        read before a wipe, would otherwise write erased text's vectors back after it (PostgreSQL does so
+        in the insert itself; SQLite has one process, whose pause is enough).
         """
         ...
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from bot.engine.memories.records import namespace
 from bot.storage.postgres.db import PgDb
+from bot.storage.postgres.locks import PostgresLocks
 from bot.storage.shielding import shielded
 
 
@@ -25,13 +27,22 @@ class PostgresVectors:
     async def put(self, user_id: str, rows: list[tuple[str, str, bytes]], *, embedder: str = "") -> None:
         if not rows:
             return
+        # Only for a memory that still exists, and not while an erasure of the person holds its claim: the
+        # pause of the semantic index is one process's, and another process's background indexing (started
+        # before a wipe, from a list read before it) would otherwise write erased text's vectors back after
+        # the wipe said it was done.
+        prefix = ".".join(namespace(user_id))  # LangGraph's store keeps a namespace as its dotted text
         async with self._db.tx() as conn:
             async with conn.cursor() as cur:
                 await cur.executemany(
-                    "INSERT INTO bot_embeddings (user_id, memory_key, digest, vector, embedder) VALUES (%s, %s, %s, %s, %s)"
+                    "INSERT INTO bot_embeddings (user_id, memory_key, digest, vector, embedder)"
+                    " SELECT %(user)s, %(key)s, %(digest)s, %(vector)s, %(embedder)s"
+                    " WHERE EXISTS (SELECT 1 FROM store WHERE prefix = %(prefix)s AND key = %(key)s)"
+                    " AND NOT " + PostgresLocks.erasing_clause() +
                     " ON CONFLICT (user_id, memory_key) DO UPDATE SET digest = EXCLUDED.digest, vector = EXCLUDED.vector,"
                     " embedder = EXCLUDED.embedder",
-                    [(user_id, k, d, v, embedder) for k, d, v in rows],
+                    [{"user": user_id, "key": k, "digest": d, "vector": v, "embedder": embedder, "prefix": prefix}
+                     for k, d, v in rows],
                 )
 
     @shielded

@@ -180,3 +180,31 @@ async def test_a_removed_servers_settings_text_is_not_left_on_disk_after_its_swe
 
             assert "bot_guild_settings" in ERASURE_TABLES
             assert canary not in await page_bytes(backend.database_url, ("bot_guild_settings",))
+
+
+async def test_another_processs_indexing_writes_no_vector_back_after_a_wipe(tmp_path, pg_backend):
+    """The semantic index's pause is one process's. Process B learned a memory and started indexing it
+    (a slow embedding endpoint); process A wiped the person meanwhile. B's write comes after "Done": the
+    database refuses it, since the memory is gone (and, during the wipe, its claim is held)."""
+    import asyncio
+
+    from tests.conftest import make_settings
+
+    class SlowEmbeddings(HashEmbeddings):
+        async def aembed_documents(self, texts):
+            await asyncio.sleep(1.0)
+            return self.embed_documents(texts)
+
+    bob = Speaker(user_id=BOB, name="Bob", guild_id="9", channel_id="b", message_id="700")
+    a_settings, b_settings = make_settings(tmp_path / "a", pg_backend), make_settings(tmp_path / "b", pg_backend)
+    async with running_engine(a_settings, ScriptedChatModel(no_echo), embeddings=HashEmbeddings()) as a, \
+            running_engine(b_settings, ScriptedChatModel(no_echo), embeddings=SlowEmbeddings()) as b:
+        await b.reply("b", bob, "I like vectorcanary_quokka")
+        await b.scheduler.flush()  # extraction in B starts its background indexing
+        assert [m.content for m in await b.memories.list(BOB)] == ["I like vectorcanary_quokka"]
+        await a.erase_person(BOB)
+        await b.semantic.drain()
+        assert await b.storage.vectors.get(BOB) == {}
+        key = "gone-memory"
+        await b.storage.vectors.put(BOB, [(key, "v", b"\x01")])  # the storage rule itself
+        assert await vector_rows(b, BOB, key) == 0

@@ -175,3 +175,9 @@ async def record(storage, thread: str, user: str, n: int, guild: str = "900", me
     origin = {**ORIGIN, "guild_id": guild, **({"message_id": message} if message else {})}
     return await storage.inbox.record(thread_id=thread, user_id=user, author=user, human=f"h{n}", ai=f"a{n}",
                                       origin=origin)
+
+
+async def memories_exist(storage, user: str, *keys: str) -> None:
+    """Memories of ``user`` under ``keys`` in the store (a vector is kept only for a memory that exists)."""
+    for key in keys:
+        await storage.store.aput(("memories", user), key, {"content": f"memory {key}"}, index=False)

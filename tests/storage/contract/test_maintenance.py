@@ -13,7 +13,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from bot.storage import open_storage
 from bot.storage.sqlite import maintenance as sqlite_maintenance
 from tests.conftest import make_settings
-from tests.storage.contract.conftest import record
+from tests.storage.contract.conftest import memories_exist, record
 
 
 async def checkpoint(storage, thread_id: str, n: int) -> str:
@@ -35,6 +35,8 @@ async def test_erasing_a_persons_rows_takes_their_turns_and_vectors_only(storage
         await record(storage, "t", "42", n, guild="900")
     await record(storage, "t2", "42", 9, guild="901")
     await record(storage, "t", "7", 5)
+    await memories_exist(storage, "42", "k")
+    await memories_exist(storage, "7", "k")
     await storage.vectors.put("42", [("k", "d", b"\x01")])
     await storage.vectors.put("7", [("k", "d", b"\x01")])
     assert await storage.maintenance.erase_person_rows("42", guild_id="900") == 3
@@ -51,6 +53,7 @@ async def test_erased_rows_are_gone_from_the_tables_context_rows_included(storag
     _, turns = await storage.inbox.batch("t", "42", context=0)
     await storage.inbox.mark_extracted("t", [t.id for t in turns])  # kept as context: not pending
     await record(storage, "t", "42", 1)
+    await memories_exist(storage, "42", "k")
     await storage.vectors.put("42", [("k", "d", b"\x01")])
     assert await storage.maintenance.erase_person_rows("42") == 1  # what it counts: the pending turns
     assert await raw.count("embeddings", "user_id = ?", ("42",)) == 0

@@ -1,11 +1,20 @@
 """The memory-embedding cache (``bot.engine.stores.vectors``): per person, replaced by memory key, and
-the vector bytes come back exactly."""
+the vector bytes come back exactly. A vector is of a memory: the memories the tests index exist first
+(PostgreSQL refuses a vector of a memory that is gone, see ``tests/storage/test_postgres.py``)."""
 
 from __future__ import annotations
 
 import struct
 
 import pytest
+
+from tests.storage.contract.conftest import memories_exist
+
+
+@pytest.fixture(autouse=True)
+async def _memories(storage):
+    for user in ("42", "7", "10", "11", "12", "13"):
+        await memories_exist(storage, user, "k", "k1", "k2", "k3", "old", "older")
 
 
 async def test_vectors_are_replaced_by_key(storage):
