@@ -258,6 +258,8 @@ class Chat(commands.Cog):
         try:
             reply = await self._think(items, writer)
         except asyncio.CancelledError:
+            if not turn.items:  # every message of it was deleted: no answer, and no half-written preview left
+                await asyncio.shield(writer.discard())
             raise  # a follow-up arrived: the turn starts again with it (the preview is kept)
         except asyncio.TimeoutError:
             log.warning("answering message %s in channel %s took longer than %.0f s", last.id, last.channel.id,

@@ -203,6 +203,39 @@ async def test_streaming_reply_is_edited_into_place(tmp_path):
     assert all(e.json["allowed_mentions"]["parse"] == [] for e in edits)
 
 
+class SlowStreamer(ScriptedChatModel):
+    """Streams a long answer slowly, so a preview is on screen well before the end."""
+
+    def _stream(self, messages, stop=None, run_manager=None, **kwargs):
+        import time
+
+        from langchain_core.messages import AIMessageChunk
+        from langchain_core.outputs import ChatGenerationChunk
+
+        for i in range(20):
+            time.sleep(0.15)
+            chunk = ChatGenerationChunk(message=AIMessageChunk(content=f"word{i} "))
+            if run_manager:
+                run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
+
+
+async def test_a_message_deleted_while_its_answer_streams_leaves_no_half_answer(tmp_path):
+    async with rig(tmp_path, chat_model=SlowStreamer(default_script), model={"streaming": True}) as r:
+        said = r.mentioning(ALICE, "stream please")
+        r.h.feed("MESSAGE_CREATE", said)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 10
+        while not r.h.sent_messages(GENERAL) and loop.time() < end:
+            await asyncio.sleep(0.05)
+        preview = r.h.sent_messages(GENERAL)
+        assert preview and preview[0].content.endswith("▌")  # the half answer is on screen
+        r.h.feed("MESSAGE_DELETE", {"id": said["id"], "channel_id": str(GENERAL), "guild_id": str(GUILD_ID)})
+        await r.h.settle(timeout=20, quiet=0.5)
+        assert int(preview[0].message["id"]) not in r.h.messages  # removed, not left with its cursor
+        assert len(r.h.sent_messages(GENERAL)) == 1  # and nothing else was sent
+
+
 async def test_a_channel_that_refuses_typing_still_gets_the_answer(r):
     def refuse(call):
         raise dh.http_error(403, 50013, "Missing Permissions")
