@@ -28,6 +28,10 @@ TEXT_SUFFIXES = (".txt", ".md", ".py", ".json", ".csv", ".log", ".yaml", ".yml",
                  ".html", ".css", ".xml", ".sh", ".rs", ".go", ".java", ".c", ".h", ".cpp", ".sql")
 
 
+
+class DownloadFailed(Exception):
+    """A text attachment could not be downloaded while an edit's text was being built."""
+
 class InputBuilder:
     """Builds the text the engine stores and answers for one message."""
 
@@ -40,9 +44,14 @@ class InputBuilder:
         self.max_images = max_images
         self.model_name = model_name
 
-    async def build(self, me: discord.abc.User | None, message: discord.Message, content: str | None = None) -> str:
+    async def build(self, me: discord.abc.User | None, message: discord.Message, content: str | None = None, *,
+                    strict: bool = False) -> str:
         """The message text for the model: own mention removed, text attachments read, image placeholders,
-        long input cut. Downloads text attachments only (never images)."""
+        long input cut. Downloads text attachments only (never images).
+
+        ``strict`` (an edit): a text attachment that cannot be downloaded raises :class:`DownloadFailed`
+        instead of becoming a "could not be downloaded" line. The text is compared with what was stored,
+        and a line where the file's words were would read as an edit that took them back."""
         text = message.content if content is None else content
         if me is not None:
             text = re.sub(rf"<@!?{me.id}>", "", text)
@@ -55,7 +64,7 @@ class InputBuilder:
                     text += "\n" + self.image_placeholder(attachment, images)
                     continue
                 self._tell_no_vision()
-            text += await self.attachment_text(attachment)
+            text += await self.attachment_text(attachment, strict=strict)
         if not text and getattr(message, "message_snapshots", None):  # a bare forward: answered, shown as context
             text = "(they forwarded a message; it is shown above as context)"
         elif not text and getattr(message, "poll", None) is not None:
@@ -65,8 +74,9 @@ class InputBuilder:
             text = text[: self.max_chars] + f"\n[note: the message was cut here; {cut} more characters were not shown]"
         return text.strip()
 
-    async def attachment_text(self, attachment: discord.Attachment) -> str:
-        """A text attachment's contents (within the size cap), else a line naming it."""
+    async def attachment_text(self, attachment: discord.Attachment, *, strict: bool = False) -> str:
+        """A text attachment's contents (within the size cap), else a line naming it (``strict``: a failed
+        download raises :class:`DownloadFailed`)."""
         kind = attachment.content_type or "unknown type"
         is_text = kind.startswith(TEXT_TYPES) or attachment.filename.lower().endswith(TEXT_SUFFIXES)
         reason = "too large to read" if is_text else "not a text file"
@@ -77,6 +87,8 @@ class InputBuilder:
                 return f"\n\n[attached file {attachment.filename}]\n```\n{body}\n```"
             except Exception as exc:  # noqa: BLE001 - a failed download is mentioned, not fatal
                 log.warning("could not download attachment %s: %r", attachment.id, exc)
+                if strict:
+                    raise DownloadFailed(attachment.id) from exc
                 reason = "could not be downloaded"
         return f"\n\n[attached {attachment.filename} ({kind}, {attachment.size} bytes): {reason}, not shown]"
 

@@ -35,7 +35,7 @@ import discord
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from cogs._input import input_builder
+from cogs._input import DownloadFailed, input_builder
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +80,13 @@ class MessageEvents(commands.Cog):
             return
         edited = payload.message.edited_at
         try:
-            text = await self.inputs.build(me, payload.message, content)
+            text = await self.inputs.build(me, payload.message, content, strict=True)
             changed = await self.engine.message_edited(str(payload.channel_id), str(payload.message_id), text,
                                                        edited_at=edited.timestamp() if edited else None)
+        except DownloadFailed:  # judged again at its next update; a stub text would read as an edit
+            log.warning("the update of message %s was not applied: an attachment could not be downloaded",
+                        payload.message_id)
+            return
         except Exception:  # noqa: BLE001 - one failed edit must not stop the others
             log.exception("applying the edit of message %s failed", payload.message_id)
             return

@@ -229,3 +229,30 @@ async def test_partial_updates_neither_stop_the_bot_nor_change_anything(tmp_path
         await settle(r)
         await r.engine.scheduler.flush()
         assert sorted(await contents(r, ALICE)) == ["I like cocoa_third", "I like tea_first https"]
+
+
+async def test_a_pin_after_a_restart_with_the_cdn_down_does_not_take_back_an_attachments_words(tmp_path):
+    """An edited message no longer in discord.py's cache is judged by building its text again, which
+    downloads its text attachments. A failed download used to become a "could not be downloaded" line in
+    place of the file's words, so the pin read as an edit that took them back: their memory was erased."""
+    async with rig(tmp_path, ScriptedChatModel(no_echo)) as r:
+        r.h.cdn[NOTES_URL] = b"I like marmalade"
+        files = [dh.attachment(dh.snowflake(), "notes.txt", size=16, url=NOTES_URL, content_type="text/plain")]
+        said = r.mentioning(ALICE, "I like tea", attachments=files)
+        await r.h.send_message(said)
+        fixed = edited(said, f"{r.mention()} I like green tea")
+        r.h.feed("MESSAGE_UPDATE", fixed)
+        await settle(r)
+        await r.engine.scheduler.flush()
+        before = await snapshot(r, ALICE)
+        assert any("marmalade" in t for t in before[2][0])  # the file's words are in the stored message
+        forget_cache(r)
+
+        async def cdn_down(url):
+            raise dh.http_error(503, 0, "cdn down")
+
+        r.bot.http.get_from_cdn = cdn_down
+        r.h.feed("MESSAGE_UPDATE", pinned(fixed))
+        await settle(r)
+        await r.engine.scheduler.flush()
+        assert await snapshot(r, ALICE) == before
