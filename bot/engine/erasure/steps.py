@@ -167,7 +167,8 @@ class ErasureSteps:
                 redacted += await self.conversations.cut_quotes_in_thread(t, quotes, keep_author=author)
                 people |= await self.conversations.speakers(t)
         turns = [t for t in await self.storage.inbox.every_turn() if t.thread_id in threads]
-        hit = {t.user_id for t in turns if self._redacted_turn(quotes, t, author)}
+        # everyone queued there: an extraction of theirs in flight may have read the message as context
+        hit = {t.user_id for t in turns} - {author}
         hit |= await quoting_people(self.memories, quotes, among=(people | {t.user_id for t in turns}) - {author})
         for person in sorted(hit):
             redacted += await self._cut_persons_quotes(person, quotes, author, threads=threads, light=True)
@@ -197,12 +198,13 @@ class ErasureSteps:
         self, job_id: int, user: str, guild_id: str | None, by: Actor | None, quotes: QuoteRule
     ) -> ErasureResult:
         messages = redacted = 0
+        beside = await self.learning_beside(user, guild_id)  # read before their rows go
         if self.conversations is not None:  # first: it waits for any turn of theirs in flight to finish
             messages, redacted = await self.conversations.erase_author(user, guild_id=guild_id, quotes=quotes)
         pending = await self.storage.maintenance.erase_person_rows(user, guild_id=guild_id)
         erased = await erase_memories(self.memories, user, guild_id=guild_id, record=by, record_key=f"erasure-{job_id}")
         await self.drop_vectors(user, erased.keys)  # (erase_person_rows dropped them all already; a rerun too)
-        redacted += await self.cut_quotes_in_learning(quotes, user)
+        redacted += await self.cut_quotes_in_learning(quotes, user, also=beside)
         return ErasureResult(memories=erased.deleted, pending_turns=pending, messages=messages,
                              reduced=erased.reduced, quotes=redacted)
 
@@ -213,22 +215,35 @@ class ErasureSteps:
         redacted += await self.cut_quotes_in_learning(quotes, author)
         return redacted
 
-    async def cut_quotes_in_learning(self, quotes: QuoteRule, author: str | None) -> int:
+    async def learning_beside(self, user: str, guild_id: str | None) -> set[str]:
+        """The other people with turns queued in the threads where ``user`` has queued turns (in
+        ``guild_id``, when given): an extraction of theirs reads ``user``'s turns there as context, and one
+        in flight during an erasure could write ``user``'s words into a memory of theirs afterwards."""
+        turns = await self.storage.inbox.every_turn()
+        threads = {t.thread_id for t in turns if t.user_id == user
+                   and (guild_id is None or str(t.origin.get("guild_id")) == str(guild_id))}
+        return {t.user_id for t in turns if t.thread_id in threads} - {user}
+
+    async def cut_quotes_in_learning(self, quotes: QuoteRule, author: str | None, *,
+                                     also: Iterable[str] = ()) -> int:
         """Other people's turns waiting to be learned from, and their memories, lose the quoted runs.
 
         Each person whose data quotes the erased words is held while theirs is rewritten (turns first,
         then memories): an extraction of theirs in flight finishes first, and none starts until both are
-        clean, so no extraction can write a quote back into a memory. ``author``'s own are not theirs to
-        redact (the erased person's, or a deleted message's author's).
+        clean, so no extraction can write a quote back into a memory. ``also``: people held and checked
+        the same way although nothing of theirs quotes the words yet (their extraction may have the words
+        as context: ``learning_beside``). ``author``'s own are not theirs to redact (the erased person's,
+        or a deleted message's author's).
         """
         if not quotes:
             return 0
         hit = {t.user_id for t in await self.storage.inbox.every_turn() if self._redacted_turn(quotes, t, author)}
-        people = hit | (await quoting_people(self.memories, quotes) - {author})
+        people = hit | set(also) | (await quoting_people(self.memories, quotes) - {author})
         changed = 0
         for person in sorted(people):
             # (Eraser.hold is re-entrant: the erased person, already held, is held again at no cost.)
-            changed += await self._cut_persons_quotes(person, quotes, author)
+            # light: a bystander's extraction waits, their new turns are still queued meanwhile
+            changed += await self._cut_persons_quotes(person, quotes, author, light=person != author)
         return changed
 
     async def _cut_persons_quotes(self, person: str, quotes: QuoteRule, author: str | None, *,

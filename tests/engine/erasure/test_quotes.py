@@ -72,3 +72,40 @@ async def test_an_edits_taken_back_words_leave_the_bots_answers_the_queue_and_th
         assert rows and not any("4417" in t.human + t.ai for t in rows)
         assert await engine.storage.erasures.unfinished() == []
     assert files_with(settings, b"4417") == []
+
+
+async def test_an_extraction_in_flight_with_the_erased_words_as_context_cannot_write_them_back(settings):
+    """Quinn's extraction reads the thread's other turns as context, Pat's secret among them. Pat wipes
+    while it runs: nothing of Quinn's quoted Pat yet, so Quinn was not held, and the memory it wrote after
+    "Done" kept Pat's sentence. Everyone queued beside Pat is held now: the extraction finishes first and
+    its memory is then cut like any other quote."""
+    import asyncio
+    import time
+
+    from langchain_core.messages import AIMessage
+
+    from tests.conftest import PERSON, tool_call
+
+    secret = "the spare key hides under the blue flowerpot"
+
+    def script(call):
+        if call.is_extraction:
+            person = PERSON.search(call.prompt_text)
+            if person and person.group(1) == "2" and secret in call.prompt_text:
+                time.sleep(1.0)  # the model is thinking (an executor thread)
+                return AIMessage(content="", tool_calls=[tool_call("Memory", {"content": f"Quinn knows {secret}",
+                                                                               "source_messages": [1]})])
+            return AIMessage(content="", tool_calls=[])
+        return "Noted!"
+
+    pat = Speaker(user_id="1", name="Pat", guild_id="9", channel_id="t", message_id="11")
+    quinn = Speaker(user_id="2", name="Quinn", guild_id="9", channel_id="t", message_id="12")
+    async with running_engine(settings, ScriptedChatModel(script)) as engine:
+        await engine.reply("t", pat, f"psst: {secret}")
+        await engine.reply("t", quinn, "I like gardening")
+        extraction = asyncio.create_task(engine.scheduler.run("9", "2"))
+        await asyncio.sleep(0.3)
+        await engine.erase_person("1")
+        await extraction
+        kept = [m.content for m in await engine.memories.list("2")]
+        assert kept and not any("flowerpot" in m for m in kept)
