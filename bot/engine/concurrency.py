@@ -23,7 +23,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, context
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable, Generic, Hashable, Iterator, TypeVar
 
-from bot.engine.stores.locks import CrossProcessLocks
+from bot.engine.stores.locks import ERASURES_KEY, CrossProcessLocks
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -147,7 +147,6 @@ class InflightTurns:
         return sum(len(t) for t in self._by_user.values())
 
 
-ERASURES_KEY = "erasure:*"  # the cross-process lock every erasure takes first (no channel ID looks like it)
 Hold = Callable[[str], AbstractAsyncContextManager]
 
 

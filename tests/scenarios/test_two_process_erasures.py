@@ -127,3 +127,45 @@ async def test_a_wipe_in_one_process_reaches_a_new_thread_being_answered_in_the_
         assert [m for m in (await a.thread_state("fresh")).get("messages", []) if isinstance(m, HumanMessage)] == []
         assert all(ANN_SAYS not in t.human for t in await a.storage.inbox.every_turn())
         assert await a.memories.list("1") == []
+
+
+async def test_an_erasure_whose_lock_connection_dropped_gives_way_instead_of_waiting_for_ever(tmp_path, pg_backend):
+    """The global erasure lock is an advisory lock of one connection; the server drops it with the
+    connection (a restart, a killed backend) and tells nobody. Another process's erasure then takes it,
+    holds Q and waits for P, while the first holds P and waits for Q. The first now notices, while
+    waiting, that its lock is gone and gives way (ErasureLockLost), so the other finishes."""
+    import psycopg
+
+    from bot.engine.concurrency import Locks
+    from bot.engine.stores.locks import ERASURE, ErasureLockLost
+    from bot.storage import open_storage
+
+    async with open_storage(make_settings(tmp_path / "a", pg_backend)) as sa, \
+            open_storage(make_settings(tmp_path / "b", pg_backend)) as sb:
+        la, lb = Locks(sa.locks), Locks(sb.locks)
+        inside, go = {"A": asyncio.Event(), "B": asyncio.Event()}, asyncio.Event()
+        holding = {"A": asyncio.Event(), "B": asyncio.Event()}
+        got: list[str] = []
+
+        async def erasure(locks, first: str, second: str, name: str) -> None:
+            async with locks.erasures():
+                inside[name].set()
+                async with locks.person(first, kind=ERASURE, wait=True):
+                    holding[name].set()
+                    await go.wait()
+                    async with locks.person(second, kind=ERASURE, wait=True):
+                        got.append(name)
+
+        a = asyncio.create_task(erasure(la, "P", "Q", "A"))
+        await inside["A"].wait()
+        async with await psycopg.AsyncConnection.connect(pg_backend.database_url, autocommit=True) as conn:
+            await conn.execute("SELECT pg_terminate_backend(%s)", (sa.locks._conn.info.backend_pid,))
+        b = asyncio.create_task(erasure(lb, "Q", "P", "B"))
+        await asyncio.wait_for(inside["B"].wait(), 10)  # the lock was free for B: A's went with its connection
+        await asyncio.wait_for(holding["B"].wait(), 10)
+        go.set()
+        done, pending = await asyncio.wait({a, b}, timeout=30)
+        for t in pending:
+            t.cancel()
+        assert not pending, "the two erasures waited for each other"
+        assert got == ["B"] and isinstance(a.exception(), ErasureLockLost)

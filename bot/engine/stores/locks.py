@@ -12,11 +12,18 @@ from typing import AsyncContextManager, AsyncIterator, Protocol
 
 EXTRACTION = "extraction"
 ERASURE = "erasure"
+ERASURES_KEY = "erasure:*"  # the cross-process lock every erasure takes first (no channel ID looks like it)
 
 
 class ClaimLost(Exception):
     """This process's claim on a person ran out (it stalled past its lease) and another process took the
     work over: nothing of this run was written, and the other process does it."""
+
+
+class ErasureLockLost(Exception):
+    """The global erasure lock went with its database connection while this erasure waited for a person:
+    another process's erasure may hold that person and wait for one of ours, so this one gives way (its
+    holds are released, its journal row stays and it is resumed later)."""
 
 
 class CrossProcessLocks(Protocol):

@@ -36,7 +36,7 @@ from typing import AsyncIterator
 
 import psycopg
 
-from bot.engine.stores.locks import ERASURE, ClaimLost
+from bot.engine.stores.locks import ERASURE, ERASURES_KEY, ClaimLost, ErasureLockLost
 from bot.storage.postgres.db import PgDb
 from bot.storage.shielding import run_through
 
@@ -54,6 +54,10 @@ class Claim:
 
 #: The claim the current task works under (set by ``person``; read by the store's batches).
 CURRENT_CLAIM: contextvars.ContextVar[Claim | None] = contextvars.ContextVar("mnemo_claim", default=None)
+#: The connection the current task's erasure holds the global erasure lock on (set by ``channel``).
+ERASURES_HELD: contextvars.ContextVar[psycopg.AsyncConnection | None] = contextvars.ContextVar(
+    "mnemo_erasures_held", default=None)
+CHECK_GLOBAL_EVERY = 10  # polls of a person's claim (about 2 s) between checks that the erasure lock is held
 
 
 def _granted(task: asyncio.Future[bool]) -> bool:
@@ -135,12 +139,39 @@ class PostgresLocks:
             if granted:
                 break
             await asyncio.sleep(POLL_SECONDS)  # another process is answering in this channel
+        token = ERASURES_HELD.set(conn) if thread_id == ERASURES_KEY else None
         try:
             yield
         finally:
+            if token is not None:
+                ERASURES_HELD.reset(token)
             _, cancelled = await run_through(self._unlock(conn, thread_id))
             if cancelled:
                 raise asyncio.CancelledError
+
+    async def _check_erasures_held(self) -> None:
+        """Inside an erasure waiting for a person: raise :class:`ErasureLockLost` if the global erasure lock
+        went with its connection (a restarted server, a killed backend, an idle timeout).
+
+        The server drops a session's advisory locks with the session, and nothing tells this process;
+        another process's erasure can then take the lock, hold a person this one wants and wait for one
+        this one holds, and both would wait for ever. This one gives way instead.
+        """
+        conn = ERASURES_HELD.get()
+        if conn is None:
+            return
+        try:
+            if conn is not self._conn or conn.closed or conn.broken:
+                raise ErasureLockLost("the erasure lock's connection was replaced")
+            cur = await conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                " AND pid = pg_backend_pid() AND classid = %s AND objid = hashtext(%s)::oid AND objsubid = 2)",
+                (CHANNEL_LOCK_CLASS, ERASURES_KEY))
+            held = bool((await cur.fetchone())[0])
+        except psycopg.Error as exc:
+            raise ErasureLockLost(f"the erasure lock could not be checked: {type(exc).__name__}") from exc
+        if not held:
+            raise ErasureLockLost("the erasure lock went with its connection")
 
     async def _try_claim(self, user_id: str, owner: str, kind: str) -> bool:
         async with self._db.connection() as conn:
@@ -181,6 +212,7 @@ class PostgresLocks:
     @asynccontextmanager
     async def person(self, user_id: str, *, kind: str, wait: bool) -> AsyncIterator[bool]:
         claim = Claim(user_id, f"{self.process}:{kind}:{uuid.uuid4().hex[:12]}")
+        polls = 0
         while True:
             attempt, cancelled = await run_through(self._try_claim(user_id, claim.owner, kind))
             if cancelled:
@@ -192,6 +224,9 @@ class PostgresLocks:
             if not wait:
                 yield False
                 return
+            polls += 1
+            if kind == ERASURE and polls % CHECK_GLOBAL_EVERY == 0:
+                await self._check_erasures_held()  # waiting while holding others: are we still the one?
             await asyncio.sleep(POLL_SECONDS * 10)
         renewing = asyncio.create_task(self._renew(claim), name=f"claim:{user_id}")
         token = CURRENT_CLAIM.set(claim)
