@@ -17,13 +17,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import OrderedDict, deque
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable, Generic, Hashable, Iterator, TypeVar
+from typing import AsyncIterator, Callable, Generic, Hashable, Iterable, Iterator, TypeVar
 
 from bot.engine.stores.locks import ERASURES_KEY, CrossProcessLocks
+
+log = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -170,6 +173,15 @@ class Locks:
         """One piece of work on a person at a time; yields whether the claim was granted."""
         async with self._people.hold(user_id), self.shared.person(user_id, kind=kind, wait=wait) as held:
             yield held
+
+    async def erasing_elsewhere(self, user_ids: Iterable[str]) -> set[str]:
+        """Which of these people an erasure holds now in any process (empty when the database cannot say:
+        the turn then goes on as before, and the inbox still refuses their rows during such an erasure)."""
+        try:
+            return await self.shared.erasing(user_ids)
+        except Exception as exc:  # noqa: BLE001 - a check, not the turn
+            log.debug("could not ask which people are being erased: %r", exc)
+            return set()
 
     @asynccontextmanager
     async def erasures(self) -> AsyncIterator[None]:

@@ -122,7 +122,9 @@ async def test_a_wipe_in_one_process_reaches_a_new_thread_being_answered_in_the_
         assert waited
         await answering  # Ann still gets her answer
         result = await asyncio.wait_for(wipe, 30)
-        assert result.messages == 2  # her message and the answer to it
+        # her message and the answer to it went: by the wipe, or by the turn itself, which sees the wipe's
+        # claim as it ends (``TurnRunner._mark_erased_elsewhere``) and takes them back out first
+        assert result.messages in (0, 2)
         await a.scheduler.flush()
         assert [m for m in (await a.thread_state("fresh")).get("messages", []) if isinstance(m, HumanMessage)] == []
         assert all(ANN_SAYS not in t.human for t in await a.storage.inbox.every_turn())
@@ -169,3 +171,30 @@ async def test_an_erasure_whose_lock_connection_dropped_gives_way_instead_of_wai
             t.cancel()
         assert not pending, "the two erasures waited for each other"
         assert got == ["B"] and isinstance(a.exception(), ErasureLockLost)
+
+
+async def test_what_the_person_says_in_the_other_process_during_their_wipe_is_not_kept(tmp_path, pg_backend):
+    """Process A wipes Pat (asked in a DM) and has passed every thread when Pat writes in a server
+    process B answers. B's turn was not marked (the marks are per process): it kept the message after
+    A's "Done". A turn now asks the database which of its people an erasure holds, as it starts (answered
+    without their memories) and as it ends (their messages taken back out)."""
+    pat_dm = Speaker(user_id="77", name="Pat", guild_id="dm", channel_id="dm77", message_id="1001")
+    pat_srv = Speaker(user_id="77", name="Pat", guild_id="5", channel_id="srv", message_id="1002")
+    during = Speaker(user_id="77", name="Pat", guild_id="5", channel_id="srv", message_id="1003")
+    stack, a, b = await two(tmp_path, pg_backend)
+    async with stack:
+        await a.reply("dm77", pat_dm, "my secret is wipecanary_one")
+        await b.reply("srv", pat_srv, "earlier in the server: canary_zero")
+        real = a.eraser.steps.cut_quotes_in_learning
+
+        async def talking_meanwhile(*args, **kwargs):
+            await b.reply("srv", during, "said during the wipe: wipecanary_two")
+            return await real(*args, **kwargs)
+
+        a.eraser.steps.cut_quotes_in_learning = talking_meanwhile
+        await a.erase_person("77")
+        for engine, thread in ((a, "dm77"), (b, "srv")):
+            kept = [m.text for m in (await engine.thread_state(thread)).get("messages", [])
+                    if isinstance(m, HumanMessage)]
+            assert kept == [], (thread, kept)
+        assert [t for t in await b.storage.inbox.every_turn() if t.user_id == "77"] == []

@@ -124,6 +124,7 @@ class TurnRunner:
     async def hear(self, thread_id: str, incoming: list[Incoming], *, learning: bool) -> None:
         """Record messages in the conversation without answering them (a rate limit or a full queue)."""
         tickets = self._open_tickets(incoming)
+        await self._mark_erased_elsewhere(tickets)
         incoming = [i for i in incoming if not tickets[i.speaker.user_id].erased]  # being erased: not kept
         if not incoming:
             return
@@ -135,7 +136,15 @@ class TurnRunner:
             if learning:
                 await self._queue_for_learning(thread_id, incoming, None, tickets, again=again)
             await self._maybe_prune(thread_id)  # a flood of heard messages must not pile up checkpoints
+        await self._mark_erased_elsewhere(tickets)
         await self._forget_erased(thread_id, incoming, tickets)  # an erasure that began meanwhile
+
+    async def _mark_erased_elsewhere(self, tickets: dict) -> None:
+        """Mark the tickets of people an erasure in another process holds now (see ``InflightTurns``: the
+        erasing process marks only its own turns, and one here may have started after it passed this
+        thread)."""
+        for user in await self.locks.erasing_elsewhere([u for u, t in tickets.items() if not t.erased]):
+            tickets[user].erased = True
 
     async def thread_state(self, thread_id: str) -> dict:
         """The thread's state values (messages, summary) once this process's turns in it have finished.
@@ -213,6 +222,7 @@ class TurnRunner:
 
     async def _run(self, turn: _Turn) -> None:
         tickets = self._open_tickets(turn.incoming)  # an erasure from now on means: don't learn from that person
+        await self._mark_erased_elsewhere(tickets)
         if tickets[turn.speaker.user_id].erased:  # being erased right now: their memories are going
             turn.speaker = replace(turn.speaker, visibility=replace(turn.speaker.policy, use_memories=False))
         try:
@@ -223,7 +233,10 @@ class TurnRunner:
             if not isinstance(exc, Exception):  # handed to the caller; a cancel or an exit goes on
                 raise
         finally:
-            await self._forget_erased(turn.thread_id, turn.incoming, tickets)
+            try:
+                await self._mark_erased_elsewhere(tickets)
+            finally:
+                await self._forget_erased(turn.thread_id, turn.incoming, tickets)
 
     async def _forget_erased(self, thread_id: str, incoming: list[Incoming], tickets: dict) -> None:
         """Take the messages of people erased while the turn ran (or started) back out of the thread.

@@ -8,7 +8,7 @@ the cross-process half. An embedded backend has one process, so its half is a no
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from typing import AsyncContextManager, AsyncIterator, Protocol
+from typing import AsyncContextManager, AsyncIterator, Iterable, Protocol
 
 EXTRACTION = "extraction"
 ERASURE = "erasure"
@@ -50,6 +50,14 @@ class CrossProcessLocks(Protocol):
         """
         ...
 
+    async def erasing(self, user_ids: Iterable[str]) -> set[str]:
+        """Which of these people an erasure holds right now, in any process (an ``ERASURE`` claim).
+
+        A turn asks as it starts and ends: a turn of someone being erased in another process is kept out
+        of the thread, as one in the erasing process is (``InflightTurns``).
+        """
+        ...
+
 
 class SingleProcessLocks:
     """The cross-process half for a backend only one process opens (SQLite): nothing to exclude."""
@@ -63,3 +71,6 @@ class SingleProcessLocks:
     @asynccontextmanager
     async def person(self, user_id: str, *, kind: str, wait: bool) -> AsyncIterator[bool]:
         yield True
+
+    async def erasing(self, user_ids: Iterable[str]) -> set[str]:
+        return set()  # one process: its own erasures mark its turns in memory

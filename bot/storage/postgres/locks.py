@@ -32,7 +32,7 @@ import logging
 import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import AsyncIterator
+from typing import AsyncIterator, Iterable
 
 import psycopg
 
@@ -237,6 +237,16 @@ class PostgresLocks:
             _, cancelled = await run_through(self._release(claim, renewing))
             if cancelled:
                 raise asyncio.CancelledError
+
+    async def erasing(self, user_ids: Iterable[str]) -> set[str]:
+        wanted = sorted(set(user_ids))
+        if not wanted:
+            return set()
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT user_id FROM bot_claims WHERE user_id = ANY(%s) AND kind = %s AND lease_until > now()",
+                (wanted, ERASURE))
+            return {r["user_id"] for r in await cur.fetchall()}
 
     @staticmethod
     def erasing_clause() -> str:
