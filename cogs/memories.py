@@ -165,13 +165,20 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
     @app_commands.command(name="delete")
     @app_commands.describe(memory="The memory to delete (start typing to search yours)")
     async def delete(self, interaction: discord.Interaction, memory: str) -> None:
-        """Delete one thing I remember about you."""
+        """Delete one thing I remember about you (asks first)."""
         await interaction.response.defer(ephemeral=True, thinking=True)
         found = await self.find(interaction, memory)
         if found is None:
             return
+        # Asked first, as every removal is: the autocomplete list is easy to mis-tap, and a deleted memory
+        # comes back only from an export the person kept.
+        ok, button = await confirm(interaction, f"Delete `{found.short_id}`: {fmt.clip(found.content)}?",
+                                   confirm_label="Delete", cancelled="Cancelled: nothing was deleted.")
+        if not ok:
+            return
+        await button.response.defer()
         await self.engine.delete_memories(interaction.user.id, [found.key], by=self.actor(interaction))
-        await self.reply(interaction, f"Deleted `{found.short_id}`: {fmt.clip(found.content)}")
+        await button.edit_original_response(content=f"Deleted `{found.short_id}`: {fmt.clip(found.content)}", view=None)
 
     @edit.autocomplete("memory")
     @delete.autocomplete("memory")
@@ -224,7 +231,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
     @app_commands.command(name="import")
     @app_commands.describe(file="A file from /memories export")
     async def import_(self, interaction: discord.Interaction, file: discord.Attachment) -> None:
-        """Bring back memories from a /memories export file."""
+        """Bring back memories from a /memories export file (asks first if it would change any you have)."""
         await interaction.response.defer(ephemeral=True, thinking=True)
         try:
             if file.size > 2_000_000:
@@ -233,11 +240,29 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         except ImportRefused as exc:
             await self.reply(interaction, f"I can't import that file: {exc}. Nothing was changed.")
             return
-        existing = {m.key for m in await self.engine.list_memories(interaction.user.id)}
-        if await refused_write(self.bot, interaction, adding=len(existing | {m["id"] for m in memories})):
+        current = {m.key: m for m in await self.engine.list_memories(interaction.user.id)}
+        if await refused_write(self.bot, interaction, adding=len(set(current) | {m["id"] for m in memories})):
             return
+        # Bringing back an old export over memories corrected since is a removal of the corrections: asked
+        # first, listing what would change. An import that only adds (the usual case: after a wipe, or on
+        # another bot) goes ahead without a question.
+        replaced = [current[m["id"]] for m in memories if m["id"] in current and current[m["id"]].content != m["content"]]
+        if not replaced:
+            count = await self.engine.restore_memories(interaction.user.id, memories, history)
+            await self.reply(interaction, f"Imported {count} memories.")
+            return
+        listing = "\n".join(f"`{m.short_id}` {fmt.clip(m.content, 150)}" for m in replaced[:FORGET_LIMIT])
+        more = f"\n… and {len(replaced) - FORGET_LIMIT} more" if len(replaced) > FORGET_LIMIT else ""
+        ok, button = await confirm(
+            interaction,
+            f"Import {len(memories)} memories? The file's text would replace {len(replaced)} of what I "
+            f"remember now:\n{listing}{more}",
+            confirm_label="Import", cancelled="Cancelled: nothing was imported.")
+        if not ok:
+            return
+        await button.response.defer()
         count = await self.engine.restore_memories(interaction.user.id, memories, history)
-        await self.reply(interaction, f"Imported {count} memories.")
+        await button.edit_original_response(content=f"Imported {count} memories.", view=None)
 
     # ---- settings
     async def set_pref(self, interaction: discord.Interaction, message: str, **values: bool | str) -> None:

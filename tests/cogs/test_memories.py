@@ -62,13 +62,25 @@ async def test_view_pages_ten_at_a_time_with_buttons(r):
     assert stranger[0].ephemeral and "aren't for you" in stranger[0].content
 
 
-async def test_delete_autocompletes_own_memories_and_deletes_one(r):
-    (alice_key, _) = await seed(r, ALICE, ["Alice likes tea", "Alice rides a bike"])
+async def test_delete_autocompletes_own_memories_and_deletes_one_after_the_callers_confirm(r):
+    (alice_key, bike_key) = await seed(r, ALICE, ["Alice likes tea", "Alice rides a bike"])
     (bob_key,) = await seed(r, BOB, ["Bob likes tea too"])
     choices = await r.h.autocomplete("memories delete", "memory", user=ALICE, channel_id=GENERAL, options={"memory": "tea"})
     assert [c["value"] for c in choices] == [alice_key]
     res = await r.h.invoke_slash("memories delete", user=ALICE, channel_id=GENERAL, options={"memory": alice_key})
-    assert res[-1].ephemeral and "Deleted" in res[-1].content
+    prompt = res[-1]
+    assert prompt.ephemeral and "Alice likes tea" in prompt.content and "?" in prompt.content
+    assert len(await r.engine.memories.list(str(ALICE["id"]))) == 2  # asked, not yet deleted
+    refused = await r.h.click(button(prompt, "Delete"), prompt.message, user=BOB)
+    assert refused[0].ephemeral and "aren't for you" in refused[0].content
+    assert len(await r.engine.memories.list(str(ALICE["id"]))) == 2
+    done = await r.h.click(button(prompt, "Delete"), prompt.message, user=ALICE)
+    assert "Deleted" in done[-1].content
+    assert [m.content for m in await r.engine.memories.list(str(ALICE["id"]))] == ["Alice rides a bike"]
+    # Cancel deletes nothing.
+    res = await r.h.invoke_slash("memories delete", user=ALICE, channel_id=GENERAL, options={"memory": bike_key})
+    cancelled = await r.h.click(button(res[-1], "Cancel"), res[-1].message, user=ALICE)
+    assert "nothing was deleted" in cancelled[-1].content
     assert [m.content for m in await r.engine.memories.list(str(ALICE["id"]))] == ["Alice rides a bike"]
     # Someone else's key is not found among yours, and nothing is deleted.
     res = await r.h.invoke_slash("memories delete", user=ALICE, channel_id=GENERAL, options={"memory": bob_key})

@@ -175,6 +175,24 @@ async def test_export_then_import_round_trips_exactly(r):
     assert second == first
 
 
+async def test_an_import_that_would_undo_a_correction_asks_first(r):
+    (key,) = await seed(r, ALICE, ["Alice likes tea"])
+    old = (await r.h.invoke_slash("memories export", user=ALICE, channel_id=GENERAL))[-1].files[0].data
+    await r.h.invoke_slash("memories edit", user=ALICE, channel_id=GENERAL,
+                           options={"memory": key, "text": "Alice likes coffee now"})
+    res = await import_file(r, ALICE, old)
+    prompt = res[-1]
+    assert prompt.ephemeral and "replace 1" in prompt.content and "Alice likes coffee now" in prompt.content
+    assert [m.content for m in await r.engine.memories.list(str(ALICE["id"]))] == ["Alice likes coffee now"]
+    cancelled = await r.h.click(button(prompt, "Cancel"), prompt.message, user=ALICE)
+    assert "nothing was imported" in cancelled[-1].content
+    assert [m.content for m in await r.engine.memories.list(str(ALICE["id"]))] == ["Alice likes coffee now"]
+    prompt = (await import_file(r, ALICE, old))[-1]
+    done = await r.h.click(button(prompt, "Import"), prompt.message, user=ALICE)
+    assert "Imported 1 memories" in done[-1].content
+    assert [m.content for m in await r.engine.memories.list(str(ALICE["id"]))] == ["Alice likes tea"]
+
+
 async def import_file(r, user: dict, data: bytes):
     url = f"https://cdn.discordapp.com/attachments/1/{dh.snowflake()}/memories.json"
     r.h.cdn[url] = data

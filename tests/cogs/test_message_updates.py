@@ -14,6 +14,7 @@ import threading
 from langchain_core.messages import HumanMessage
 
 from tests.cogs.conftest import ALICE, GENERAL, GUILD_ID, THREAD, rig
+from tests.cogs.test_memories import button
 from tests.cogs.test_memory_controls import files_containing
 from tests.cogs.test_message_events import (
     contents,
@@ -165,7 +166,10 @@ async def test_a_hand_corrected_memory_outlives_edits_unfurls_and_the_deletion_o
         # delete with the memory, or wipe; the conversation and the learning queue no longer hold it.
         assert {p.rsplit("/", 1)[-1] for p in files_containing(r.data_dir, "tea_learned")} <= {"memories.sqlite"}
 
-        await r.h.invoke_slash("memories delete", user=ALICE, channel_id=GENERAL, options={"memory": corrected.short_id})
+        asked = await r.h.invoke_slash("memories delete", user=ALICE, channel_id=GENERAL,
+                                       options={"memory": corrected.short_id})
+        await r.h.click(button(asked[-1], "Delete"), asked[-1].message, user=ALICE)
+        await settle(r)
         assert await contents(r, ALICE) == ["Alice rows"]  # the person's own delete still removes it
         assert await r.engine.storage.erasures.unfinished() == []
         record_figure("hand-written memories facing an unfurl, an edit and a deletion", 2, "0 corrections undone")
