@@ -21,7 +21,10 @@ async def post_mod_log(guild: discord.Guild, channel_id: str | int | None, line:
     if channel is None:
         log.warning("mod-log channel %s is not in server %s; audit line kept in the log only", channel_id, guild.id)
         return
+    if not isinstance(channel, discord.abc.Messageable):  # a forum, media channel or category set earlier
+        log.warning("mod-log channel %s takes no messages; audit line kept in the log only", channel_id)
+        return
     try:
         await channel.send(line[:2000], allowed_mentions=discord.AllowedMentions.none())
-    except discord.HTTPException:
+    except Exception:  # noqa: BLE001 - the audit copy never fails the change it reports (already made)
         log.warning("could not post to the mod-log channel %s", channel_id, exc_info=True)

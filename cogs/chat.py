@@ -151,7 +151,16 @@ class Chat(commands.Cog):
     # ---- arrival
     @commands.Cog.listener()
     async def on_message(self, message: discord.Message) -> None:
-        policy = await self.engine.guild_policy(message.guild.id if message.guild else None)  # once per message
+        try:
+            policy = await self.engine.guild_policy(message.guild.id if message.guild else None)  # once per message
+        except Exception:  # noqa: BLE001 - the database is down and no earlier read of the settings is kept
+            log.exception("could not read the settings for a message in channel %s", message.channel.id)
+            me = self.bot.user
+            asked = message.guild is None or (me is not None and me in message.mentions)
+            if asked and not message.author.bot and me is not None and message.author.id != me.id \
+                    and access_allows(message, self.access) and self.engine.notice_due(message.author.id):
+                await self.notify(message, APOLOGY)  # someone spoke to the bot: they are told, not ignored
+            return
         if not self.should_answer(message, policy) or not access_allows(message, self.access):
             return
         if message.id in self._deleted:  # deleted before its create was handled: nothing to answer or keep

@@ -115,7 +115,8 @@ class ContextMenus(commands.Cog):
             return (quote_of(message, "reply"),)
 
         try:
-            result = await self.engine.turn(thread, [Incoming(speaker, ASK_TEXT)], context=context, policy=policy)
+            result = await self.engine.turn(thread, [Incoming(speaker, ASK_TEXT)], context=context, policy=policy,
+                                            timeout=self.bot.settings.model.timeout_seconds)  # as a chat answer
         except Exception:  # noqa: BLE001 - a short apology here, the details in the log
             log.exception("answering Ask about this in channel %s failed", interaction.channel_id)
             await interaction.followup.send(APOLOGY, ephemeral=True)

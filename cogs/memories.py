@@ -9,8 +9,8 @@ a person teaching the bot, shared with the "Remember this" message menu (``cogs.
 
 from __future__ import annotations
 
+import asyncio
 import io
-import json
 import logging
 
 import discord
@@ -18,7 +18,8 @@ from discord import app_commands
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from bot.engine import MAX_CONTENT, Actor, ImportRefused, StoredMemory, bm25_scores, parse_import
+from bot.engine import (MAX_CONTENT, MAX_IMPORT_BYTES, Actor, ImportRefused, StoredMemory, bm25_scores, export_file,
+                        parse_import)
 from cogs import _memory_format as fmt
 from cogs._installs import NOT_A_MEMBER, bot_in_server, memory_place
 from cogs.views import PagerView, confirm
@@ -114,7 +115,9 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         status = fmt.status_line(prefs, self.bot.settings.memory.dm_memories_in_servers, self.bot.settings.memory.scope)
         pages = fmt.pages(self.bot, interaction.user, memories, status)
         view = PagerView(interaction.user.id, pages) if len(pages) > 1 else discord.utils.MISSING
-        await self.reply(interaction, embed=pages[0], view=view)
+        shown = await interaction.followup.send(embed=pages[0], view=view, ephemeral=True, wait=True)
+        if view:
+            view.shown = shown
 
     @app_commands.command(name="history")
     @app_commands.describe(memory="The memory whose changes you want to see")
@@ -137,9 +140,15 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         user = str(interaction.user.id)
         document = await self.engine.export(user)
         memories = document["memories"]
-        data = json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8")
-        file = discord.File(io.BytesIO(data), filename=f"memories-{user}.json")
-        await self.reply(interaction, f"Here are your {len(memories)} memories.", file=file)
+        made = await asyncio.to_thread(export_file, document)
+        if made is None:
+            await self.reply(interaction, f"Your {len(memories)} memories and their history are too large for one "
+                             "file on Discord. Deleting old memories you no longer need makes it smaller.")
+            return
+        data, ending = made
+        file = discord.File(io.BytesIO(data), filename=f"memories-{user}{ending}")
+        packed = " (compressed: `/memories import` takes it as it is)" if ending.endswith(".gz") else ""
+        await self.reply(interaction, f"Here are your {len(memories)} memories{packed}.", file=file)
 
     # ---- teaching and correcting
     @app_commands.command(name="remember")
@@ -234,9 +243,10 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         """Bring back memories from a /memories export file (asks first if it would change any you have)."""
         await interaction.response.defer(ephemeral=True, thinking=True)
         try:
-            if file.size > 2_000_000:
-                raise ImportRefused("the file is larger than 2 MB")
-            memories, history = parse_import(await file.read(), str(interaction.user.id))
+            if file.size > MAX_IMPORT_BYTES:
+                raise ImportRefused(f"the file is larger than {MAX_IMPORT_BYTES // 1_000_000} MB")
+            # Validating a large file takes a second or two: off the event loop, which serves everyone.
+            memories, history = await asyncio.to_thread(parse_import, await file.read(), str(interaction.user.id))
         except ImportRefused as exc:
             await self.reply(interaction, f"I can't import that file: {exc}. Nothing was changed.")
             return

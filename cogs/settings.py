@@ -70,8 +70,18 @@ def _tokens(value: int) -> str:
     return f"{value:,} tokens a day" if value else "no limit"
 
 
-def _channels(ids: Iterable[str]) -> str:
-    return ", ".join(f"<#{c}>" for c in sorted(ids, key=lambda c: (len(str(c)), str(c)))) or "none"
+def _channels(ids: Iterable[str], limit: int = 900) -> str:
+    """The channels as mentions, cut with "…and N more" within ``limit`` characters (an embed field holds
+    1,024, and a list may name up to 100 channels: about 2,400 characters)."""
+    ordered = sorted(ids, key=lambda c: (len(str(c)), str(c)))
+    out: list[str] = []
+    for n, c in enumerate(ordered):
+        rest = len(ordered) - n
+        tail = f", …and {rest - 1} more" if rest > 1 else ""
+        if len(", ".join([*out, f"<#{c}>"])) + len(tail) > limit:
+            return ", ".join(out) + f", …and {rest} more"
+        out.append(f"<#{c}>")
+    return ", ".join(out) or "none"
 
 
 @app_commands.guild_only()
@@ -201,6 +211,9 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         log_here = p.mod_log_channel if p.mod_log_channel and guild.get_channel_or_thread(int(p.mod_log_channel)) else None
         embed.add_field(name="Mod-log channel", value=(f"<#{log_here}>" if log_here else "none") + src("mod_log_channel"),
                         inline=False)
+        if len(embed) > 6000 and embed.description:  # Discord refuses an embed over 6,000 characters in all
+            cut = max(0, len(embed.description) - (len(embed) - 5990))
+            embed.description = embed.description[:cut] + "…"
         return embed
 
     @app_commands.command(name="answer-all")
@@ -301,6 +314,12 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         """Choose the channel where I log settings changes and moderator purges."""
         if (why := self._refuse_channel(interaction, channel, post=True)) is not None:
             await interaction.response.send_message(why, ephemeral=True)
+            return
+        if channel.type in (discord.ChannelType.forum, discord.ChannelType.media):
+            # A forum takes posts (threads), not messages: the log goes in one of its posts, or a text channel.
+            await interaction.response.send_message(
+                "A forum or media channel takes posts, not messages: pick a text channel, or one post (thread) "
+                "of that forum. Nothing was changed.", ephemeral=True)
             return
         await self._propose(interaction, f"Post the mod log in <#{channel.id}>?",
                             set_field("mod_log_channel", str(channel.id)),

@@ -83,7 +83,18 @@ class PagerView(OwnedView):
         super().__init__(owner_id, timeout=timeout)
         self.pages = list(pages)
         self.index = 0
+        self.shown: discord.WebhookMessage | None = None  # the message it is on, to take the buttons away
         self._sync()
+
+    async def on_timeout(self) -> None:
+        """Take the buttons off when they stop working: an expired button still shown invites a click that
+        Discord then reports as "This interaction failed". The page shown stays."""
+        if self.shown is None:
+            return
+        try:
+            await self.shown.edit(view=None)
+        except discord.HTTPException:
+            pass  # dismissed by the person, or the token expired: nothing left to tidy
 
     def _sync(self) -> None:
         self.previous.disabled = self.index == 0

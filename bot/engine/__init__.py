@@ -9,7 +9,7 @@ from bot.engine.engine import ChatEngine, Reply, TurnResult, create_engine
 from bot.engine.erasure.eraser import request_erasure
 from bot.engine.errors import ImportRefused, SettingRefused, StorageUnavailable, is_transient
 from bot.engine.learning.extraction import WriteRequest
-from bot.engine.memories.export import MAX_CONTENT, export_memories, parse_import
+from bot.engine.memories.export import MAX_CONTENT, MAX_IMPORT_BYTES, export_file, export_memories, parse_import
 from bot.engine.memories.records import Actor, HistoryEntry, StoredMemory
 from bot.engine.memories.repository import MemoryRepository
 from bot.engine.policy.limits import TokenBucket
@@ -23,10 +23,12 @@ from bot.engine.state import Image, Incoming, Quote, Speaker
 from bot.engine.stores import Prefs, ServerSettings, Storage
 
 __all__ = [
-    "DEFAULT_WEIGHTS", "MAX_CONTENT", "OPERATOR", "Actor", "ChatEngine", "Edit", "GuildPolicy", "HistoryEntry", "Image", "ImportRefused",
+    "DEFAULT_WEIGHTS", "MAX_CONTENT", "MAX_IMPORT_BYTES",
+    "OPERATOR", "Actor", "ChatEngine", "Edit", "GuildPolicy", "HistoryEntry", "Image", "ImportRefused",
     "Incoming", "LocalMiniLM", "MemoryRepository", "MemoryVectorCache", "Mode", "Prefs", "Quote", "Reply", "SemanticIndex",
     "ServerSettings", "SettingRefused", "Speaker", "Storage", "StorageUnavailable", "StoredMemory", "TokenBucket", "TurnResult", "Weights",
     "WriteRequest", "bm25_scores", "channel_listed", "channel_persona", "choose_memories", "create_engine", "estimate_tokens",
-    "export_memories", "is_transient", "local_embedder", "local_model_installed", "memory_line", "parse_import", "request_erasure", "reset",
+    "export_file", "export_memories",
+    "is_transient", "local_embedder", "local_model_installed", "memory_line", "parse_import", "request_erasure", "reset",
     "score_memories", "set_field", "third_person",
 ]

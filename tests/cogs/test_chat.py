@@ -170,6 +170,27 @@ async def test_model_failure_gets_one_apology_and_the_thread_stays_usable(tmp_pa
         assert r.h.sent_messages(GENERAL)[-1].content == "reply to [Alice | user 802]\n> and now?"
 
 
+async def test_settings_that_cannot_be_read_get_a_mention_an_apology_not_silence(tmp_path, caplog):
+    """The database is down and this process never read the server's settings: someone who spoke to the
+    bot is told (once per burst); a message not addressed to it gets nothing."""
+    async with rig(tmp_path) as r:
+        real = r.engine.policies.server
+
+        async def down(*args, **kwargs):
+            raise ConnectionError("database unreachable")
+
+        r.engine.policies.server = down
+        await r.h.send_message(r.msg(BOB, "just chatting, not to the bot"))
+        assert r.h.sent_messages(GENERAL) == []
+        await r.h.send_message(r.mentioning(ALICE, "hi, are you there?"))
+        (apology,) = r.h.sent_messages(GENERAL)
+        assert apology.content.startswith("Sorry") and "unreachable" not in apology.content
+        assert "could not read the settings" in caplog.text
+        r.engine.policies.server = real
+        await r.h.send_message(r.mentioning(ALICE, "and now?"))
+        assert r.h.sent_messages(GENERAL)[-1].content == "reply to [Alice | user 802]\n> and now?"
+
+
 async def test_text_attachment_is_read_and_binary_is_mentioned(tmp_path):
     async with rig(tmp_path) as r:
         url = "https://cdn.discordapp.com/attachments/1/2/notes.txt"

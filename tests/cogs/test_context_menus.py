@@ -3,6 +3,9 @@ target_id and its resolved entry): "Remember this", "Forget this", "Purge memori
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import discord
 
 from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, MOD, MOD_ROLE, OTHER_CHANNEL, rig
@@ -231,3 +234,30 @@ async def test_ask_about_this_is_gated_like_a_message_lists_limit_and_the_server
         res = await r.h.invoke_context_menu("Ask about this", msg, user=ALICE, channel_id=GENERAL)
         assert final(res).ephemeral and final(res).content == "I'm not set up to answer you here."
         assert len(r.model.chat_calls) == calls
+
+
+async def test_ask_about_this_keeps_the_answer_deadline_a_chat_answer_has(tmp_path):
+    """A model that hangs past ``model.timeout_seconds``: the menu apologises at the deadline (before, it
+    waited on "thinking…" for as long as the provider's retries took, past the token's 15 minutes)."""
+    from cogs.chat import APOLOGY
+    from tests.conftest import ScriptedChatModel
+
+    release = threading.Event()
+
+    def hanging(call):
+        if not call.is_extraction:
+            release.wait(10)  # a provider that does not answer in time
+        return "late answer"
+
+    async with rig(tmp_path, ScriptedChatModel(hanging), model={"timeout_seconds": 1, "streaming": False}) as r:
+        bob = said(r, BOB, "the meetup moves to the boathouse")
+        res = await r.h.invoke_context_menu("Ask about this", bob, user=ALICE, channel_id=GENERAL)
+        interaction = int(res.interaction["id"])
+        for _ in range(100):
+            if any(c.content == APOLOGY for c in r.h.interaction_responses(interaction)):
+                break
+            await asyncio.sleep(0.1)
+        release.set()
+        await r.h.settle()
+        answers = [c.content for c in r.h.interaction_responses(interaction) if c.content]
+        assert APOLOGY in answers and "late answer" not in answers, answers

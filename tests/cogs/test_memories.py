@@ -62,6 +62,26 @@ async def test_view_pages_ten_at_a_time_with_buttons(r):
     assert stranger[0].ephemeral and "aren't for you" in stranger[0].content
 
 
+async def test_the_pager_takes_its_buttons_away_when_they_expire(r):
+    """After 300 s discord.py stops listening to the pager; buttons still shown would then answer a click
+    with Discord's "This interaction failed". The page stays, without buttons."""
+    from cogs.views import PagerView
+
+    await seed(r, ALICE, [f"fact {i:02d}" for i in range(25)])
+    page = (await r.h.invoke_slash("memories view", user=ALICE, channel_id=GENERAL))[-1]
+    store = r.bot._connection._view_store
+    items = [i for by_message in store._views.values()
+             for i in (by_message.values() if isinstance(by_message, dict) else [by_message])]
+    (pager,) = {id(v): v for v in (getattr(i, "view", i) for i in items) if isinstance(v, PagerView)}.values()
+    before = len(r.h.calls)
+    pager._dispatch_timeout()  # what discord.py does when the timeout passes
+    await r.h.settle()
+    (edit,) = [c for c in r.h.calls[before:] if c.method == "PATCH"]
+    assert edit.components == [] and edit.params.get("message_id") == page.message["id"]
+    shown = r.h.messages[int(page.message["id"])]
+    assert shown["components"] == [] and "fact 00" in shown["embeds"][0]["description"]
+
+
 async def test_delete_autocompletes_own_memories_and_deletes_one_after_the_callers_confirm(r):
     (alice_key, bike_key) = await seed(r, ALICE, ["Alice likes tea", "Alice rides a bike"])
     (bob_key,) = await seed(r, BOB, ["Bob likes tea too"])

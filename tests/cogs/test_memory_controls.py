@@ -193,6 +193,22 @@ async def test_an_import_that_would_undo_a_correction_asks_first(r):
     assert [m.content for m in await r.engine.memories.list(str(ALICE["id"]))] == ["Alice likes tea"]
 
 
+async def test_a_full_accounts_export_imports_back(r):
+    """A person at the memory cap with long memories: an export of about 3 MB (the import once stopped at
+    2 MB, so the bot's own file was refused) comes back whole."""
+    cap = r.bot.settings.memory.max_per_person
+    facts = [f"fact {i:04d} " + ("words " * 200)[:1000] for i in range(cap)]
+    for k in range(0, cap, 100):
+        await seed(r, ALICE, facts[k:k + 100])
+    res = await r.h.invoke_slash("memories export", user=ALICE, channel_id=GENERAL)
+    (f,) = [f for c in res for f in c.files]
+    assert len(f.data) > 2_000_000 and f.filename.endswith(".json")
+    await r.engine.erase_person(str(ALICE["id"]))
+    res = await import_file(r, ALICE, f.data)
+    assert f"Imported {cap} memories" in res[-1].content, res[-1].content
+    assert sorted(m.content for m in await r.engine.memories.list(str(ALICE["id"]))) == sorted(facts)
+
+
 async def import_file(r, user: dict, data: bytes):
     url = f"https://cdn.discordapp.com/attachments/1/{dh.snowflake()}/memories.json"
     r.h.cdn[url] = data

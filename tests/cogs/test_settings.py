@@ -337,3 +337,47 @@ async def test_channel_instructions_are_capped_and_one_channel_can_be_reset(r):
     assert (await r.engine.guild_policy(GUILD_ID)).channel_personas == {}
     res = await settings(r, "instructions", text="Elsewhere.", channel=channel(OTHER_CHANNEL, OTHER_GUILD, "elsewhere"))
     assert "belongs to another server" in res[-1].content
+
+
+async def test_a_forum_is_refused_as_the_mod_log_and_one_set_before_never_fails_a_change(tmp_path, caplog):
+    """A forum takes posts, not messages: refused with the reason. A forum stored by an earlier release
+    (or a channel turned into one) keeps the audit line in the process log, and the change still reads Done."""
+    forum = 7700
+    async with rig(tmp_path) as r:
+        r.h.feed("CHANNEL_CREATE", dh.forum_channel(forum, GUILD_ID, "reports"))
+        res = await settings(r, "mod-log", channel=dh.forum_channel(forum, GUILD_ID, "reports"))
+        assert res[-1].ephemeral and "takes posts, not messages" in res[-1].content
+        assert (await r.engine.guild_policy(GUILD_ID)).mod_log_channel != str(forum)
+        from bot.engine import set_field
+
+        await r.engine.change_settings(GUILD_ID, set_field("mod_log_channel", str(forum)), by="800")
+        with caplog.at_level(logging.WARNING):
+            _, done = await apply(r, "learning", on=False)
+        assert "Done" in done[-1].content and not [c for c in done if "went wrong" in (c.content or "")]
+        assert "takes no messages" in caplog.text
+        assert not (await r.engine.guild_policy(GUILD_ID)).learning
+
+
+async def test_show_lists_many_channels_within_discords_embed_limits(tmp_path):
+    ids = [1_234_567_890_123_456_000 + i for i in range(100)]  # the most a list may hold
+    guild = dh.guild(GUILD_ID, "Test Server", owner_id=OWNER["id"],
+                     channels=[*GUILD["channels"], *GUILD.get("threads", []),
+                               *[dh.text_channel(i, GUILD_ID, f"c{n}") for n, i in enumerate(ids)]],
+                     roles=[x for x in GUILD["roles"] if x["name"] != "@everyone"], members=GUILD["members"])
+    async with rig(tmp_path, guilds=(guild,)) as r:
+        from bot.engine import channel_listed, set_field
+
+        for i in ids:
+            await r.engine.change_settings(GUILD_ID, channel_listed("respond_channels", str(i), True, frozenset()),
+                                           by="800")
+            await r.engine.change_settings(GUILD_ID, channel_listed("mentions_off", str(i), True, frozenset()),
+                                           by="800")
+        limit = r.bot.settings.server_settings.max_persona_chars
+        await r.engine.change_settings(GUILD_ID, set_field("persona", "Be kind. " * (limit // 9)), by="800")
+        (embed,) = (await settings(r, "show"))[-1].embeds
+        assert all(len(f["value"]) <= 1024 for f in embed["fields"])
+        total = len(embed.get("title", "")) + len(embed.get("description", "")) + sum(
+            len(f["name"]) + len(f["value"]) for f in embed["fields"])
+        assert total <= 6000
+        listed = next(f["value"] for f in embed["fields"] if f["name"] == "Answers every message in")
+        assert "…and" in listed and "more" in listed

@@ -6,7 +6,9 @@ is refused with a reason and changes nothing.
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
@@ -17,7 +19,11 @@ from bot.engine.memories.records import HistoryEntry, StoredMemory
 
 FORMAT = "remembering-bot.memories"
 EXPORT_VERSION = 2
-MAX_IMPORT_BYTES = 2_000_000
+# What an import reads (after decompression): larger than any export the caps produce in practice (1,000
+# memories of 2,000 characters with a few changes each is about 6 MB as indented JSON), small enough to
+# validate in a second or two off the event loop.
+MAX_IMPORT_BYTES = 25_000_000
+UPLOAD_LIMIT = 10_000_000  # what Discord takes from a bot without a boosted server (10 MiB), with room
 MAX_MEMORIES = 5000
 MAX_CONTENT = 2000
 
@@ -79,10 +85,45 @@ class _Document(_Strict):
     history: list[_Entry] = Field(default_factory=list, max_length=MAX_MEMORIES * 20)
 
 
+def export_file(document: dict, limit: int = UPLOAD_LIMIT) -> tuple[bytes, str] | None:
+    """The export as file bytes and a file name ending, within ``limit`` bytes, or None if it cannot fit.
+
+    Indented JSON when it fits (a person can read it), compact JSON next, then gzip of that; ``parse_import``
+    takes all three back, so whatever the bot hands out it can import again.
+    """
+    pretty = json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8")
+    if len(pretty) <= limit:
+        return pretty, ".json"
+    compact = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    if len(compact) <= limit:
+        return compact, ".json"
+    packed = gzip.compress(compact, compresslevel=9, mtime=0)
+    return (packed, ".json.gz") if len(packed) <= limit and len(compact) <= MAX_IMPORT_BYTES else None
+
+
+def _unpacked(data: bytes) -> bytes:
+    """The JSON bytes of an export file, gunzipped if it is gzip (read at most ``MAX_IMPORT_BYTES``)."""
+    if data[:2] != b"\x1f\x8b":
+        return data
+    try:
+        inflater = zlib.decompressobj(wbits=31)  # gzip framing
+        out = inflater.decompress(data, MAX_IMPORT_BYTES + 1)
+    except zlib.error:
+        raise ImportRefused("the file is not a valid gzip file") from None
+    if len(out) > MAX_IMPORT_BYTES:
+        raise ImportRefused(f"the file unpacks to more than {MAX_IMPORT_BYTES // 1_000_000} MB")
+    return out
+
+
 def parse_import(data: bytes, user_id: str) -> tuple[list[dict], list[dict]]:
-    """Check an export file for ``user_id``; return (memories, history) ready for ``restore``."""
+    """Check an export file for ``user_id``; return (memories, history) ready for ``restore``.
+
+    Takes what ``export_file`` makes (JSON, or gzip of it). CPU-bound for a large file: callers on the
+    event loop run it in a thread.
+    """
     if len(data) > MAX_IMPORT_BYTES:
         raise ImportRefused(f"the file is larger than {MAX_IMPORT_BYTES // 1_000_000} MB")
+    data = _unpacked(data)
     try:
         raw = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -241,7 +241,16 @@ class GuildSettingsService:
         if hit is not None and now - hit[0] < self.cache_seconds:
             return hit[1]
         generation = self._generation
-        record = await self.store.get(guild_id)
+        try:
+            record = await self.store.get(guild_id)
+        except Exception as exc:
+            if hit is None:
+                raise
+            # The database is down: the settings last read (never ones a change since replaced: a change
+            # drops the entry) keep the server running as its admins set it, instead of every message failing.
+            log.warning("could not read the settings of server %s (%s); using the ones read %.0f s ago",
+                        guild_id, type(exc).__name__, now - hit[0])
+            return hit[1]
         if generation == self._generation:  # no invalidation arrived while we read: safe to keep
             if len(self._cache) >= 100_000:
                 self._cache.clear()

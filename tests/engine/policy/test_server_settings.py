@@ -156,6 +156,30 @@ async def test_without_a_notification_the_cache_expires(store):
     assert reader._cache == {}
 
 
+async def test_a_database_outage_keeps_the_settings_last_read_not_the_operators(store):
+    """Once the cache has expired, a failed read uses the record last read (the server keeps running as its
+    admins set it); with nothing read before, or after a change dropped the entry, the failure is raised."""
+    clock = Clock()
+    failing = Contended(store)
+    service = GuildSettingsService(failing, DEFAULTS, cache_seconds=60, clock=clock)
+    await service.change("1", set_field("learning", False), by="7")
+    assert (await service.policy("1")).learning is False
+
+    async def outage():
+        raise ConnectionError("database unreachable")
+
+    clock.now += 61
+    failing.before_next_get = outage
+    assert (await service.policy("1")).learning is False  # the stale record, not the operator's default
+    failing.before_next_get = outage
+    with pytest.raises(ConnectionError):
+        await service.policy("2")  # never read: nothing to fall back on
+    service.invalidate("1")
+    failing.before_next_get = outage
+    with pytest.raises(ConnectionError):
+        await service.policy("1")
+
+
 async def test_reset_and_forget(store):
     service = GuildSettingsService(store, DEFAULTS)
     await service.change("1", channel_listed("mentions_off", "5", True), by="7")
