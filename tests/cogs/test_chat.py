@@ -79,6 +79,26 @@ async def test_listed_channel_and_reply_to_bot_trigger_answers(r):
     assert r.h.sent_messages(GENERAL) == []
 
 
+async def test_a_reply_to_the_bot_without_the_referenced_message_in_its_payload_is_answered(r):
+    """Discord leaves ``referenced_message`` out when it did not look the message up; the reply (ping off,
+    so no mention) is still to the bot: the cached message says whose it is."""
+    await r.h.send_message(r.mentioning(ALICE, "hello there"))
+    (mine,) = r.h.sent_messages(GENERAL)
+    r.h.feed("MESSAGE_CREATE", mine.message)  # the gateway echoes the bot's own message (into the cache)
+    reply = r.msg(BOB, "replying to you without a ping", referenced_message=mine.message)
+    del reply["referenced_message"]
+    assert reply["message_reference"]["message_id"] == mine.message["id"] and reply["type"] == 19
+    await r.h.send_message(reply)
+    assert len(r.h.sent_messages(GENERAL)) == 2
+    # A reply to someone else's message without the field is not for the bot.
+    note = r.msg(ALICE, "just a note, not for the bot")
+    await r.h.send_message(note)
+    other = r.msg(BOB, "replying to alice", referenced_message=note)
+    del other["referenced_message"]
+    await r.h.send_message(other)
+    assert len(r.h.sent_messages(GENERAL)) == 2
+
+
 async def test_seed_scenario_across_two_discord_threads(tmp_path):
     async with rig(tmp_path) as r:
         for text in ["Hi, my name is Lance", "I like to bike around San Francisco", "I also enjoy going to bakeries"]:
