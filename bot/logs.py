@@ -49,6 +49,12 @@ class RedactingFilter(logging.Filter):
 CONTENT_LOGGERS = ("extraction", "trustcall")
 _INPUT_VALUE = re.compile(r"input_value=.*?(?=, input_type=|\]$|$)", re.MULTILINE | re.DOTALL)
 WITHHELD = "[text withheld]"
+# An OpenAI-compatible server's error body ("Error code: 400 - {...}"): some servers quote the request in it
+# (the member's words). The status stays at INFO and above; the body only at DEBUG.
+# The body may run over several lines: everything to the end of that exception's text goes (in a traceback,
+# up to the blank line before a chained exception, or the end).
+_API_ERROR_BODY = re.compile(r"(Error code: \d{3}) - .*?(?=\n\s*\n|\nDuring handling|\nThe above exception|\Z)",
+                             re.DOTALL)
 
 
 class ContentFilter(logging.Filter):
@@ -64,13 +70,14 @@ class ContentFilter(logging.Filter):
             record.exc_info, record.exc_text = None, None
             return True
         message = record.getMessage()
-        clean = _INPUT_VALUE.sub(f"input_value={WITHHELD}", message)
+        clean = _API_ERROR_BODY.sub(r"\1 - (body withheld at this level)", _INPUT_VALUE.sub(f"input_value={WITHHELD}", message))
         if clean != message:
             record.msg, record.args = clean, None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = _INPUT_VALUE.sub(f"input_value={WITHHELD}", record.exc_text)
+            record.exc_text = _API_ERROR_BODY.sub(r"\1 - (body withheld at this level)",
+                                                  _INPUT_VALUE.sub(f"input_value={WITHHELD}", record.exc_text))
         return True
 
 
@@ -83,5 +90,5 @@ def setup_logging(level: str, secrets: Iterable[str] = ()) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    for noisy in ("httpx", "httpcore", "openai", "discord.gateway", "discord.http", "aiosqlite"):
+    for noisy in ("httpx", "httpcore", "httpx2", "httpcore2", "openai", "discord.gateway", "discord.http", "aiosqlite"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

@@ -9,9 +9,11 @@ from __future__ import annotations
 import fnmatch
 import importlib.util
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Literal, Mapping
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
@@ -216,24 +218,55 @@ class Settings(_Section):
         for s in (self.secrets.discord_token, self.secrets.model_api_key, self.secrets.embeddings_api_key):
             if s is not None and s.get_secret_value():
                 out.append(s.get_secret_value())
-        password = _dsn_password(self.secrets.database_url)
-        if password:
-            out.append(password)
+        if self.secrets.database_url is not None:
+            out += dsn_secrets(self.secrets.database_url.get_secret_value())
         return out
 
 
-def _dsn_password(dsn: SecretStr | None) -> str:
-    """The password inside a PostgreSQL connection string (URL or key=value form), if any."""
-    if dsn is None or not dsn.get_secret_value():
-        return ""
+def _http_url(url: str) -> bool:
+    """An http(s) URL with a host and, if one is given, a valid port."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number from 0 to 65535
+    except ValueError:  # "http://[::1:8000/v1", "http://host:abc/v1"
+        return False
+    return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+
+
+def dsn_password(dsn: str) -> str:
+    """The password of a connection string (the longest of ``dsn_secrets``), for blanking it out."""
+    return max(dsn_secrets(dsn), key=len, default="")
+
+
+def dsn_secrets(dsn: str) -> tuple[str, ...]:
+    """Every form of a connection string's password that an error or a log line could quote.
+
+    libpq's parse, and the operator's own text: a URL whose password has an unencoded ``@``, ``/``, ``#``,
+    ``?`` or a bad ``%`` escape does not parse as meant, and libpq's error then quotes the password or a
+    piece of it (an ``@`` splits it into a "password" and part of a "host"). So: libpq's value, what stands
+    between ``user:`` and the last ``@`` before the query, and that text's pieces around ``@ / : ? #``
+    (three characters or more, shorter ones would blank ordinary words).
+    """
+    out: list[str] = []
     try:
         from psycopg.conninfo import conninfo_to_dict
-    except ImportError:  # pragma: no cover - psycopg is a dependency
-        return ""
-    try:
-        return str(conninfo_to_dict(dsn.get_secret_value()).get("password") or "")
+
+        out.append(str(conninfo_to_dict(dsn).get("password") or ""))
     except Exception:  # noqa: BLE001 - a malformed DSN is reported when connecting
-        return ""
+        pass
+    if "://" in dsn:
+        rest = dsn.split("://", 1)[1]
+        query = rest.find("?")
+        at = rest.rfind("@", 0, query if query >= 0 else len(rest))
+        userinfo = rest[:at] if at >= 0 else ""
+        if ":" in userinfo:
+            raw = userinfo.split(":", 1)[1]
+            out += [raw, *(piece for piece in re.split(r"[@/:?#]", raw) if len(piece) >= 3)]
+    else:
+        found = re.search(r"password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", dsn)
+        if found:
+            out.append(found.group(1).strip("'"))
+    return tuple(dict.fromkeys(p for p in out if p))
 
 
 def _describe(err: ValidationError) -> str:
@@ -258,6 +291,10 @@ def _read(path: Path) -> Settings:
         raise ConfigError(f"config file not found: {path}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not UTF-8 text") from None
+    except OSError as exc:  # a directory, no permission
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
     if "secrets" in raw:
         raise ConfigError("unknown config key 'secrets': secrets come only from the environment")
     try:
@@ -333,6 +370,13 @@ def load_settings(
         raise ConfigError(f"missing secret '{emb_env}': set it in the environment (memory.embeddings_api_key_env)")
     if settings.model.provider == "openai_compatible" and not base_url:
         raise ConfigError("missing config key 'model.base_url': required for provider 'openai_compatible'")
+    for where, url in (("model.base_url" if settings.model.base_url else "DEEPSEEK_API_BASE", base_url),
+                       ("memory.embeddings_base_url", settings.memory.embeddings_base_url)):
+        if url and not _http_url(url):
+            # Caught here: without a scheme the client fails every call at run time, and the learning
+            # queue would wait through an outage that is really a typo.
+            raise ConfigError(f"config key '{where}' must be an http:// or https:// URL with a host, "
+                              "such as http://127.0.0.1:8000/v1")
     database_url = env.get("DATABASE_URL", "").strip()
     if settings.storage.backend == "postgres" and not database_url:
         raise ConfigError("missing secret 'DATABASE_URL': set it in the environment (storage.backend = \"postgres\")")

@@ -87,8 +87,8 @@ class Chat(commands.Cog):
             return True
         ref = message.reference
         resolved = ref.resolved if ref is not None else None
-        if resolved is None and ref is not None:  # a payload without ``referenced_message``: ask the cache
-            resolved = ref.cached_message
+        if resolved is None and ref is not None and ref.type == discord.MessageReferenceType.default:
+            resolved = ref.cached_message  # a reply whose payload lacks ``referenced_message`` (not a forward)
         return isinstance(resolved, discord.Message) and resolved.author.id == me.id
 
     # ---- what the model is given

@@ -47,6 +47,12 @@ def test_shipped_config_is_valid_and_resolves_data_dir():
         ("[model]\nvision_models = ['']\n", ENV, "'model.vision_models.0'"),
         ("[model]\nmax_image_bytes = -1\n", ENV, "'model.max_image_bytes'"),
         ("[model]\nmax_images_per_message = 11\n", ENV, "'model.max_images_per_message'"),
+        ("[model]\nprovider = 'openai_compatible'\nbase_url = '127.0.0.1:8000/v1'\n", ENV, "'model.base_url' must be"),
+        ("[model]\nbase_url = 'http:///v1'\n", ENV, "'model.base_url' must be"),
+        ("[model]\nbase_url = 'http://[::1:8000/v1'\n", ENV, "'model.base_url' must be"),
+        ("[model]\nbase_url = 'http://host:99999/v1'\n", ENV, "'model.base_url' must be"),
+        ("[memory]\nembeddings_model = 'm'\nembeddings_base_url = 'localhost'\n", ENV,
+         "'memory.embeddings_base_url' must be"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path, text, env, needle):
@@ -146,3 +152,23 @@ def test_vision_auto_follows_the_model_name(tmp_path, model, expected):
     path = tmp_path / "c.toml"
     path.write_text("[model]\n" + "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in model.items()))
     assert load_settings(path, ENV).model.takes_images is expected
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda d: d, "cannot read config file"),  # a directory given as the config
+    (lambda d: (d / "c.toml").write_bytes(b"\xff\xfe[bot]\n") and d / "c.toml", "is not UTF-8 text"),
+])
+def test_a_config_path_that_cannot_be_read_is_one_line(tmp_path, make, needle):
+    with pytest.raises(ConfigError, match=needle):
+        load_settings(make(tmp_path), ENV, need_discord=True)
+
+
+def test_a_data_dir_that_cannot_be_made_stops_start_up_with_one_line(tmp_path):
+    (tmp_path / "afile").write_text("in the way")
+    path = tmp_path / "c.toml"
+    path.write_text(f'[bot]\ndata_dir = "{tmp_path / "afile" / "data"}"\n')
+    proc = subprocess.run([sys.executable, "-m", "bot", "--config", str(path), "stats"], capture_output=True,
+                          text=True, cwd=ROOT, env={"PATH": "/usr/bin:/bin", **ENV}, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [f"storage error: cannot use bot.data_dir {tmp_path / 'afile' / 'data'}: "
+                                                "Not a directory"], proc.stderr

@@ -20,7 +20,11 @@ __all__ = [
 ]
 
 TRANSIENT_STATUS = {408, 409, 429}
-MODEL_OUTAGES = {"APITimeoutError", "APIConnectionError", "RateLimitError", "InternalServerError"}
+# The OpenAI client's classes and LangChain's model-error classes, matched by name anywhere in the
+# exception's class hierarchy (without importing either): langchain-openai 1.7 raises its own subclasses
+# (``OpenAIConnectionError(openai.APIConnectionError, ModelConnectionError)``), which carry no status code.
+MODEL_OUTAGES = {"APITimeoutError", "APIConnectionError", "RateLimitError", "InternalServerError",
+                 "ModelConnectionError", "ModelTimeoutError", "ModelRateLimitError"}
 
 
 class SettingRefused(ValueError):
@@ -47,7 +51,7 @@ def is_transient(exc: BaseException, storage_errors: tuple[type[BaseException], 
         return True
     if storage_errors and isinstance(exc, storage_errors):
         return True
-    if type(exc).__name__ in MODEL_OUTAGES:  # the OpenAI client's classes, without importing it
+    if any(k.__name__ in MODEL_OUTAGES for k in type(exc).__mro__):
         return True
     status = getattr(exc, "status_code", None)
     return isinstance(status, int) and (status >= 500 or status in TRANSIENT_STATUS)

@@ -90,6 +90,17 @@ async def test_a_reply_to_the_bot_without_the_referenced_message_in_its_payload_
     assert reply["message_reference"]["message_id"] == mine.message["id"] and reply["type"] == 19
     await r.h.send_message(reply)
     assert len(r.h.sent_messages(GENERAL)) == 2
+    # A forward of the bot's message is sharing it, not speaking to the bot.
+    fwd = r.msg(BOB, "", referenced_message=mine.message, type=0)
+    del fwd["referenced_message"]
+    fwd["message_reference"]["type"] = 1  # FORWARD
+    fwd["message_snapshots"] = [{"message": {"content": mine.message["content"], "type": 0,
+                                             "timestamp": mine.message["timestamp"], "edited_timestamp": None,
+                                             "flags": 0, "attachments": [], "embeds": [], "mentions": [],
+                                             "mention_roles": [], "components": []}}]
+    fwd["flags"] = 1 << 14  # HAS_SNAPSHOT
+    await r.h.send_message(fwd)
+    assert len(r.h.sent_messages(GENERAL)) == 2
     # A reply to someone else's message without the field is not for the bot.
     note = r.msg(ALICE, "just a note, not for the bot")
     await r.h.send_message(note)

@@ -142,3 +142,35 @@ async def test_the_engine_owns_and_closes_its_models_connection_pool(tmp_path, m
             await engine.close()
     assert pool.is_closed
     assert [r for r in server.requests if r["json"].get("tools")], "extraction crossed HTTP too"
+
+
+@pytest.mark.parametrize("what, transient", [("refused", True), ("timeout", True), ("500", True), ("429", True),
+                                              ("400", False)])
+async def test_the_real_clients_errors_are_told_apart_as_outages_or_not(tmp_path, what, transient):
+    """An outage is waited out and the learning queue kept; anything else is a bug or bad input. The classes
+    come from the real client (langchain-openai wraps openai's in its own subclasses, with no status code
+    on a connection error or a timeout: a refused connection once counted as permanent and queued turns
+    were dropped after three tries)."""
+    import socket
+
+    from langchain_core.messages import HumanMessage
+
+    from bot.engine.errors import is_transient
+
+    def failing(request: dict) -> Reply:
+        if what == "timeout":
+            return Reply(text="too late", delay=3)
+        return Reply(status=int(what), error_body={"error": {"message": "no", "type": "x"}})
+
+    async with FakeOpenAIServer(handler=failing) as server:
+        base = server.base_url
+        if what == "refused":
+            with socket.socket() as s:  # a port nothing listens on
+                s.bind(("127.0.0.1", 0))
+                base = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+        settings = make_settings(tmp_path, model={"base_url": base, "streaming": False, "timeout_seconds": 1,
+                                                  "max_retries": 0})
+        model = build_chat_model(settings)
+        with pytest.raises(Exception) as raised:
+            await model.ainvoke([HumanMessage("hello")])
+        assert is_transient(raised.value) is transient, type(raised.value).__mro__

@@ -103,6 +103,10 @@ def run_cli(tmp_path: Path, database_url: str | None) -> subprocess.CompletedPro
     ("host=127.0.0.1 port=5432 nonsense", 1, "not a valid PostgreSQL connection string"),
     ("postgresql://postgres:hunter2-secret@127.0.0.1:1/test", 1, "cannot connect to PostgreSQL at postgres@127.0.0.1:1/test"),
     ("postgresql://postgres:hunter2-secret@127.0.0.1:5432/no_such_database_here", 1, "does not exist"),
+    # Passwords libpq misparses (an unencoded "/", a bad "%" escape): its error quoted them once.
+    ("postgresql://postgres:hunter2/secret@127.0.0.1:1/test", 1, "cannot connect to PostgreSQL"),
+    ("postgresql://postgres:hunter2%zzsecret@127.0.0.1:1/test", 1, "not a valid PostgreSQL connection string"),
+    ("postgresql://postgres:pw@hunter2@127.0.0.1:1/test", 1, "cannot connect to PostgreSQL"),
 ])
 def test_a_wrong_or_unreachable_database_stops_start_up_with_one_line(tmp_path, url, code, says):
     result = run_cli(tmp_path, url)

@@ -222,6 +222,10 @@ class GuildSettingsService:
         self.cache_seconds = cache_seconds
         self.clock = clock
         self._cache: dict[str, tuple[float, ServerSettings | None]] = {}
+        # The record last read of each server, kept through a lost notification channel (which drops the
+        # whole cache: on PostgreSQL that is how an outage starts) for use only while the database cannot
+        # be read; a change this process hears of drops the server's entry here too.
+        self._last_read: dict[str, tuple[float, ServerSettings | None]] = {}
         self._generation = 0  # bumped by every invalidation, so a read racing one is not cached
         store.subscribe(self.invalidate)
 
@@ -232,6 +236,7 @@ class GuildSettingsService:
             self._cache.clear()
         else:
             self._cache.pop(str(guild_id), None)
+            self._last_read.pop(str(guild_id), None)
 
     async def stored(self, guild_id: str) -> ServerSettings | None:
         """The server's record, from the cache when fresh."""
@@ -244,17 +249,22 @@ class GuildSettingsService:
         try:
             record = await self.store.get(guild_id)
         except Exception as exc:
-            if hit is None:
+            last = self._last_read.get(guild_id)
+            if last is None:
                 raise
-            # The database is down: the settings last read (never ones a change since replaced: a change
-            # drops the entry) keep the server running as its admins set it, instead of every message failing.
-            log.warning("could not read the settings of server %s (%s); using the ones read %.0f s ago",
-                        guild_id, type(exc).__name__, now - hit[0])
-            return hit[1]
+            # The database is down: the settings last read (never ones a change heard of since replaced)
+            # keep the server running as its admins set it, instead of every message failing.
+            # At debug: the outage itself is one warning from storage, not one per message.
+            log.debug("could not read the settings of server %s (%s); using the ones read %.0f s ago",
+                      guild_id, type(exc).__name__, now - last[0])
+            return last[1]
         if generation == self._generation:  # no invalidation arrived while we read: safe to keep
             if len(self._cache) >= 100_000:
                 self._cache.clear()
+            if len(self._last_read) >= 100_000:
+                self._last_read.clear()
             self._cache[guild_id] = (now, record)
+            self._last_read[guild_id] = (now, record)
         return record
 
     async def policy(self, guild_id: str | int | None) -> GuildPolicy:

@@ -18,7 +18,7 @@ from psycopg_pool import PoolTimeout
 from bot.engine.stores import StorageUnavailable
 from bot.settings import Settings
 from bot.storage.bundle import OpenStorage
-from bot.storage.postgres.connection import POOL_LOGGER, PSYCOPG_LOGGER, Outages, check_reachable, describe, first_line, make_pool, password
+from bot.storage.postgres.connection import POOL_LOGGER, PSYCOPG_LOGGER, Outages, check_reachable, describe, first_line, make_pool, secrets
 from bot.storage.postgres.db import PgDb
 from bot.storage.postgres.erasures import PostgresErasures
 from bot.storage.postgres.reach import PostgresReach
@@ -49,7 +49,7 @@ async def open_postgres(settings: Settings) -> AsyncIterator[OpenStorage]:
     dsn = settings.secrets.database_url.get_secret_value()
     config = settings.storage
     await check_reachable(dsn, config.pool_timeout_seconds)
-    outages = Outages(describe(dsn), (password(dsn),))
+    outages = Outages(describe(dsn), secrets(dsn))
     # The pool's logger and psycopg's own (a pipeline that cannot end on a broken connection says so there):
     # outage symptoms become the one outage line.
     watched = [logging.getLogger(POOL_LOGGER), logging.getLogger(PSYCOPG_LOGGER)]

@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from bot.engine.stores import StorageUnavailable
-from bot.settings import StorageSection
+from bot.settings import StorageSection, dsn_secrets
 
 log = logging.getLogger(__name__)
 
@@ -40,30 +40,34 @@ def describe(dsn: str) -> str:
     except psycopg.Error:
         return "(unparseable DATABASE_URL)"
     host = info.get("host") or info.get("hostaddr") or "localhost"
-    return f"{info.get('user') or '?'}@{host}:{info.get('port') or 5432}/{info.get('dbname') or '?'}"
+    port, dbname = str(info.get("port") or 5432), info.get("dbname") or "?"
+    # A misparsed URL puts the password, or pieces of it, into the host, port or database (not the user
+    # name, which often is the same word as the password on a development machine).
+    misparsed = [x for x in secrets(dsn) if x != info.get("password")]  # a clean parse leaks into no field
+    for secret in sorted(misparsed and secrets(dsn), key=len, reverse=True):
+        host, port, dbname = (part.replace(secret, "***") for part in (host, port, dbname))
+    return f"{info.get('user') or '?'}@{host}:{port}/{dbname}"
 
 
 def first_line(exc: BaseException, secrets: tuple[str, ...] = ()) -> str:
     """An error's message as one line, with any secret blanked out."""
     lines = [part.strip() for part in str(exc).splitlines() if part.strip()]
     text = lines[0] if lines else type(exc).__name__
-    for secret in secrets:
+    for secret in sorted(secrets, key=len, reverse=True):  # a whole password before its pieces
         if secret:
             text = text.replace(secret, "***")
     return text
 
 
-def password(dsn: str) -> str:
-    """The DSN's password (empty when it has none or does not parse), so log lines and errors can blank it out."""
-    try:
-        return str(conninfo_to_dict(dsn).get("password") or "")
-    except psycopg.Error:
-        return ""
+def secrets(dsn: str) -> tuple[str, ...]:
+    """The DSN's password in every form an error could quote, so log lines and errors can blank it out
+    (``bot.settings.dsn_secrets``: a URL libpq misparses too)."""
+    return dsn_secrets(dsn)
 
 
 async def check_reachable(dsn: str, timeout: float) -> None:
     """Connect once, so a wrong DSN or a server that is not there stops start-up with one clear line."""
-    where, secret = describe(dsn), (password(dsn),)
+    where, secret = describe(dsn), secrets(dsn)
     try:
         conninfo_to_dict(dsn)
     except psycopg.Error as exc:

@@ -17,6 +17,7 @@ from typing import AsyncIterator
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.store.sqlite.aio import AsyncSqliteStore
 
+from bot.engine.stores import StorageUnavailable
 from bot.settings import Settings
 from bot.storage.bundle import OpenStorage
 from bot.storage.shielding import run_through
@@ -47,7 +48,10 @@ async def open_sqlite(settings: Settings, *, writer: bool = True) -> AsyncIterat
     A writer holds the data directory's lock (``lock.py``) for as long as the files are open.
     """
     data_dir = settings.bot.data_dir
-    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file in the way, no permission, a read-only disk: one line, not a traceback
+        raise StorageUnavailable(f"cannot use bot.data_dir {data_dir}: {exc.strerror or exc}") from None
     with writer_lock(data_dir) if writer else nullcontext():
         async with _open_files(settings, data_dir) as storage:
             yield storage

@@ -171,6 +171,9 @@ async def test_a_database_outage_keeps_the_settings_last_read_not_the_operators(
     clock.now += 61
     failing.before_next_get = outage
     assert (await service.policy("1")).learning is False  # the stale record, not the operator's default
+    service.invalidate(None)  # the notification channel dropped with the database (PostgreSQL)
+    failing.before_next_get = outage
+    assert (await service.policy("1")).learning is False
     failing.before_next_get = outage
     with pytest.raises(ConnectionError):
         await service.policy("2")  # never read: nothing to fall back on
