@@ -37,6 +37,7 @@ BUSY = "Lots of people are talking to me here right now. I've noted what you sai
 OUT_OF_BUDGET = "I've used up today's allowance here, so I'm taking a break until midnight UTC."
 MAX_CHANNELS = 10_000  # channel queues kept in memory; idle ones are dropped past this
 DELETED_REMEMBERED = 10_000  # deleted message IDs kept, so a create handled after its delete is ignored
+HEARD_REMEMBERED = 10_000  # message IDs; a replay comes within seconds of the original
 
 __all__ = ["Chat", "speaker_name"]
 
@@ -66,6 +67,8 @@ class Chat(commands.Cog):
         self.starters = StarterCache()
         self._hearing = 0  # messages being recorded without an answer right now
         self._deleted: dict[int, None] = {}  # recently deleted message IDs (bounded), for out-of-order events
+        self._heard: dict[int, None] = {}  # recently answered message IDs (bounded): a replayed create is not
+        # answered twice (a gateway RESUME can deliver a MESSAGE_CREATE this process already handled)
 
     # ---- who is answered
     def should_answer(self, message: discord.Message, policy: GuildPolicy) -> bool:
@@ -167,6 +170,12 @@ class Chat(commands.Cog):
             return
         if message.id in self._deleted:  # deleted before its create was handled: nothing to answer or keep
             return
+        if message.id in self._heard:
+            log.debug("message %s was delivered again; it is answered once", message.id)
+            return
+        self._heard[message.id] = None
+        while len(self._heard) > HEARD_REMEMBERED:
+            del self._heard[next(iter(self._heard))]
         allowed = self.engine.admit(message.author.id)
         if allowed and self.turns_for(message.channel.id).offer(message.author.id, Pending(message, policy)):
             return

@@ -29,7 +29,9 @@ a lookup and change nothing.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import Any, Awaitable, Callable, TypeVar
 
 import discord
 from discord.ext import commands
@@ -38,6 +40,11 @@ from bot.client import MemoryBot
 from cogs._input import DownloadFailed, input_builder
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+# How long a removal Discord told us of is retried through a database outage (then it is logged as lost).
+RETRY_FOR_SECONDS = 30 * 60
+RETRY_FIRST_DELAY = 1.0  # seconds; doubled after each failed try, up to a minute
 
 
 def not_an_edit(payload: discord.RawMessageUpdateEvent) -> bool:
@@ -66,6 +73,50 @@ class MessageEvents(commands.Cog):
         self.bot = bot
         self.engine = bot.engine
         self.inputs = input_builder(bot)
+        self._retrying: set[asyncio.Task] = set()
+        self._edits: dict[int, asyncio.Task] = {}  # message ID -> its edit waiting for the database
+
+    async def cog_unload(self) -> None:
+        for task in list(self._retrying):
+            task.cancel()
+
+    def _cancel_retry(self, message_id: int) -> None:
+        """A newer edit or the deletion of a message replaces an edit of it still waiting for the database
+        (applied late, the older text would overwrite the newer)."""
+        task = self._edits.pop(message_id, None)
+        if task is not None:
+            task.cancel()
+
+    def _retry_later(self, what: str, call: Callable[[], Awaitable[T]],
+                     then: Callable[[T], Awaitable[None]] | None = None, *, key: int | None = None) -> None:
+        """Try ``call`` again until the database is back: Discord sends an edit or a deletion once, and a
+        deletion dropped in an outage would leave the deleted words stored for good. Backs off from 1 s to
+        a minute, for at most ``RETRY_FOR_SECONDS``; a failure that is not an outage ends it (logged).
+        ``key``: the message an edit belongs to (see ``_cancel_retry``)."""
+        async def again() -> None:
+            loop = asyncio.get_running_loop()
+            end, delay = loop.time() + RETRY_FOR_SECONDS, RETRY_FIRST_DELAY
+            while True:
+                await asyncio.sleep(delay)
+                try:
+                    result = await call()
+                except Exception as exc:  # noqa: BLE001 - an outage is waited out, anything else logged
+                    if self.engine.outages(exc) and loop.time() + delay < end:
+                        delay = min(60.0, delay * 2)
+                        continue
+                    log.error("gave up %s: %s", what, type(exc).__name__, exc_info=exc)
+                    return
+                log.info("done %s after the database came back", what)
+                if then is not None:
+                    await then(result)
+                return
+
+        task = asyncio.get_running_loop().create_task(again())
+        self._retrying.add(task)
+        task.add_done_callback(self._retrying.discard)
+        if key is not None:
+            self._edits[key] = task
+            task.add_done_callback(lambda t: self._edits.pop(key, None) if self._edits.get(key) is t else None)
 
     @commands.Cog.listener()
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
@@ -79,15 +130,30 @@ class MessageEvents(commands.Cog):
         if not_an_edit(payload):
             return
         edited = payload.message.edited_at
+        stamp = edited.timestamp() if edited else None
+        self._cancel_retry(payload.message_id)  # this edit is newer than any still waiting for the database
         try:
             text = await self.inputs.build(me, payload.message, content, strict=True)
-            changed = await self.engine.message_edited(str(payload.channel_id), str(payload.message_id), text,
-                                                       edited_at=edited.timestamp() if edited else None)
         except DownloadFailed:  # judged again at its next update; a stub text would read as an edit
             log.warning("the update of message %s was not applied: an attachment could not be downloaded",
                         payload.message_id)
             return
         except Exception:  # noqa: BLE001 - one failed edit must not stop the others
+            log.exception("reading the edit of message %s failed", payload.message_id)
+            return
+
+        def apply() -> Awaitable[bool]:
+            return self.engine.message_edited(str(payload.channel_id), str(payload.message_id), text, edited_at=stamp)
+
+        try:
+            changed = await apply()
+        except Exception as exc:  # noqa: BLE001 - one failed edit must not stop the others
+            if self.engine.outages(exc):
+                log.warning("the edit of message %s waits for the database (%s)", payload.message_id,
+                            type(exc).__name__)
+                self._retry_later(f"applying the edit of message {payload.message_id}", apply,
+                                  key=payload.message_id)
+                return
             log.exception("applying the edit of message %s failed", payload.message_id)
             return
         if changed:
@@ -102,13 +168,26 @@ class MessageEvents(commands.Cog):
         await self._deleted(payload.channel_id, payload.guild_id, set(payload.message_ids))
 
     async def _deleted(self, channel_id: int, guild_id: int | None, message_ids: set[int]) -> None:
+        ids = {str(i) for i in message_ids}
+        for message_id in message_ids:
+            self._cancel_retry(message_id)
+
+        async def replies_too(result: Any) -> None:  # the engine's MessageErasure
+            if result.replies and guild_id is not None and (await self.engine.guild_policy(guild_id)).delete_replies:
+                await self._delete_replies(channel_id, result.replies)
+
         try:
-            result = await self.engine.messages_deleted(str(channel_id), {str(i) for i in message_ids})
-        except Exception:  # noqa: BLE001 - logged; the next delete is handled all the same
+            result = await self.engine.messages_deleted(str(channel_id), ids)
+        except Exception as exc:  # noqa: BLE001 - logged; the next delete is handled all the same
+            if self.engine.outages(exc):
+                log.warning("erasing %d deleted messages in channel %s waits for the database (%s)",
+                            len(ids), channel_id, type(exc).__name__)
+                self._retry_later(f"erasing {len(ids)} deleted messages in channel {channel_id}",
+                                  lambda: self.engine.messages_deleted(str(channel_id), ids), replies_too)
+                return
             log.exception("erasing %d deleted messages in channel %s failed", len(message_ids), channel_id)
             return
-        if result.replies and guild_id is not None and (await self.engine.guild_policy(guild_id)).delete_replies:
-            await self._delete_replies(channel_id, result.replies)
+        await replies_too(result)
 
     async def _delete_replies(self, channel_id: int, reply_ids: tuple[str, ...]) -> None:
         """``/settings delete-replies on``: the bot's own messages that answered the deleted ones go too.

@@ -53,6 +53,17 @@ async def test_a_reply_counts_time_words_from_when_the_message_was_sent(r):
     assert reply_time(messages) == sent
 
 
+async def test_a_message_delivered_twice_is_answered_once(r):
+    """A gateway RESUME can replay a MESSAGE_CREATE the bot already handled: one reply, one stored turn."""
+    said = r.mentioning(ALICE, "what is a good name for a cat?")
+    await r.h.send_message(said)
+    await r.h.send_message(dict(said))
+    assert len(r.h.sent_messages(GENERAL)) == 1
+    assert len([c for c in r.model.chat_calls if not c.is_extraction]) == 1
+    messages = (await r.engine.thread_state(str(GENERAL)))["messages"]
+    assert [m.text for m in messages if isinstance(m, HumanMessage)] == ["what is a good name for a cat?"]
+
+
 async def test_dm_gets_a_reply(r):
     dm = r.h.dm(ALICE)
     await r.h.send_message(r.msg(ALICE, "hi in a DM", channel_id=dm["id"], guild_id=None))

@@ -3,6 +3,7 @@ shaped as Discord documents them, on real SQLite files; deletions are checked by
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from langchain_core.messages import AIMessage, HumanMessage
@@ -325,3 +326,89 @@ async def test_settings_show_and_reset_delete_replies(tmp_path):
         await r.engine.change_settings(GUILD_ID, reset("delete_replies"), by="1")
         policy = await r.engine.guild_policy(GUILD_ID)
         assert not policy.delete_replies and policy.sources["delete_replies"] == "operator"
+
+
+def down_for(calls: int, real):
+    """``real`` failing its next ``calls`` calls the way an unreachable database does."""
+    left = {"n": calls}
+
+    async def call(*args, **kwargs):
+        if left["n"] > 0:
+            left["n"] -= 1
+            raise ConnectionError("database unreachable")
+        return await real(*args, **kwargs)
+    call.left = left
+    return call
+
+
+async def test_a_delete_and_an_edit_during_a_database_outage_are_applied_when_it_is_back(tmp_path, monkeypatch):
+    """Discord sends a deletion once: dropped in an outage, the deleted words would stay stored for good.
+    The cog retries it (and an edit) until the database answers again."""
+    import cogs.message_events as events
+
+    async with rig(tmp_path) as r:
+        gone, kept = r.mentioning(ALICE, "I like okapi_outage_1"), r.mentioning(ALICE, "I like rowing")
+        await r.h.send_message(gone)
+        await r.h.send_message(kept)
+        await r.engine.scheduler.flush()
+        deleted = down_for(1, r.engine.messages_deleted)
+        edited = down_for(1, r.engine.message_edited)
+        monkeypatch.setattr(r.engine, "messages_deleted", deleted)
+        monkeypatch.setattr(r.engine, "message_edited", edited)
+        monkeypatch.setattr(events, "RETRY_FIRST_DELAY", 0.01)  # the backoff, without waiting a second
+        forget_cache(r)
+        r.h.feed("MESSAGE_DELETE", delete(gone))
+        r.h.feed("MESSAGE_UPDATE", partial_update(kept, "I like sailing"))
+        cog = r.bot.get_cog("MessageEvents")
+        for _ in range(100):
+            if cog._retrying:
+                break
+            await asyncio.sleep(0.01)
+        assert cog._retrying  # waiting for the database, not dropped
+        await asyncio.wait_for(asyncio.gather(*cog._retrying), 20)
+        await settle(r)
+        assert deleted.left["n"] == 0 and edited.left["n"] == 0  # both failed first and were tried again
+        assert await humans(r) == ["I like sailing"]
+        assert "okapi_outage_1" not in " ".join(await contents(r, ALICE))
+
+
+async def test_of_two_edits_waiting_for_the_database_the_newer_one_is_what_stays(tmp_path, monkeypatch):
+    """An edit waiting out an outage is replaced by a newer edit of the same message: applied late, the
+    older text would overwrite the newer one."""
+    import cogs.message_events as events
+
+    async with rig(tmp_path) as r:
+        said = r.mentioning(ALICE, "I like rowing")
+        await r.h.send_message(said)
+        await r.engine.scheduler.flush()
+        real_edit, gate = r.engine.message_edited, asyncio.Event()
+        applied = []
+
+        async def held_until_back(thread_id, message_id, text, **kwargs):
+            if not gate.is_set():
+                raise ConnectionError("database unreachable")
+            applied.append(text)
+            return await real_edit(thread_id, message_id, text, **kwargs)
+
+        monkeypatch.setattr(r.engine, "message_edited", held_until_back)
+        monkeypatch.setattr(events, "RETRY_FIRST_DELAY", 0.05)
+        forget_cache(r)
+        cog = r.bot.get_cog("MessageEvents")
+        r.h.feed("MESSAGE_UPDATE", partial_update(said, "I like sailing"))
+        for _ in range(100):
+            if cog._retrying:
+                break
+            await asyncio.sleep(0.01)
+        (older,) = cog._retrying
+        r.h.feed("MESSAGE_UPDATE", partial_update(said, "I like canoeing"))
+        for _ in range(100):
+            if older.done() and cog._retrying:
+                break
+            await asyncio.sleep(0.01)
+        assert older.cancelled() and len(cog._retrying) == 1
+        (newer,) = cog._retrying
+        gate.set()
+        await asyncio.wait_for(newer, 20)
+        await settle(r)
+        assert applied == ["I like canoeing"]
+        assert await humans(r) == ["I like canoeing"]

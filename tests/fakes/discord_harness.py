@@ -329,6 +329,16 @@ async def _patched_webhook_request(adapter, route, session=None, **kwargs):
 
 
 # ---------------------------------------------------------------- the harness
+def _in_thread(task: asyncio.Task) -> bool:
+    """Whether ``task`` is waiting for ``asyncio.to_thread`` (work in progress, not parked on a timer)."""
+    coro = task.get_coro()
+    while coro is not None and hasattr(coro, 'cr_code'):
+        if coro.cr_code.co_name == 'to_thread':
+            return True
+        coro = coro.cr_await
+    return False
+
+
 class DiscordHarness:
     """The fake network of one bot: ``h = await DiscordHarness().start(bot, guilds=[...])``, later ``close()``."""
 
@@ -439,7 +449,9 @@ class DiscordHarness:
         seconds. Raises TimeoutError if still busy after ``timeout`` (e.g. a loop spamming HTTP).
 
         ``quiet`` is 0.2 s, not less: a task waiting for a database thread (an fsync, a WAL checkpoint)
-        looks parked too, and on a loaded machine one such wait can pass 50 ms."""
+        looks parked too, and on a loaded machine one such wait can pass 50 ms. A task inside
+        ``asyncio.to_thread`` (an export being packed) is busy however long it takes: on a slow machine it once
+        passed ``quiet`` and the test read the responses before the file was sent."""
         loop, me = asyncio.get_running_loop(), asyncio.current_task()
         deadline, last, since = loop.time() + timeout, None, loop.time()
         while True:
@@ -448,7 +460,7 @@ class DiscordHarness:
             sig, now = (len(self.calls), frozenset(busy)), loop.time()
             if sig != last:
                 last, since = sig, now
-            elif (not busy or now - since >= quiet) and self.idle_check():
+            elif (not busy or (now - since >= quiet and not any(map(_in_thread, busy)))) and self.idle_check():
                 return
             if now > deadline:
                 raise asyncio.TimeoutError(f'bot did not settle; busy tasks: {busy}')
