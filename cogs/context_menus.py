@@ -106,8 +106,10 @@ class ContextMenus(commands.Cog):
             return
         place = ("a direct message with them" if guild_id == "dm"
                  else f"#{speaker_name_text(getattr(interaction.channel, 'name', None) or 'channel')}")
+        # The side conversation belongs to the channel (a thread's to its channel): deleting it takes this along.
+        parent = getattr(interaction.channel, "parent_id", None) or interaction.channel_id
         speaker = Speaker(user_id=str(interaction.user.id), name=speaker_name(interaction.user), guild_id=guild_id,
-                          channel_id=str(interaction.channel_id or ""), place=place)
+                          channel_id=str(interaction.channel_id or ""), parent_id=str(parent or ""), place=place)
         policy = replace(server, learning=False)
         thread = f"ask:{interaction.channel_id}:{interaction.user.id}"
 

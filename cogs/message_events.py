@@ -45,6 +45,7 @@ T = TypeVar("T")
 # How long a removal Discord told us of is retried through a database outage (then it is logged as lost).
 RETRY_FOR_SECONDS = 30 * 60
 RETRY_FIRST_DELAY = 1.0  # seconds; doubled after each failed try, up to a minute
+CHANGES_REMEMBERED = 10_000  # messages whose latest edit or deletion is known (an older waiting edit yields)
 
 
 def not_an_edit(payload: discord.RawMessageUpdateEvent) -> bool:
@@ -74,30 +75,45 @@ class MessageEvents(commands.Cog):
         self.engine = bot.engine
         self.inputs = input_builder(bot)
         self._retrying: set[asyncio.Task] = set()
-        self._edits: dict[int, asyncio.Task] = {}  # message ID -> its edit waiting for the database
+        self._changes = 0  # numbers the edits and deletions heard, in order
+        self._newest: dict[int, int] = {}  # message ID -> the number of its newest edit or deletion (bounded)
 
     async def cog_unload(self) -> None:
+        if self._retrying:
+            log.warning("%d edits or deletions still waiting for the database are dropped at shutdown",
+                        len(self._retrying))
         for task in list(self._retrying):
             task.cancel()
 
-    def _cancel_retry(self, message_id: int) -> None:
-        """A newer edit or the deletion of a message replaces an edit of it still waiting for the database
-        (applied late, the older text would overwrite the newer)."""
-        task = self._edits.pop(message_id, None)
-        if task is not None:
-            task.cancel()
+    def _heard_change(self, message_id: int) -> int:
+        """Number a new edit or deletion of a message; an edit of it still waiting for the database is then
+        stale and is never applied (late, its older text would overwrite the newer one)."""
+        self._changes += 1
+        self._newest.pop(message_id, None)  # re-inserted last: the dict stays in order of the latest change
+        self._newest[message_id] = self._changes
+        while len(self._newest) > CHANGES_REMEMBERED:
+            del self._newest[next(iter(self._newest))]
+        return self._changes
+
+    def _is_newest(self, message_id: int, number: int) -> bool:
+        return self._newest.get(message_id) == number
 
     def _retry_later(self, what: str, call: Callable[[], Awaitable[T]],
-                     then: Callable[[T], Awaitable[None]] | None = None, *, key: int | None = None) -> None:
+                     then: Callable[[T], Awaitable[None]] | None = None, *,
+                     still_wanted: Callable[[], bool] = lambda: True) -> None:
         """Try ``call`` again until the database is back: Discord sends an edit or a deletion once, and a
         deletion dropped in an outage would leave the deleted words stored for good. Backs off from 1 s to
         a minute, for at most ``RETRY_FOR_SECONDS``; a failure that is not an outage ends it (logged).
-        ``key``: the message an edit belongs to (see ``_cancel_retry``)."""
+        ``still_wanted`` is asked before each try (a newer edit supersedes an older one). A try under way is
+        never cancelled for that: the engine journals an edit's plan, and a cut-short one would be replayed."""
         async def again() -> None:
             loop = asyncio.get_running_loop()
             end, delay = loop.time() + RETRY_FOR_SECONDS, RETRY_FIRST_DELAY
             while True:
                 await asyncio.sleep(delay)
+                if not still_wanted():
+                    log.debug("dropped %s: a newer change of the message came", what)
+                    return
                 try:
                     result = await call()
                 except Exception as exc:  # noqa: BLE001 - an outage is waited out, anything else logged
@@ -108,15 +124,15 @@ class MessageEvents(commands.Cog):
                     return
                 log.info("done %s after the database came back", what)
                 if then is not None:
-                    await then(result)
+                    try:
+                        await then(result)
+                    except Exception:  # noqa: BLE001 - logged; what was stored is already right
+                        log.exception("finishing %s failed", what)
                 return
 
         task = asyncio.get_running_loop().create_task(again())
         self._retrying.add(task)
         task.add_done_callback(self._retrying.discard)
-        if key is not None:
-            self._edits[key] = task
-            task.add_done_callback(lambda t: self._edits.pop(key, None) if self._edits.get(key) is t else None)
 
     @commands.Cog.listener()
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
@@ -131,7 +147,7 @@ class MessageEvents(commands.Cog):
             return
         edited = payload.message.edited_at
         stamp = edited.timestamp() if edited else None
-        self._cancel_retry(payload.message_id)  # this edit is newer than any still waiting for the database
+        number = self._heard_change(payload.message_id)  # newer than any edit still waiting for the database
         try:
             text = await self.inputs.build(me, payload.message, content, strict=True)
         except DownloadFailed:  # judged again at its next update; a stub text would read as an edit
@@ -149,10 +165,12 @@ class MessageEvents(commands.Cog):
             changed = await apply()
         except Exception as exc:  # noqa: BLE001 - one failed edit must not stop the others
             if self.engine.outages(exc):
+                if not self._is_newest(payload.message_id, number):
+                    return  # a newer edit (or the deletion) came meanwhile: it is what counts
                 log.warning("the edit of message %s waits for the database (%s)", payload.message_id,
                             type(exc).__name__)
                 self._retry_later(f"applying the edit of message {payload.message_id}", apply,
-                                  key=payload.message_id)
+                                  still_wanted=lambda: self._is_newest(payload.message_id, number))
                 return
             log.exception("applying the edit of message %s failed", payload.message_id)
             return
@@ -170,7 +188,7 @@ class MessageEvents(commands.Cog):
     async def _deleted(self, channel_id: int, guild_id: int | None, message_ids: set[int]) -> None:
         ids = {str(i) for i in message_ids}
         for message_id in message_ids:
-            self._cancel_retry(message_id)
+            self._heard_change(message_id)  # an edit of it still waiting is not applied
 
         async def replies_too(result: Any) -> None:  # the engine's MessageErasure
             if result.replies and guild_id is not None and (await self.engine.guild_policy(guild_id)).delete_replies:
@@ -211,15 +229,17 @@ class MessageEvents(commands.Cog):
 
     @commands.Cog.listener()
     async def on_guild_channel_delete(self, channel: discord.abc.GuildChannel) -> None:
-        await self._thread_gone(channel.id, channel.guild.id)
+        # Archived threads get no deletion event; only a text, news, forum or media channel has threads.
+        await self._thread_gone(channel.id, channel.guild.id,
+                                threads=isinstance(channel, (discord.TextChannel, discord.ForumChannel)))
 
     @commands.Cog.listener()
     async def on_raw_thread_delete(self, payload: discord.RawThreadDeleteEvent) -> None:
-        await self._thread_gone(payload.thread_id, payload.guild_id)
+        await self._thread_gone(payload.thread_id, payload.guild_id, threads=False)
 
-    async def _thread_gone(self, channel_id: int, guild_id: int | None) -> None:
+    async def _thread_gone(self, channel_id: int, guild_id: int | None, *, threads: bool) -> None:
         try:
-            await self.engine.channel_deleted(str(channel_id))
+            await self.engine.channel_deleted(str(channel_id), threads=threads)
         except Exception:  # noqa: BLE001
             log.exception("deleting the conversation of channel %s failed", channel_id)
         if guild_id is None:

@@ -17,13 +17,15 @@ class ChatState(MessagesState):
     ``summary_authors`` lists whose messages were folded into the summary, so erasing a person can drop
     a summary that contains their words; ``summary_sources`` lists the message IDs folded into it, so a
     deleted or edited message can drop the summary built from its old text; ``guild_id`` says which
-    server the thread is in.
+    server the thread is in, ``parent_id`` which channel a thread or forum post belongs to (Discord sends no
+    deletion for the archived threads of a deleted channel).
     """
 
     summary: str
     summary_authors: list[str]
     summary_sources: list[str]
     guild_id: str  # the server the thread belongs to ("dm" for DMs): scopes a moderator purge
+    parent_id: str  # a thread's channel ("" for a channel or DM): a deleted channel takes its threads along
 
 
 IMAGE_TOKENS_UNKNOWN_SIZE = 1000  # a flat estimate for an image whose dimensions are not known

@@ -15,6 +15,7 @@ from tests.cogs.conftest import (
     GUILD,
     GUILD2,
     GUILD_ID,
+    LISTED,
     THREAD,
     rig,
 )
@@ -193,6 +194,23 @@ async def test_deleted_thread_and_channel_lose_their_conversation(tmp_path):
         await settle(r)
         assert await humans(r, GENERAL) == []
         assert files_containing(r.data_dir, "in the thread") == [] and files_containing(r.data_dir, "in general") == []
+
+
+async def test_a_deleted_channel_takes_its_archived_threads_along(tmp_path):
+    """Discord sends no THREAD_DELETE for the threads of a deleted channel, and discord.py dispatches one
+    only for threads it has cached (open ones): an archived thread's conversation went nowhere before.
+    Threads of other channels stay."""
+    async with rig(tmp_path) as r:
+        await r.h.send_message(r.mentioning(ALICE, "archived_canary_1 in the thread", channel_id=THREAD))
+        await r.h.send_message(r.mentioning(ALICE, "kept in the listed channel", channel_id=LISTED))
+        await r.h.send_message(r.mentioning(ALICE, "words in general"))
+        guild = r.bot.get_guild(GUILD_ID)
+        guild._remove_thread(guild.get_thread(THREAD))  # archived: no longer in discord.py's cache
+        r.h.feed("CHANNEL_DELETE", dict(dh.text_channel(GENERAL, GUILD_ID, "general")))
+        await settle(r)
+        assert await humans(r, THREAD) == [] and await humans(r, GENERAL) == []
+        assert await humans(r, LISTED) == ["kept in the listed channel"]
+        assert files_containing(r.data_dir, "archived_canary_1") == []
 
 
 async def test_an_outage_keeps_everything_and_a_removal_deletes_after_the_retention(tmp_path):
@@ -402,13 +420,46 @@ async def test_of_two_edits_waiting_for_the_database_the_newer_one_is_what_stays
         (older,) = cog._retrying
         r.h.feed("MESSAGE_UPDATE", partial_update(said, "I like canoeing"))
         for _ in range(100):
-            if older.done() and cog._retrying:
+            if len(cog._retrying | {older}) == 2:
                 break
             await asyncio.sleep(0.01)
-        assert older.cancelled() and len(cog._retrying) == 1
-        (newer,) = cog._retrying
+        (newer,) = cog._retrying - {older}
         gate.set()
-        await asyncio.wait_for(newer, 20)
+        await asyncio.wait_for(asyncio.gather(older, newer), 20)
         await settle(r)
         assert applied == ["I like canoeing"]
+        assert await humans(r) == ["I like canoeing"]
+
+
+async def test_an_older_edit_failing_after_a_newer_one_landed_is_not_retried(tmp_path, monkeypatch):
+    """Edit A is still being applied when edit B arrives and lands; A then fails on an outage. Retried, A
+    would write its older text over B's: it is dropped instead."""
+    async with rig(tmp_path) as r:
+        said = r.mentioning(ALICE, "I like rowing")
+        await r.h.send_message(said)
+        await r.engine.scheduler.flush()
+        real_edit, release, entered = r.engine.message_edited, asyncio.Event(), asyncio.Event()
+        applied = []
+
+        async def slow_then_down_for_the_first(thread_id, message_id, text, **kwargs):
+            if text == "I like sailing":
+                entered.set()
+                await release.wait()
+                raise ConnectionError("database unreachable")
+            applied.append(text)
+            return await real_edit(thread_id, message_id, text, **kwargs)
+
+        monkeypatch.setattr(r.engine, "message_edited", slow_then_down_for_the_first)
+        forget_cache(r)
+        cog = r.bot.get_cog("MessageEvents")
+        r.h.feed("MESSAGE_UPDATE", partial_update(said, "I like sailing"))
+        await asyncio.wait_for(entered.wait(), 5)
+        r.h.feed("MESSAGE_UPDATE", partial_update(said, "I like canoeing"))
+        for _ in range(200):
+            if applied:
+                break
+            await asyncio.sleep(0.01)
+        release.set()
+        await settle(r)
+        assert applied == ["I like canoeing"] and not cog._retrying
         assert await humans(r) == ["I like canoeing"]

@@ -329,11 +329,18 @@ async def _patched_webhook_request(adapter, route, session=None, **kwargs):
 
 
 # ---------------------------------------------------------------- the harness
-def _in_thread(task: asyncio.Task) -> bool:
-    """Whether ``task`` is waiting for ``asyncio.to_thread`` (work in progress, not parked on a timer)."""
+def _working(task: asyncio.Task) -> bool:
+    """Whether ``task`` is inside ``asyncio.to_thread`` or an SQLite query: work under way, not parked.
+
+    Without this, ``settle`` took a task that had awaited one thing or another for ``quiet`` seconds with
+    no HTTP call for idle: an export packed in a thread, or an import writing a thousand memories query
+    after query, on a slow machine, and the test read no answer. Waits that may be parked on purpose
+    (locks, timers, PostgreSQL's sockets, where psycopg's LISTEN loop wakes every 0.1 s) are not counted.
+    """
     coro = task.get_coro()
     while coro is not None and hasattr(coro, 'cr_code'):
-        if coro.cr_code.co_name == 'to_thread':
+        code = coro.cr_code
+        if code.co_name == 'to_thread' or (code.co_name == '_execute' and 'aiosqlite' in code.co_filename):
             return True
         coro = coro.cr_await
     return False
@@ -450,8 +457,7 @@ class DiscordHarness:
 
         ``quiet`` is 0.2 s, not less: a task waiting for a database thread (an fsync, a WAL checkpoint)
         looks parked too, and on a loaded machine one such wait can pass 50 ms. A task inside
-        ``asyncio.to_thread`` (an export being packed) is busy however long it takes: on a slow machine it once
-        passed ``quiet`` and the test read the responses before the file was sent."""
+        ``asyncio.to_thread`` or an SQLite query is working however long it takes (see ``_working``)."""
         loop, me = asyncio.get_running_loop(), asyncio.current_task()
         deadline, last, since = loop.time() + timeout, None, loop.time()
         while True:
@@ -460,7 +466,7 @@ class DiscordHarness:
             sig, now = (len(self.calls), frozenset(busy)), loop.time()
             if sig != last:
                 last, since = sig, now
-            elif (not busy or (now - since >= quiet and not any(map(_in_thread, busy)))) and self.idle_check():
+            elif (not busy or (now - since >= quiet and not any(map(_working, busy)))) and self.idle_check():
                 return
             if now > deadline:
                 raise asyncio.TimeoutError(f'bot did not settle; busy tasks: {busy}')

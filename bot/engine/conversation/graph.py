@@ -188,7 +188,7 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
         answers = [m.id for m in state["messages"][pending_start(state["messages"]):]]
         answer = AIMessage(content=reply.text, id=reply.id, additional_kwargs={"answers": answers})
         runtime.stream_writer({"summarize": needs_summary([*state["messages"], answer], deps)})  # what route decides
-        return {"messages": [answer], "guild_id": speaker.guild_id}
+        return {"messages": [answer], "guild_id": speaker.guild_id, "parent_id": speaker.parent_id}
 
     async def summarize(state: ChatState, runtime: Runtime[Speaker]) -> dict:
         messages = state["messages"]

@@ -213,6 +213,8 @@ class TurnRunner:
                     "guild_id": sp.guild_id}
             if sp.sent_at:  # the reply's "now" for time words (recall's reply_time), not the clock at reply
                 meta["sent_at"] = sp.sent_at
+            if sp.parent_id:  # a thread's channel, for a thread only heard (no answer wrote the state's)
+                meta["parent_id"] = sp.parent_id
             out.append(HumanMessage(
                 content=item.text,
                 id=waiting.get(sp.message_id) if sp.message_id else None,

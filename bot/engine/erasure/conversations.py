@@ -249,6 +249,22 @@ class ConversationEraser:
             log.info("deleted the stored conversation of thread %s", thread_id)
             return True
 
+    async def threads_in_channel(self, channel_id: str) -> list[str]:
+        """The threads (and forum posts) of a channel whose conversation is stored, archived ones included
+        (Discord sends their deletion only for the threads it still has open when the channel goes), and
+        any other conversation that names it as its channel (the chat cog's "Ask about this" ones)."""
+        found = []
+        for thread_id in await self.thread_ids():
+            values, messages, _ = await self._state(thread_id)
+            parent = values.get("parent_id")
+            if not parent:  # only heard there, or written before the state carried it
+                parents = {str(m.additional_kwargs.get("parent_id") or "") for m in messages
+                           if isinstance(m, HumanMessage)} - {""}
+                parent = parents.pop() if len(parents) == 1 else None
+            if parent is not None and str(parent) == str(channel_id) and thread_id != str(channel_id):
+                found.append(thread_id)
+        return found
+
     async def threads_of_guild(self, guild_id: str) -> list[str]:
         """The threads whose conversation belongs to one server."""
         return [t for t in await self.thread_ids() if await self.guild_of(t) == str(guild_id)]

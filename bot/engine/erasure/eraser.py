@@ -271,9 +271,11 @@ class Eraser(JournalReplay):
         return await self.steps.drop_vectors(str(user_id), keys)
 
     @counted
-    async def erase_thread(self, thread_id: str) -> bool:
-        """A channel or thread was deleted: its stored conversation goes, and its pending turns (journaled)."""
-        return await self._simple(THREAD, lambda: self.steps.thread(thread_id), subject=json.dumps({"thread": thread_id}))
+    async def erase_thread(self, thread_id: str, *, threads: bool = False) -> bool:
+        """A channel or thread was deleted: its stored conversation goes, and its pending turns (journaled).
+        ``threads``: a channel, whose threads go too (see ``ConversationEraser.threads_in_channel``)."""
+        return await self._simple(THREAD, lambda: self.steps.thread(thread_id, threads=threads),
+                                  subject=json.dumps({"thread": thread_id, "threads": threads}))
 
     @counted
     async def erase_guild(self, guild_id: str) -> int:

@@ -78,12 +78,13 @@ class DiscordChanges:
             result = await self.eraser.erase_messages(thread_id, ids, authors=authors)
             return replace(result, replies=tuple(replies))
 
-    async def forget_thread(self, thread_id: str) -> bool:
-        """Its channel or thread was deleted: delete the stored conversation and its pending turns."""
+    async def forget_thread(self, thread_id: str, *, threads: bool = False) -> bool:
+        """Its channel or thread was deleted: delete the stored conversation and its pending turns;
+        ``threads``: a channel's threads too."""
         try:
-            return await self.eraser.erase_thread(thread_id)
+            return await self.eraser.erase_thread(thread_id, threads=threads)
         finally:
-            self.forget_stored(thread_id)
+            self.forget_stored(None if threads else thread_id)
 
     # ---- edits
     async def edit_message(self, thread_id: str, message_id: str, text: str, *, edited_at: float | None = None) -> bool:

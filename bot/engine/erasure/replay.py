@@ -125,7 +125,7 @@ class JournalReplay:
                 await self.steps.messages(job.id, subject["thread"], set(subject["messages"]),
                                           list(subject.get("authors", [])), recorded)
             elif job.kind == THREAD:
-                await self.steps.thread(subject["thread"])
+                await self.steps.thread(subject["thread"], threads=bool(subject.get("threads")))
             else:
                 await self.steps.guild(str(job.guild_id))
             await self._finish(job.id, compact_now=job.kind == GUILD)

@@ -174,10 +174,18 @@ class ErasureSteps:
             redacted += await self._cut_persons_quotes(person, quotes, author, threads=threads, light=True)
         return redacted
 
-    async def thread(self, thread_id: str) -> bool:
-        gone = await self.conversations.erase_thread(thread_id) if self.conversations is not None else False
-        await self.storage.inbox.forget_thread(thread_id)
-        await self.storage.reach.forget_thread(thread_id)
+    async def thread(self, thread_id: str, *, threads: bool = False) -> bool:
+        """A thread's conversation, pending turns and reach rows; with ``threads``, a deleted channel's, and
+        those of every thread in it (replayed after a crash: those not yet gone are found again)."""
+        doomed = [thread_id]
+        if threads and self.conversations is not None:
+            doomed += await self.conversations.threads_in_channel(thread_id)
+        gone = False
+        for one in doomed:
+            erased = await self.conversations.erase_thread(one) if self.conversations is not None else False
+            gone = gone or erased
+            await self.storage.inbox.forget_thread(one)
+            await self.storage.reach.forget_thread(one)
         return gone
 
     async def guild(self, guild_id: str) -> int:

@@ -39,9 +39,11 @@ class ChangeVerbs:
         ``replies``, the bot's own Discord messages that answered them (for ``/settings delete-replies``)."""
         return await self.changes.forget_messages(thread_id, message_ids)
 
-    async def channel_deleted(self, thread_id: str) -> None:
-        """A channel or thread was deleted: its stored conversation goes."""
-        await self.changes.forget_thread(thread_id)
+    async def channel_deleted(self, thread_id: str, *, threads: bool = True) -> None:
+        """A channel or thread was deleted: its stored conversation goes, and (``threads``, for a channel)
+        those of the threads and forum posts in it, archived ones included. A thread's own deletion passes
+        False: it has none, and looking costs a read of every stored conversation."""
+        await self.changes.forget_thread(thread_id, threads=threads)
 
     async def server_removed(self, guild_id: str) -> None:
         """The bot left (or was removed from) a server: its data goes after the retention period."""

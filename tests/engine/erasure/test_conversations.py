@@ -86,6 +86,51 @@ async def test_a_deleted_thread_is_gone_and_threads_are_found_by_server(settings
         assert sorted(await engine.conversations.thread_ids()) == ["c2"]
 
 
+async def test_a_channels_threads_are_found_by_their_parent_heard_only_or_answered(settings):
+    """A deleted channel's archived threads get no deletion from Discord: the stored parent finds them."""
+    from dataclasses import replace
+
+    from bot.engine.state import Incoming
+
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("c1", speaker("a", "Alice", "g1", "c1", "m1"), "in the channel")
+        await engine.reply("t1", replace(speaker("a", "Alice", "g1", "t1", "m2"), parent_id="c1"), "answered there")
+        await engine.hear("t2", [Incoming(replace(speaker("a", "Alice", "g1", "t2", "m3"), parent_id="c1"),
+                                          "only heard there", answer=False)])
+        await engine.reply("t3", replace(speaker("a", "Alice", "g1", "t3", "m4"), parent_id="c9"), "elsewhere")
+        assert sorted(await engine.conversations.threads_in_channel("c1")) == ["t1", "t2"]
+        assert await engine.conversations.threads_in_channel("t1") == []
+
+
+async def test_a_channel_deletion_cut_short_finishes_its_threads_at_restart(settings, monkeypatch):
+    from dataclasses import replace
+
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("c1", speaker("a", "Alice", "g1", "c1", "m1"), "in the channel")
+        await engine.reply("t1", replace(speaker("a", "Alice", "g1", "t1", "m2"), parent_id="c1"),
+                           "thread_canary_5150")
+        calls = {"n": 0}
+        real = engine.storage.reach.forget_thread
+
+        async def crash_on_the_thread(thread_id):
+            calls["n"] += 1
+            if thread_id == "t1":
+                raise RuntimeError("killed mid-erasure")
+            return await real(thread_id)
+
+        monkeypatch.setattr(engine.storage.reach, "forget_thread", crash_on_the_thread)
+        try:
+            await engine.channel_deleted("c1")
+        except RuntimeError:
+            pass
+        monkeypatch.undo()
+        assert calls["n"] == 2  # the channel's rows went, then the crash in its thread's
+        assert [j.kind for j in await engine.storage.erasures.unfinished()] == ["thread"]
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        assert await engine.storage.erasures.unfinished() == []
+        assert await engine.conversations.thread_ids() == []
+
+
 def _shape(said: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """Human messages by text; the scripted answers by the last line they answer ("reply to ... <text>")."""
     return [(kind, text if kind == "H" else text.rsplit("> ", 1)[-1]) for kind, text in said]
