@@ -12,6 +12,8 @@ import re
 from datetime import datetime, timedelta
 from typing import Sequence
 
+import numpy as np
+
 from bot.engine.memories.records import StoredMemory
 from bot.engine.recall.temporal import MONTHS, asks_when, closeness, mentions_time, time_window
 from bot.engine.recall.weights import DEFAULT_WEIGHTS, Weights
@@ -70,6 +72,50 @@ def best_with_strength(scores: Sequence[float], count: int) -> list[tuple[int, f
     if top - middle <= 1e-12:
         return []
     return [(i, (scores[i] - middle) / (top - middle)) for i in ranked[:count]]
+
+
+def conversation_cosines(memories: Sequence[StoredMemory], cosines: Sequence[float | None],
+                         vectors: Sequence[np.ndarray | None], weights: Weights = DEFAULT_WEIGHTS
+                         ) -> list[float | None]:
+    """Each memory's cosine with the query, taken for its vector plus ``weights.conversation`` of the mean
+    of the vectors learned within ``TOGETHER`` of it (its conversation), made unit again.
+
+    A fact learned beside others shares their subject even when its own words do not ("slept in a tent"
+    beside "went camping"; the second hobby named in the same conversation as the first). The coverage loan
+    reaches such a fact only when one of its mates is among the very best; this lets the whole conversation
+    count a little for each of its facts, for every question. The vectors are unit, so the cosine with
+    ``v + b·m`` is ``(cos(v) + b·mean(cos of mates)) / |v + b·m|``: no vector is compared again, and the
+    cost is one pass over the vectors (prefix sums over time). A memory without a vector, or with no mate
+    that has one, keeps its own cosine.
+    """
+    share = weights.conversation
+    n = len(memories)
+    if not share or n < 2 or len(vectors) != n or len(cosines) != n:
+        return list(cosines)
+    order = [i for i in sorted(range(n), key=lambda i: memories[i].created_at)
+             if vectors[i] is not None and cosines[i] is not None]
+    if len(order) < 2:
+        return list(cosines)
+    stamps = np.array([memories[i].created_at.timestamp() for i in order])
+    matrix = np.stack([vectors[i] for i in order]).astype(np.float32, copy=False)
+    own = np.array([float(cosines[i]) for i in order])
+    vec_sums = np.vstack([np.zeros((1, matrix.shape[1]), dtype=np.float32), np.cumsum(matrix, axis=0)])
+    cos_sums = np.concatenate([[0.0], np.cumsum(own)])
+    window = TOGETHER.total_seconds()
+    lo = np.searchsorted(stamps, stamps - window, side="left")
+    hi = np.searchsorted(stamps, stamps + window, side="right")
+    mates = hi - lo - 1
+    alone = mates <= 0
+    count = np.where(alone, 1, mates)
+    mean_vec = (vec_sums[hi] - vec_sums[lo] - matrix) / count[:, None]
+    mean_cos = (cos_sums[hi] - cos_sums[lo] - own) / count
+    blend = matrix + share * mean_vec
+    norms = np.sqrt(np.einsum("ij,ij->i", blend, blend))
+    blended = np.where(alone | (norms <= 1e-9), own, (own + share * mean_cos) / np.maximum(norms, 1e-9))
+    out = list(cosines)
+    for pos, i in enumerate(order):
+        out[i] = float(blended[pos])
+    return out
 
 
 def coverage_boost(memories: Sequence[StoredMemory], scores: Sequence[float], speaker: str | None,

@@ -5,6 +5,7 @@ This is the one place that decides; the chat graph and ``benchmarks/recall.py`` 
 
 - lexical: BM25 of the memory against the query (names, rare words, exact phrases);
 - semantic: cosine similarity of embeddings (meaning without shared words), when an index is available,
+  each memory's vector counting half the mean of those learned in the same conversation (half an hour),
   damped for hubs: a memory close to the centre of all the person's memories ("has been busy lately") is
   close to every question and would otherwise win for questions it does not answer (centrality measured
   with most of the person's name taken out, so a short fact naming them is not a hub through the name); and
@@ -36,7 +37,7 @@ from typing import Literal, Sequence
 
 from bot.engine.memories.records import StoredMemory
 from bot.engine.recall.lexical import bm25_scores, estimate_tokens
-from bot.engine.recall.boosts import best_with_strength, coverage_boost, temporal_boost
+from bot.engine.recall.boosts import best_with_strength, conversation_cosines, coverage_boost, temporal_boost
 from bot.engine.recall.vectors import Relevance, SemanticIndex
 from bot.engine.recall.weights import DEFAULT_WEIGHTS, Weights
 
@@ -211,7 +212,9 @@ def score_memories(
 
     ``relevance`` is what the query vector says (None: lexical, no embedder or it failed).
     """
-    scores = fused_scores(memories, query, relevance.cosines if relevance else None, mode=mode, weights=weights,
+    cosines = (conversation_cosines(memories, relevance.cosines, relevance.vectors, weights)
+               if relevance is not None else None)
+    scores = fused_scores(memories, query, cosines, mode=mode, weights=weights,
                           hubness=relevance.hubness if relevance else None)
     boost = temporal_boost(memories, query, now, weights)
     if boost is not None:

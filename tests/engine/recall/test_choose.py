@@ -141,3 +141,29 @@ async def test_no_vector_is_written_for_a_person_while_they_are_erased():
     index.index_later("u", FILLER)
     await index.drain()
     assert len(await cache.get("u")) == len(FILLER)
+
+
+async def test_a_fact_learned_in_the_conversation_of_the_match_wins_over_an_equally_unrelated_one():
+    """"Adopted a beagle" matches the question; the leash, bought in the same conversation, shares neither a
+    word nor a concept with it, nor does the umbrella, bought ten days later. Counting each memory's
+    conversation puts the leash in the prompt; without it recency picks the umbrella. (The coverage loan,
+    which does the same for the very best candidates' mates, is off here to see this alone.)"""
+    import dataclasses
+
+    from bot.engine.recall.choose import line_tokens
+    from bot.engine.recall.weights import DEFAULT_WEIGHTS
+
+    beagle = StoredMemory("b", "Adopted a beagle", {}, T0, T0)
+    leash = StoredMemory("l", "Bought a red leash", {}, T0 + timedelta(minutes=5), T0 + timedelta(minutes=5))
+    umbrella = StoredMemory("u", "Bought a red umbrella", {}, T0 + timedelta(days=10), T0 + timedelta(days=10))
+    memories = [beagle, leash, umbrella]
+    index = SemanticIndex(ConceptEmbeddings(), MemoryVectorCache())
+    await index.index("u1", memories)
+    budget = line_tokens(beagle) + line_tokens(leash)
+    question = "How is the puppy doing?"
+    no_loan = dataclasses.replace(DEFAULT_WEIGHTS, together=0.0)  # the best's loan to its mates reaches it too
+    shipped = await choose_memories(memories, question, budget, user_id="u1", index=index, weights=no_loan)
+    off = await choose_memories(memories, question, budget, user_id="u1", index=index,
+                                weights=dataclasses.replace(no_loan, conversation=0.0))
+    assert shipped.memories == [beagle, leash]
+    assert off.memories == [beagle, umbrella]

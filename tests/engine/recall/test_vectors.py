@@ -258,7 +258,8 @@ async def test_choose_memories_passes_the_speaker_so_the_answer_that_does_not_na
     t0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
     chatter = [StoredMemory(f"c{i}", f"Saskia feels hopeful about the long commute, day {i}", {},
                             t0 + timedelta(days=i), t0 + timedelta(days=i)) for i in range(20)]
-    answer = StoredMemory("w", "Ulrich is getting married at a vineyard next spring", {}, t0, t0)
+    before = t0 - timedelta(days=30)  # learned in a conversation of its own (not beside the chatter)
+    answer = StoredMemory("w", "Ulrich is getting married at a vineyard next spring", {}, before, before)
     memories = [*chatter, answer]
     index = SemanticIndex(NamedEmbeddings(), MemoryVectorCache())  # type: ignore[arg-type]
     await index.index("u", memories)
