@@ -78,19 +78,28 @@ def conversation_cosines(memories: Sequence[StoredMemory], cosines: Sequence[flo
                          vectors: Sequence[np.ndarray | None], weights: Weights = DEFAULT_WEIGHTS
                          ) -> list[float | None]:
     """Each memory's cosine with the query, taken for its vector plus ``weights.conversation`` of the mean
-    of the vectors learned within ``TOGETHER`` of it (its conversation), made unit again.
+    of the vectors learned within ``TOGETHER`` of it (its conversation), made unit again, plus
+    ``weights.mate`` of the best cosine among those mates.
 
     A fact learned beside others shares their subject even when its own words do not ("slept in a tent"
     beside "went camping"; the second hobby named in the same conversation as the first). The coverage loan
     reaches such a fact only when one of its mates is among the very best; this lets the whole conversation
     count a little for each of its facts, for every question. The vectors are unit, so the cosine with
     ``v + b·m`` is ``(cos(v) + b·mean(cos of mates)) / |v + b·m|``: no vector is compared again, and the
-    cost is one pass over the vectors (prefix sums over time). A memory without a vector, or with no mate
-    that has one, keeps its own cosine.
+    cost is one pass over the vectors (prefix sums over time).
+
+    The mean blurs one strong match among many mates ("had knee surgery" among the fifteen things said
+    that evening lifts "spent three nights on a ward" by a fifteenth), so the best mate counts too: the fact
+    that matched lifts each of the others of its episode by a quarter of its own cosine. Its own cosine is
+    left out of its own lift (the matching fact gains by its best mate, not by itself); a memory learned
+    alone is its own best mate, so being learned alone is neither a gain nor a loss against being learned
+    with others. Cost: a sparse table over the cosines in time order, two lookups a memory.
+
+    A memory without a vector keeps its own (missing) cosine and counts for no other.
     """
     share = weights.conversation
     n = len(memories)
-    if not share or n < 2 or len(vectors) != n or len(cosines) != n:
+    if (not share and not weights.mate) or n < 2 or len(vectors) != n or len(cosines) != n:
         return list(cosines)
     order = [i for i in sorted(range(n), key=lambda i: memories[i].created_at)
              if vectors[i] is not None and cosines[i] is not None]
@@ -112,9 +121,35 @@ def conversation_cosines(memories: Sequence[StoredMemory], cosines: Sequence[flo
     blend = matrix + share * mean_vec
     norms = np.sqrt(np.einsum("ij,ij->i", blend, blend))
     blended = np.where(alone | (norms <= 1e-9), own, (own + share * mean_cos) / np.maximum(norms, 1e-9))
+    if weights.mate:
+        positions = np.arange(len(order))
+        best = np.maximum(_range_max(own, lo, positions), _range_max(own, positions + 1, hi))  # itself left out
+        blended = blended + weights.mate * np.where(alone, own, best)
     out = list(cosines)
     for pos, i in enumerate(order):
         out[i] = float(blended[pos])
+    return out
+
+
+def _range_max(values: np.ndarray, start: np.ndarray, stop: np.ndarray) -> np.ndarray:
+    """``max(values[start[i]:stop[i]])`` for every i at once (-inf where the range is empty): a sparse table,
+    so each range costs two lookups whatever its length."""
+    n = len(values)
+    table = [values.astype(np.float64)]
+    width = 1
+    while width * 2 <= n:
+        prev = table[-1]
+        table.append(np.maximum(prev[:-width], prev[width:]))
+        width *= 2
+    length = stop - start
+    out = np.full(len(start), -np.inf)
+    has = length > 0
+    level = np.zeros(len(start), dtype=np.int64)
+    level[has] = np.floor(np.log2(length[has])).astype(np.int64)
+    for k in np.unique(level[has]):
+        rows = np.nonzero(has & (level == k))[0]
+        row = table[k]
+        out[rows] = np.maximum(row[start[rows]], row[stop[rows] - (1 << int(k))])
     return out
 
 

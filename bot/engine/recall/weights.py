@@ -25,6 +25,7 @@ class Weights:
     name: float = 0.4  # share of the person's own name's direction taken out of query and memory vectors
     hub_name: float = 0.7  # the share taken out when hubness is measured (short facts naming them are not hubs)
     rare: int = 200  # a name is rare when at most one memory in this many (and at least 2) names it
+    mate: float = 0.25  # plus this much of the best cosine among those learned with it (2026-12-06, second)
     conversation: float = 0.5  # a memory's vector plus this much of the mean of those learned with it (2026-12-06)
 
 

@@ -146,7 +146,8 @@ async def test_no_vector_is_written_for_a_person_while_they_are_erased():
 async def test_a_fact_learned_in_the_conversation_of_the_match_wins_over_an_equally_unrelated_one():
     """"Adopted a beagle" matches the question; the leash, bought in the same conversation, shares neither a
     word nor a concept with it, nor does the umbrella, bought ten days later. Counting each memory's
-    conversation puts the leash in the prompt; without it recency picks the umbrella. (The coverage loan,
+    conversation (the mean of its mates, or the best of them) puts the leash in the prompt; without it recency
+    picks the umbrella. (The coverage loan,
     which does the same for the very best candidates' mates, is off here to see this alone.)"""
     import dataclasses
 
@@ -164,6 +165,9 @@ async def test_a_fact_learned_in_the_conversation_of_the_match_wins_over_an_equa
     no_loan = dataclasses.replace(DEFAULT_WEIGHTS, together=0.0)  # the best's loan to its mates reaches it too
     shipped = await choose_memories(memories, question, budget, user_id="u1", index=index, weights=no_loan)
     off = await choose_memories(memories, question, budget, user_id="u1", index=index,
-                                weights=dataclasses.replace(no_loan, conversation=0.0))
+                                weights=dataclasses.replace(no_loan, conversation=0.0, mate=0.0))
     assert shipped.memories == [beagle, leash]
     assert off.memories == [beagle, umbrella]
+    for alone in (dataclasses.replace(no_loan, conversation=0.0), dataclasses.replace(no_loan, mate=0.0)):
+        picked = await choose_memories(memories, question, budget, user_id="u1", index=index, weights=alone)
+        assert picked.memories == [beagle, leash]  # either the mean or the best mate is enough here
