@@ -21,9 +21,15 @@ def access_allows(message: discord.Message, access: AccessSection) -> bool:
 
 def interaction_allows(interaction: discord.Interaction, access: AccessSection) -> bool:
     """Whether the lists in ``[access]`` let a command that asks the model ("Ask about this") be answered:
-    the same lists as a message in that channel, so a blocked member cannot get answers through a menu."""
+    the same lists as a message in that channel, so a blocked member cannot get answers through a menu.
+
+    Used from a person's own install in a server the bot is not in, it counts as a DM (as the engine counts
+    it: no server's settings apply there, and nothing of that server reaches the bot otherwise), so an
+    operator's ``dms_enabled = false`` holds there too."""
     channel = interaction.channel
-    return allows(access, interaction.user, in_dm=interaction.guild_id is None,
+    guild_id = interaction.guild_id
+    in_dm = guild_id is None or interaction.client.get_guild(guild_id) is None
+    return allows(access, interaction.user, in_dm=in_dm,
                   channel_id=interaction.channel_id, parent_id=getattr(channel, "parent_id", None))
 
 

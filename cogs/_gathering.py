@@ -107,6 +107,17 @@ class ChannelTurns(Generic[T]):
                 current.attempt.cancel()
         return removed
 
+    def restart(self, match: Callable[[T], bool]) -> bool:
+        """Answer the turn being answered again from the start if one of its messages matches (it was
+        edited): the attempt in flight is cancelled as for a follow-up, and no wait is added."""
+        current = self.current
+        if current is None or current.delivered or not any(match(i) for i in current.items):
+            return False
+        current.restart = True
+        if current.attempt is not None and not current.attempt.done():
+            current.attempt.cancel()
+        return True
+
     def items(self) -> list[T]:
         """Every message not yet answered (for edits)."""
         turns = ([self.current] if self.current is not None and not self.current.delivered else []) + list(self.waiting)

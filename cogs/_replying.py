@@ -38,6 +38,18 @@ async def typing_indicator(channel: discord.abc.Messageable) -> AsyncIterator[No
             await indicator.__aexit__(None, None, None)
 
 
+async def reply_to(trigger: discord.Message, text: str) -> discord.Message:
+    """Send ``text`` as a reply to ``trigger``, without pings, and as a plain message if it is gone.
+
+    ``Message.reply`` sends the reference with Discord's default ``fail_if_not_exists`` (true): once the
+    person deleted their message, the reply is refused (400, unknown message) and the answer is lost,
+    including the part of it meant for their other messages of the same turn. With it false, Discord posts
+    it without the reference, and the deletion's own handling removes it if the server asked for that.
+    """
+    return await trigger.channel.send(text, reference=trigger.to_reference(fail_if_not_exists=False),
+                                      allowed_mentions=NO_PINGS, mention_author=False)
+
+
 class ReplyWriter:
     """Delivers one answer as a reply to ``trigger``: streamed into one message, then split if needed."""
 
@@ -87,7 +99,7 @@ class ReplyWriter:
             shown = text if len(text) + len(CURSOR) > 2000 else text + CURSOR
             try:
                 if self.first is None:
-                    self.first = await self.trigger.reply(shown, allowed_mentions=NO_PINGS, mention_author=False)
+                    self.first = await reply_to(self.trigger, shown)
                 else:
                     await self.first.edit(content=shown, allowed_mentions=NO_PINGS)
                 self._shown = text
@@ -111,7 +123,7 @@ class ReplyWriter:
                 await self.first.edit(content=parts[0], allowed_mentions=NO_PINGS)
                 sent.append(self.first)
             else:
-                sent.append(await self.trigger.reply(parts[0], allowed_mentions=NO_PINGS, mention_author=False))
+                sent.append(await reply_to(self.trigger, parts[0]))
             for part in parts[1:]:
                 sent.append(await self.trigger.channel.send(part, allowed_mentions=NO_PINGS))
             return sent
@@ -134,6 +146,6 @@ class ReplyWriter:
                 if self.first is not None:
                     await self.first.edit(content=notice, allowed_mentions=NO_PINGS)
                 else:
-                    await self.trigger.reply(notice, allowed_mentions=NO_PINGS, mention_author=False)
+                    await reply_to(self.trigger, notice)
             except discord.HTTPException:
                 log.warning("could not send the apology", exc_info=True)

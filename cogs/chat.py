@@ -27,7 +27,7 @@ from cogs._context import StarterCache, carried_quotes, channel_context, reply_c
 from cogs._gate import access_allows
 from cogs._input import input_builder
 from cogs._gathering import ChannelTurns, Turn
-from cogs._replying import NO_PINGS, ReplyWriter, typing_indicator
+from cogs._replying import ReplyWriter, reply_to, typing_indicator
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,7 @@ class Chat(commands.Cog):
         self.channels: dict[int, ChannelTurns[Pending]] = {}
         self.starters = StarterCache()
         self._hearing = 0  # messages being recorded without an answer right now
+        self._hearing_now: dict[int, str] = {}  # their IDs -> their latest text (an edit may come meanwhile)
         self._deleted: dict[int, None] = {}  # recently deleted message IDs (bounded), for out-of-order events
         self._heard: dict[int, None] = {}  # recently answered message IDs (bounded): a replayed create is not
         # answered twice (a gateway RESUME can deliver a MESSAGE_CREATE this process already handled)
@@ -117,8 +118,9 @@ class Chat(commands.Cog):
             place=place,
         )
 
-    async def incoming(self, items: list[Pending], *, answer: bool = True) -> list[Incoming]:
-        """The turn's messages as the engine takes them; those with nothing to answer are left out."""
+    async def incoming(self, items: list[Pending], *, answer: bool = True, again: bool = False) -> list[Incoming]:
+        """The turn's messages as the engine takes them; those with nothing to answer are left out.
+        ``again``: a restarted turn, whose first attempt may have stored them already."""
         out = []
         for item in items:
             text = await self.build_input(item.message, item.content)
@@ -128,7 +130,7 @@ class Chat(commands.Cog):
                 text = "(the message was empty: they only mentioned you)"
             # Images go beside the stored text, for this answer only (a message only heard needs none).
             images = await self.inputs.images(item.message) if answer else ()
-            out.append(Incoming(self.speaker(item.message), text, answer=answer, images=images))
+            out.append(Incoming(self.speaker(item.message), text, answer=answer, images=images, again=again))
         return out
 
     async def quotes(self, items: list[Pending]) -> tuple[Quote, ...]:
@@ -196,16 +198,23 @@ class Chat(commands.Cog):
     async def hear(self, message: discord.Message, policy: GuildPolicy, notice: str | None) -> None:
         """Record a message over a limit in the conversation, without a model call; notice if asked."""
         self._hearing += 1
+        self._hearing_now[message.id] = message.content
         try:
-            heard = await self.incoming([Pending(message, policy)], answer=False)
+            item = Pending(message, policy)
+            heard = await self.incoming([item], answer=False)
             if message.id not in self._deleted:  # deleted while its attachments were read: nothing to keep
                 await self.engine.hear(str(message.channel.id), heard)
             if message.id in self._deleted:  # deleted while it was being stored: the deletion may have run
                 await self.engine.messages_deleted(str(message.channel.id), {str(message.id)})  # before it
+            elif (latest := self._hearing_now.get(message.id, item.content)) != item.content:
+                # edited while it was being read or stored: the edit found nothing stored yet, so it is applied now
+                text = await self.build_input(message, latest)
+                await self.engine.message_edited(str(message.channel.id), str(message.id), text)
         except Exception:  # noqa: BLE001 - logged; the notice still goes out
             log.exception("could not record message %s in channel %s", message.id, message.channel.id)
         finally:
             self._hearing -= 1
+            self._hearing_now.pop(message.id, None)
         if notice:
             await self.notify(message, notice)
 
@@ -215,7 +224,7 @@ class Chat(commands.Cog):
 
     async def notify(self, message: discord.Message, text: str) -> None:
         try:
-            await message.reply(text, allowed_mentions=NO_PINGS, mention_author=False)
+            await reply_to(message, text)
         except discord.HTTPException:
             log.warning("could not send a notice in channel %s", message.channel.id)
 
@@ -243,12 +252,25 @@ class Chat(commands.Cog):
         self.channel_gone(payload.thread_id)
 
     def edited(self, channel_id: int, message_id: int, content: str) -> None:
-        """A waiting message was edited: its turn answers the new text (and a thread it started shows it)."""
+        """A waiting message was edited: its turn answers the new text (and a thread it started shows it).
+
+        A turn already being answered read the old text when it began (and gathers its context, downloads
+        images, calls the model with it): it starts again with the new one, as for a follow-up, so the old
+        text is neither answered nor stored nor learned. The events cog cannot do this: until the turn has
+        stored the message there is nothing of it to edit. A message being recorded without an answer
+        (``hear``) is checked again once stored. The same text again (a link preview, a pin) changes nothing.
+        """
         self.starters.forget_message(message_id)
+        if message_id in self._hearing_now:
+            self._hearing_now[message_id] = content
         turns = self.channels.get(channel_id)
+        changed = False
         for item in turns.items() if turns is not None else []:
-            if item.message.id == message_id:
+            if item.message.id == message_id and item.content != content:
                 item.content = content
+                changed = True
+        if changed and turns is not None:
+            turns.restart(lambda item: item.message.id == message_id)
 
     def deleted(self, channel_id: int, message_ids: set[int]) -> None:
         """Deleted messages leave the turns that were waiting to answer them (or are never let in)."""
@@ -275,8 +297,10 @@ class Chat(commands.Cog):
         previous: ReplyWriter | None = turn.state.get("writer")
         writer = ReplyWriter(last, streaming=self.streaming, adopt=previous)
         turn.state["writer"] = writer
+        again = turn.state.get("tries", 0) > 0
+        turn.state["tries"] = turn.state.get("tries", 0) + 1
         try:
-            reply = await self._think(items, writer)
+            reply = await self._think(items, writer, again=again)
         except asyncio.CancelledError:
             if not turn.items:  # every message of it was deleted: no answer, and no half-written preview left
                 await asyncio.shield(writer.discard())
@@ -302,11 +326,31 @@ class Chat(commands.Cog):
             log.exception("sending the reply to message %s failed", last.id)
             return
         await self.engine.attach_sent(str(last.channel.id), reply, [str(m.id) for m in sent])
+        if any(i.message.id in self._deleted for i in items):
+            await self._take_back(last, sent)
 
-    async def _think(self, items: list[Pending], writer: ReplyWriter) -> Reply | None:
+    async def _take_back(self, last: discord.Message, sent: list[discord.Message]) -> None:
+        """A message of the turn was deleted while its answer was being sent: the deletion found no reply
+        to remove yet (the stored answer went with it), so the reply goes now if the server asked for that
+        (``/settings delete-replies``), as it would have a moment later."""
+        if last.guild is None:
+            return
+        try:
+            if not (await self.engine.guild_policy(last.guild.id)).delete_replies:
+                return
+        except Exception:  # noqa: BLE001 - the settings could not be read: the reply stays, logged
+            log.exception("could not read the settings to remove a reply in channel %s", last.channel.id)
+            return
+        for message in sent:
+            try:
+                await message.delete()
+            except discord.HTTPException as exc:
+                log.debug("could not delete reply %s in channel %s: %s", message.id, last.channel.id, exc.status)
+
+    async def _think(self, items: list[Pending], writer: ReplyWriter, *, again: bool = False) -> Reply | None:
         """The answer, or None when the turn gets no answer (out of budget, nothing to answer)."""
         last = items[-1].message
-        incoming = await self.incoming(items)
+        incoming = await self.incoming(items, again=again)
         if not incoming:
             return None
         result = await self.engine.turn(str(last.channel.id), incoming, context=lambda: self.quotes(items),

@@ -32,7 +32,7 @@ from discord.ext import commands
 
 from bot.client import MemoryBot
 from bot.chunking import split_message
-from bot.engine import MAX_CONTENT, Actor, Incoming, Speaker
+from bot.engine import MAX_CONTENT, Actor, Incoming, Speaker, side_thread
 from cogs import _memory_format as fmt
 from cogs._context import quote_of, speaker_name
 from cogs._gate import interaction_allows
@@ -111,7 +111,7 @@ class ContextMenus(commands.Cog):
         speaker = Speaker(user_id=str(interaction.user.id), name=speaker_name(interaction.user), guild_id=guild_id,
                           channel_id=str(interaction.channel_id or ""), parent_id=str(parent or ""), place=place)
         policy = replace(server, learning=False)
-        thread = f"ask:{interaction.channel_id}:{interaction.user.id}"
+        thread = side_thread(interaction.channel_id, interaction.user.id)
 
         async def context() -> tuple:
             return (quote_of(message, "reply"),)

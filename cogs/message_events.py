@@ -143,6 +143,11 @@ class MessageEvents(commands.Cog):
         me = self.bot.user
         if me is not None and str(author.get("id")) == str(me.id):
             return  # the bot's own streaming edits
+        if author.get("bot") or payload.data.get("webhook_id"):
+            # Other bots' and webhooks' messages are never answered, heard or learned from (``should_answer``),
+            # so nothing of them is stored to edit; another AI bot streaming its answer edits once a second,
+            # and each edit would otherwise read the learning queue and take the erasures' lock.
+            return
         if not_an_edit(payload):
             return
         edited = payload.message.edited_at

@@ -138,10 +138,13 @@ class Incoming:
     """One message of a turn: who sent it and its text. ``answer`` False: heard, not answered (a limit).
 
     ``text`` is what is stored (image placeholders included); ``images`` are shown to the model with it for
-    this answer only and never stored (see :class:`Image`).
+    this answer only and never stored (see :class:`Image`). ``again``: an earlier attempt at the same turn
+    may have stored it already (the turn was restarted, for an edit of it or a deletion of another of its
+    messages), so it replaces that copy instead of being added twice.
     """
 
     speaker: Speaker
     text: str
     answer: bool = True
     images: tuple[Image, ...] = ()
+    again: bool = False

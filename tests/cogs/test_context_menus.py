@@ -8,8 +8,10 @@ import threading
 
 import discord
 
-from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, MOD, MOD_ROLE, OTHER_CHANNEL, rig
+from bot.engine import side_thread
+from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, MOD, MOD_ROLE, OTHER_CHANNEL, THREAD, rig
 from tests.cogs.test_memories import button, click_erasure, seed
+from tests.conftest import ScriptedChatModel, default_script
 from tests.fakes import discord_harness as dh
 
 
@@ -261,3 +263,27 @@ async def test_ask_about_this_keeps_the_answer_deadline_a_chat_answer_has(tmp_pa
         await r.h.settle()
         answers = [c.content for c in r.h.interaction_responses(interaction) if c.content]
         assert APOLOGY in answers and "late answer" not in answers, answers
+
+
+async def test_deleting_a_thread_takes_the_ask_about_this_conversations_asked_in_it(tmp_path):
+    """Discord sends one THREAD_DELETE and no deletion for the thread's messages; an answer about one of
+    them (which may restate it) lived on in the side conversation until the parent channel went."""
+    from tests.cogs.test_message_events import settle
+
+    def repeats_quote(call):
+        if call.is_extraction or "Summarize" in call.messages[-1].text:
+            return default_script(call)
+        return "That message says: " + ("secret_launch_codeword" if "secret_launch_codeword" in call.prompt_text
+                                        else "?")
+
+    async with rig(tmp_path, chat_model=ScriptedChatModel(repeats_quote)) as r:
+        bob = said(r, BOB, "secret_launch_codeword in the thread", channel_id=THREAD)
+        await r.h.invoke_context_menu("Ask about this", bob, user=ALICE, channel_id=THREAD)
+        elsewhere = said(r, BOB, "the other channel's secret_launch_codeword", channel_id=GENERAL)
+        await r.h.invoke_context_menu("Ask about this", elsewhere, user=ALICE, channel_id=GENERAL)
+        ask = side_thread(THREAD, ALICE["id"])
+        assert (await r.engine.thread_state(ask)).get("messages")
+        r.h.feed("THREAD_DELETE", {"id": str(THREAD), "guild_id": str(GUILD_ID), "parent_id": str(GENERAL), "type": 11})
+        await settle(r)
+        assert not (await r.engine.thread_state(ask)).get("messages")
+        assert (await r.engine.thread_state(side_thread(GENERAL, ALICE["id"]))).get("messages")  # not the channel's

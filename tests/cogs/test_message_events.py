@@ -16,6 +16,7 @@ from tests.cogs.conftest import (
     GUILD2,
     GUILD_ID,
     LISTED,
+    OTHER_BOT,
     THREAD,
     rig,
 )
@@ -463,3 +464,192 @@ async def test_an_older_edit_failing_after_a_newer_one_landed_is_not_retried(tmp
         await settle(r)
         assert applied == ["I like canoeing"] and not cog._retrying
         assert await humans(r) == ["I like canoeing"]
+
+
+async def _delete_while_sending(r, *, delete_replies: bool) -> tuple[list, list, dict]:
+    """Alice's message is deleted while its (already written) answer is being sent."""
+    from bot.engine import set_field
+    from cogs import _replying
+
+    if delete_replies:
+        await r.engine.change_settings(GUILD_ID, set_field("delete_replies", True), by=str(ALICE["id"]))
+    sending = asyncio.Event()
+    real_finish = _replying.ReplyWriter.finish
+
+    async def slow_finish(self, text):  # the REST send of a long reply takes a moment
+        sending.set()
+        await asyncio.sleep(0.3)
+        return await real_finish(self, text)
+
+    said = r.mentioning(ALICE, "hello there")
+    _replying.ReplyWriter.finish = slow_finish
+    try:
+        r.h.feed("MESSAGE_CREATE", said)
+        await asyncio.wait_for(sending.wait(), 5)
+        r.h.feed("MESSAGE_DELETE", delete(said))
+        await settle(r)
+    finally:
+        _replying.ReplyWriter.finish = real_finish
+    sent = [c for c in r.h.sent_messages(GENERAL) if c.response]
+    deleted = [c.params["message_id"] for c in r.h.calls_to("DELETE", DELETE_ROUTE)]
+    return sent, deleted, said
+
+
+async def test_a_message_deleted_while_its_answer_is_sent_takes_the_reply_when_the_server_asks(tmp_path):
+    """The deletion ran before the reply existed on Discord, so it found none to remove; with
+    delete-replies on, the reply is removed once sent, as it would have been a moment later."""
+    async with rig(tmp_path) as r:
+        sent, deleted, _ = await _delete_while_sending(r, delete_replies=True)
+        assert sent and sorted(deleted) == sorted(c.response["id"] for c in sent)
+        assert await humans(r) == [] and await ais(r) == []
+
+
+async def test_an_answer_whose_message_was_deleted_meanwhile_is_still_posted(tmp_path):
+    """Discord refuses a reply to a deleted message unless the reference says fail_if_not_exists=false
+    (the harness does as Discord does); the bot says it, so the answer is posted as a plain message
+    instead of being lost (with delete-replies off it stays)."""
+    async with rig(tmp_path) as r:
+        sent, deleted, said = await _delete_while_sending(r, delete_replies=False)
+        assert len(sent) == 1 and deleted == []
+        assert sent[0].json["message_reference"]["fail_if_not_exists"] is False
+        assert "message_reference" not in sent[0].response  # posted without the reference: it was gone
+
+
+async def test_an_edit_while_the_answer_gathers_its_context_is_what_gets_answered_stored_and_learned(tmp_path):
+    """Someone fixes a typo a second after sending, while the bot fetches the channel's history or a reply
+    chain: nothing is stored yet, so the events cog has nothing to edit; the turn starts again with the new
+    text instead of storing and learning the old one."""
+    async with rig(tmp_path, chat_model=ScriptedChatModel(no_echo)) as r:
+        chat = r.bot.get_cog("Chat")
+        real_quotes = chat.quotes
+        started = asyncio.Event()
+
+        async def slow_quotes(items):  # a channel-history / reply-chain fetch taking half a second
+            started.set()
+            await asyncio.sleep(0.5)
+            return await real_quotes(items)
+
+        chat.quotes = slow_quotes
+        said = r.mentioning(ALICE, "I like tea_before_edit")
+        r.h.feed("MESSAGE_CREATE", said)
+        await asyncio.wait_for(started.wait(), 5)
+        r.h.feed("MESSAGE_UPDATE", partial_update(said, f"{r.mention()} I like coffee_after_edit"))
+        await settle(r)
+        assert await humans(r) == ["I like coffee_after_edit"]
+        assert len(r.h.sent_messages(GENERAL)) == 1  # one answer, to the new text
+        assert all("tea_before_edit" not in c.prompt_text for c in r.model.chat_calls)
+        await r.engine.scheduler.flush()
+        assert await contents(r, ALICE) == ["I like coffee_after_edit"]
+        assert files_containing(r.data_dir, "tea_before_edit") == []
+
+
+async def test_an_edit_while_the_model_answers_replaces_the_stored_text_once(tmp_path):
+    """The edit lands during the model call: the first attempt may already have written the old text into
+    the thread; the restarted turn replaces that copy (one message, the new text), and only it is learned."""
+    import threading
+
+    calling = threading.Event()
+
+    def slow(call: Call):
+        if call.is_extraction or "Summarize" in call.messages[-1].text:
+            return default_script(call)
+        calling.set()
+        time.sleep(0.4)  # a model call in flight (in the model's worker thread)
+        return "Noted!"
+
+    async with rig(tmp_path, chat_model=ScriptedChatModel(slow)) as r:
+        said = r.mentioning(ALICE, "I like tea_before_edit")
+        r.h.feed("MESSAGE_CREATE", said)
+        await asyncio.wait_for(asyncio.to_thread(calling.wait, 5), 6)
+        r.h.feed("MESSAGE_UPDATE", partial_update(said, f"{r.mention()} I like coffee_after_edit"))
+        await settle(r)
+        assert await humans(r) == ["I like coffee_after_edit"]
+        await r.engine.scheduler.flush()
+        assert await contents(r, ALICE) == ["I like coffee_after_edit"]
+
+
+async def test_the_same_text_again_while_answering_does_not_start_the_answer_over(tmp_path):
+    """A link preview unfolding re-sends the message with the same text: the answer in progress goes on."""
+    async with rig(tmp_path, chat_model=ScriptedChatModel(no_echo)) as r:
+        chat = r.bot.get_cog("Chat")
+        real_quotes = chat.quotes
+        started = asyncio.Event()
+        gathered = 0
+
+        async def slow_quotes(items):
+            nonlocal gathered
+            gathered += 1
+            started.set()
+            await asyncio.sleep(0.3)
+            return await real_quotes(items)
+
+        chat.quotes = slow_quotes
+        said = r.mentioning(ALICE, "look at https://example.com")
+        r.h.feed("MESSAGE_CREATE", said)
+        await asyncio.wait_for(started.wait(), 5)
+        r.h.feed("MESSAGE_UPDATE", partial_update(said, said["content"]))
+        await settle(r)
+        assert gathered == 1 and len(r.model.chat_calls) == 1
+        assert await humans(r) == ["look at https://example.com"]
+
+
+async def test_an_edit_while_a_heard_message_is_being_recorded_is_applied_once_it_is_stored(tmp_path):
+    """A message over the rate limit is recorded without an answer; edited while its text is read (a text
+    attachment being downloaded, say), the edit found nothing stored yet: it is applied once the message is."""
+    async with rig(tmp_path, chat_model=ScriptedChatModel(no_echo)) as r:
+        chat = r.bot.get_cog("Chat")
+        real_incoming = chat.incoming
+        started = asyncio.Event()
+
+        async def slow_incoming(items, **kw):
+            out = await real_incoming(items, **kw)
+            started.set()
+            await asyncio.sleep(0.3)
+            return out
+
+        chat.incoming = slow_incoming
+        r.engine.admit = lambda _user: False  # over the limit: heard, not answered
+        said = r.mentioning(ALICE, "I like tea_before_edit")
+        r.h.feed("MESSAGE_CREATE", said)
+        await asyncio.wait_for(started.wait(), 5)
+        r.h.feed("MESSAGE_UPDATE", partial_update(said, f"{r.mention()} I like coffee_after_edit"))
+        await settle(r)
+        assert await humans(r) == ["I like coffee_after_edit"]
+        assert r.model.chat_calls == []
+        await r.engine.scheduler.flush()
+        assert files_containing(r.data_dir, "tea_before_edit") == []
+
+
+async def test_edits_of_other_bots_and_webhooks_messages_are_not_looked_at(tmp_path):
+    """Another AI bot streams its answer by editing its message once a second; nothing of it is ever
+    stored here, so its edits take no lock and read nothing."""
+    from contextlib import asynccontextmanager
+
+    async with rig(tmp_path) as r:
+        taken = []
+        real = r.engine.eraser._exclusive
+
+        @asynccontextmanager
+        async def counting():
+            taken.append(1)
+            async with real():
+                yield
+
+        r.engine.eraser._exclusive = counting
+        payload = dh.message(dh.snowflake(), GENERAL, dh.member(OTHER_BOT), "streaming 1", guild_id=GUILD_ID)
+        r.h.feed("MESSAGE_CREATE", payload)
+        for i in range(2, 6):
+            r.h.feed("MESSAGE_UPDATE", {**payload, "content": f"streaming {i}",
+                                        "edited_timestamp": dh.discord.utils.utcnow().isoformat()})
+        hook = dh.message(dh.snowflake(), GENERAL, dh.user(555, "hook"), "x", guild_id=GUILD_ID)
+        r.h.feed("MESSAGE_CREATE", {**hook, "webhook_id": "555"})
+        r.h.feed("MESSAGE_UPDATE", {**hook, "webhook_id": "555", "content": "y",
+                                    "edited_timestamp": dh.discord.utils.utcnow().isoformat()})
+        await settle(r)
+        assert taken == []
+        said = r.mentioning(ALICE, "I like tea")  # a member's edit still goes through
+        await r.h.send_message(said)
+        await settle(r)
+        r.h.feed("MESSAGE_UPDATE", partial_update(said, f"{r.mention()} I like coffee"))
+        await settle(r)
+        assert taken and await humans(r) == ["I like coffee"]

@@ -124,3 +124,19 @@ async def test_remember_in_a_server_with_the_bot_stays_that_servers(r):
     assert "not a member" not in final(res).content
     (memory,) = await r.engine.list_memories(ALICE["id"])
     assert memory.origin["guild_id"] == str(GUILD_ID)
+
+
+async def test_ask_about_this_in_a_server_without_the_bot_counts_as_a_dm_for_the_operators_switch(tmp_path):
+    """From a person's own install in a server the bot is not in, no server's settings apply and nothing of
+    that server reaches the bot: "Ask about this" there is a DM's, so ``dms_enabled = false`` refuses it,
+    and with DMs on it is answered."""
+    from tests.cogs.conftest import rig
+
+    theirs = elsewhere(BOB, "the meeting moved to Thursday")
+    for enabled in (False, True):
+        async with rig(tmp_path / str(enabled), access={"dms_enabled": enabled}) as r:
+            res = await r.h.invoke_context_menu("Ask about this", theirs, user=ALICE, channel_id=ELSEWHERE_CHANNEL,
+                                                **foreign(integration_owners=user_install(ALICE)))
+            answer = final(res)
+            assert answer.ephemeral
+            assert (len(r.model.chat_calls) == 1) is enabled, answer.content

@@ -715,6 +715,12 @@ class DiscordHarness:
         """Bot-authored message as the REST API returns it (REST responses carry no guild_id/member)."""
         body = c.body if body is None else body
         ref = body.get('message_reference')
+        if ref and ctx is None and int(ref['message_id']) not in self.messages:
+            # Discord's rule: a reply to a message that is gone is refused unless the reference says
+            # fail_if_not_exists=false (its default is true), and then it is posted without the reference.
+            if ref.get('fail_if_not_exists', True):
+                raise http_error(400, 50035, 'Invalid Form Body (message_reference: Unknown message)')
+            ref = None
         msg = message(snowflake(), channel_id, self.bot_user, body.get('content') or '',
                       referenced_message=ref and self.messages.get(int(ref['message_id'])),
                       embeds=body.get('embeds') or [], components=body.get('components') or [],

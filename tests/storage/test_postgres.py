@@ -58,6 +58,31 @@ async def test_a_batch_is_one_explicit_transaction(tmp_path, pg_backend):
         assert len(rows) == 1
 
 
+async def test_a_batch_larger_than_a_statements_parameters_is_still_one_transaction(tmp_path, pg_backend):
+    """70,000 history lines (a wipe's deletes of a long-lived person): upstream would write them as one
+    statement, over PostgreSQL's 65,535 parameters; in chunks they go, in one transaction, all or nothing."""
+    from bot.storage.postgres.store import PUT_CHUNK
+
+    settings = make_settings(tmp_path, pg_backend)
+    hns = ("memory_history", "42")
+    count = 70_000
+    assert count > 65_535 > PUT_CHUNK * 5
+    async with open_storage(settings) as storage:
+        await storage.store.abatch([PutOp(hns, f"h{i:05d}", {"memory_key": "k"}, index=False) for i in range(count)])
+        async with await psycopg.AsyncConnection.connect(pg_backend.database_url) as conn:
+            rows = await (await conn.execute("SELECT count(*), count(DISTINCT xmin::text) FROM store")).fetchone()
+        assert rows == (count, 1)
+        async with await psycopg.AsyncConnection.connect(pg_backend.database_url, autocommit=True) as conn:
+            await conn.execute(POISON)
+        with pytest.raises(psycopg.Error, match="poisoned write"):  # the last chunk fails: the first ones go back
+            await storage.store.abatch([PutOp(hns, f"h{i:05d}", None) for i in range(count)]
+                                       + [PutOp(NS, "poison", {"content": "x"})])
+        assert await storage.store.aget(hns, "h00000") is not None
+        await storage.store.abatch([PutOp(hns, f"h{i:05d}", None) for i in range(count)])
+        async with await psycopg.AsyncConnection.connect(pg_backend.database_url) as conn:
+            assert (await (await conn.execute("SELECT count(*) FROM store")).fetchone())[0] == 0
+
+
 async def test_migrations_are_idempotent_and_concurrent_starts_take_turns(tmp_path, pg_backend):
     settings = make_settings(tmp_path, pg_backend)
 

@@ -201,7 +201,7 @@ class TurnRunner:
         """The turn's messages for the thread, and the Discord IDs of those already waiting unanswered there
         (a turn restarted to take in follow-ups): their stored message is replaced, not added twice."""
         waiting: dict[str, str] = {}
-        if len(incoming) > 1 or not incoming[0].answer:
+        if len(incoming) > 1 or not incoming[0].answer or incoming[0].again:
             stored = (await self._read_state(thread_id)).get("messages", [])
             for m in stored[pending_start(stored):]:
                 if m.additional_kwargs.get("message_id"):

@@ -139,7 +139,10 @@ async def erase_memories(
     if record_key is not None and record is not None and any(h.key == record_key for h in history):
         record = None  # a rerun after a crash: the line is already there
     if record is not None:
-        entry = {"memory_key": "*", "action": "deleted", "actor": record.kind, "actor_id": record.id, "at": now,
+        # A moderator's ID stays out of the member's own history (and so out of their export): the mod log
+        # keeps who purged whom for the server's staff; the member is told only that a moderator did.
+        actor_id = None if record.kind == "moderator" else record.id
+        entry = {"memory_key": "*", "action": "deleted", "actor": record.kind, "actor_id": actor_id, "at": now,
                  "before": None, "after": None, "origin": {"guild_id": g, "erased": deleted, "reduced": reduced}}
         ops.append(PutOp(hns, record_key or time_ordered_keys(1)[0], entry, index=False))
     ops += await taught.ops(repo.store)

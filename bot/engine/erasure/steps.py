@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any, Callable, Iterable
 
 from bot.engine.concurrency import Holds
+from bot.engine.conversation.side import side_prefix
 from bot.engine.erasure.conversations import ConversationEraser
 from bot.engine.erasure.memories import (
     erase_keys,
@@ -180,6 +181,8 @@ class ErasureSteps:
         doomed = [thread_id]
         if threads and self.conversations is not None:
             doomed += await self.conversations.threads_in_channel(thread_id)
+        for one in list(doomed):  # the side conversations asked there ("Ask about this"), by name: no scan
+            doomed += [s for s in await self.storage.maintenance.conversations_named(side_prefix(one)) if s not in doomed]
         gone = False
         for one in doomed:
             erased = await self.conversations.erase_thread(one) if self.conversations is not None else False
@@ -306,7 +309,8 @@ class ErasureSteps:
         erase: dict[str, list[str]] = {}
         relearn: dict[str, dict[str, Any]] = {}
         for user in sorted(set(authors)):
-            hits = [m for m in await self.memories.list(user) if message_id in m.message_ids() and not m.hand_written]
+            hits = [m for m in await self.memories.list(user) if message_id in m.message_ids() and not m.hand_written
+                    and not m.imported_from(message_id)]  # a file's word is no proof they wrote it: theirs stays
             if not hits:
                 continue
             erase[user] = [m.key for m in hits if m.live_message_ids() <= {message_id}]

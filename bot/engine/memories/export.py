@@ -10,9 +10,9 @@ import gzip
 import json
 import zlib
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Annotated, Any, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from bot.engine.errors import ImportRefused
 from bot.engine.memories.records import HistoryEntry, StoredMemory
@@ -26,6 +26,8 @@ MAX_IMPORT_BYTES = 25_000_000
 UPLOAD_LIMIT = 10_000_000  # what Discord takes from a bot without a boosted server (10 MiB), with room
 MAX_MEMORIES = 5000
 MAX_CONTENT = 2000
+MAX_SOURCES = 200  # per memory: every message that patched it, de-duplicated (years of a busy fact)
+MAX_ALL_SOURCES = 25_000  # per file: bounds the message index one import writes in its one batch
 
 
 
@@ -41,14 +43,45 @@ def export_memories(user_id: str, memories: Sequence[StoredMemory], history: Seq
                 "id": m.key,
                 "content": m.content,
                 "origin": m.origin,
-                "sources": list(m.sources),
+                # "imported" is the bot's own note on a source an import brought (``_imported_source``): it is
+                # made again by the next import, so an export round-trips exactly.
+                "sources": [{k: v for k, v in src.items() if k != "imported"} for src in m.sources],
                 "created_at": m.created_at.isoformat(),
                 "updated_at": m.updated_at.isoformat(),
             }
             for m in memories
         ],
-        "history": [h.to_json() for h in history],
+        "history": [_exported_entry(h) for h in history],
     }
+
+
+def _exported_entry(entry: HistoryEntry) -> dict:
+    """A change-log line as exported: a moderator's ID is not handed to the member they acted on (lines
+    written before it stopped being stored still carry it; the mod log keeps it for the server's staff)."""
+    out = entry.to_json()
+    if out.get("actor") == "moderator":
+        out["actor_id"] = None
+    return out
+
+
+def _aware(value: datetime) -> datetime:
+    """A time without a zone (a hand-edited file) is read as UTC, as the bot writes them."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+def _aware_text(value: str) -> str:
+    try:
+        return _aware(datetime.fromisoformat(value)).isoformat()
+    except ValueError:
+        raise ValueError("not an ISO 8601 time") from None
+
+
+Time = Annotated[datetime, AfterValidator(_aware)]
+TimeText = Annotated[str, Field(max_length=64), AfterValidator(_aware_text)]
+# Provenance holds plain values only (IDs, a source kind, a time, a flag, a count): a file nesting objects
+# in it is refused before anything is read deeper, and nothing a file says is stored as structure.
+Scalar = Annotated[str, Field(max_length=100)] | int | bool | None
+Provenance = Annotated[dict[Annotated[str, Field(max_length=32)], Scalar], Field(max_length=16)]
 
 
 class _Strict(BaseModel):
@@ -58,10 +91,10 @@ class _Strict(BaseModel):
 class _Memory(_Strict):
     id: str = Field(min_length=1, max_length=64)
     content: str = Field(min_length=1, max_length=MAX_CONTENT)
-    origin: dict[str, Any]
-    sources: list[dict[str, Any]] = Field(default_factory=list, max_length=1000)
-    created_at: datetime
-    updated_at: datetime
+    origin: Provenance
+    sources: list[Provenance] = Field(default_factory=list, max_length=MAX_SOURCES)
+    created_at: Time
+    updated_at: Time
 
 
 class _Entry(_Strict):
@@ -69,11 +102,11 @@ class _Entry(_Strict):
     memory_key: str = Field(min_length=1, max_length=64)
     action: str = Field(pattern="^(created|updated|deleted)$")
     actor: str = Field(pattern="^(extraction|user|moderator|import)$")
-    actor_id: str | None = None
-    at: str
+    actor_id: str | None = Field(default=None, max_length=32)
+    at: TimeText
     before: str | None = Field(default=None, max_length=MAX_CONTENT)
     after: str | None = Field(default=None, max_length=MAX_CONTENT)
-    origin: dict[str, Any]
+    origin: Provenance
 
 
 class _Document(_Strict):
@@ -128,6 +161,8 @@ def parse_import(data: bytes, user_id: str) -> tuple[list[dict], list[dict]]:
         raw = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ImportRefused(f"the file is not valid JSON ({exc.__class__.__name__})") from None
+    except RecursionError:  # "[[[[..." thousands deep: no export looks like that
+        raise ImportRefused("the file nests too deeply to be an export") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise ImportRefused("this is not a memories export from this bot")
     if raw.get("version") != EXPORT_VERSION:
@@ -143,8 +178,25 @@ def parse_import(data: bytes, user_id: str) -> tuple[list[dict], list[dict]]:
     ids = [m.id for m in doc.memories]
     if len(set(ids)) != len(ids):
         raise ImportRefused("the file lists the same memory twice")
+    if sum(len(m.sources) for m in doc.memories) > MAX_ALL_SOURCES:
+        raise ImportRefused(f"the file lists more than {MAX_ALL_SOURCES:,} sources")
     memories = [
-        {**m.model_dump(), "created_at": m.created_at.isoformat(), "updated_at": m.updated_at.isoformat()}
+        {**m.model_dump(), "sources": [_imported_source(x) for x in m.sources],
+         "created_at": m.created_at.isoformat(), "updated_at": m.updated_at.isoformat()}
         for m in doc.memories
     ]
     return memories, [e.model_dump() for e in doc.history]
+
+
+def _imported_source(source: dict[str, Any]) -> dict[str, Any]:
+    """A source as a file states it, marked as the file's word (``"imported": true``) when it names a message.
+
+    The message stays linked, so deleting it still takes the memory along, as it would have before the
+    export. But the bot never saw that message teach this person anything, and a file can name any message
+    (someone else's, in a channel they cannot read): an edit of it must not be learned as theirs
+    (``StoredMemory.imported_from``).
+    """
+    out = dict(source)
+    if out.get("message_id"):
+        out["imported"] = True
+    return out

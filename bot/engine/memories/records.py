@@ -128,10 +128,13 @@ def learned_at(sources: Iterable[dict[str, Any]], now: str) -> str:
 
 
 def _parse(value: Any, fallback: datetime) -> datetime:
+    """A stored time, always with a zone: one without (written by hand into an imported file before imports
+    were made to refuse them) is read as UTC, since a list that mixes the two cannot be sorted at all."""
     try:
-        return datetime.fromisoformat(str(value))
+        parsed = datetime.fromisoformat(str(value))
     except ValueError:
-        return fallback
+        parsed = fallback
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,13 @@ class StoredMemory:
         """Written or corrected by the person (``remember``, ``edit``): events on messages leave it alone."""
         return str(self.origin.get("source")) in HAND_SOURCES or any(
             str(s.get("source")) in HAND_SOURCES for s in self.sources)
+
+    def imported_from(self, message_id: str) -> bool:
+        """Whether the only word that ``message_id`` taught this memory is a file the person imported: the
+        bot never saw that message teach it, so it does not know who wrote the message (see
+        ``export.parse_import``); an edit of the message re-learns nothing from it for them."""
+        linked = [s for s in self.sources if str(s.get("message_id") or "") == str(message_id)]
+        return bool(linked) and all(s.get("imported") for s in linked)
 
     def live_message_ids(self) -> set[str]:
         """The message IDs among the sources whose messages were not deleted (a deleted message that other

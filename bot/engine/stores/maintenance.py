@@ -11,6 +11,11 @@ class Maintenance(Protocol):
         """Drop the thread's superseded checkpoints, keeping only the latest (nothing reads old ones)."""
         ...
 
+    async def conversations_named(self, prefix: str) -> list[str]:
+        """The stored conversations whose thread ID starts with ``prefix``: a listing of keys, no state read
+        (the side conversations of a deleted thread, ``conversation.side``)."""
+        ...
+
     async def erase_person_rows(self, user_id: str, *, guild_id: str | None = None) -> int:
         """Delete the person's rows from the engine's own stores; return how many pending turns went.
 

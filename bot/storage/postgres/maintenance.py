@@ -55,6 +55,12 @@ class PostgresMaintenance:
                     raise
                 log.debug("pruning thread %s raced a writer; retrying", thread_id)
 
+    async def conversations_named(self, prefix: str) -> list[str]:
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT DISTINCT thread_id FROM checkpoints WHERE left(thread_id, %s) = %s", (len(prefix), prefix))
+            return sorted(str(row["thread_id"]) for row in await cur.fetchall())
+
     @shielded
     async def erase_person_rows(self, user_id: str, *, guild_id: str | None = None) -> int:
         async with self._db.tx() as conn:

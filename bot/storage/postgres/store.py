@@ -33,6 +33,9 @@ from bot.storage.postgres.scope import CURRENT_SCOPE
 from bot.storage.postgres.text import without_nul
 
 
+PUT_CHUNK = 5_000  # writes per statement group: PostgreSQL takes at most 65,535 parameters in one statement
+
+
 def _in_turn() -> bool:
     scope = CURRENT_SCOPE.get()
     return scope is not None and scope.open
@@ -49,6 +52,15 @@ class TransactionalPostgresStore(AsyncPostgresStore):
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return await super().abatch(
             [op._replace(value=without_nul(op.value)) if isinstance(op, PutOp) and op.value else op for op in ops])
+
+    async def _batch_put_ops(self, put_ops: Any, cur: AsyncCursor[DictRow]) -> None:
+        """Upstream writes a batch's deletes of one namespace as one ``DELETE ... IN (...)`` and its inserts as
+        one multi-row ``INSERT``, a parameter per key (five per row): a wipe of a person with 70,000 history
+        lines would exceed PostgreSQL's 65,535 and fail every retry. The writes go in chunks, in order, on the
+        same cursor, so still inside the batch's one transaction (a later write of a key still wins)."""
+        ops = list(put_ops)
+        for start in range(0, len(ops), PUT_CHUNK):
+            await super()._batch_put_ops(ops[start:start + PUT_CHUNK], cur)
 
     async def aget(self, namespace: tuple[str, ...], key: str, *, refresh_ttl: bool | None = None) -> Item | None:
         if not _in_turn():

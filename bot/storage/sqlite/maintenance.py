@@ -94,6 +94,12 @@ class SqliteMaintenance:
                 await conn.execute("PRAGMA incremental_vacuum")
                 await conn.commit()
 
+    async def conversations_named(self, prefix: str) -> list[str]:
+        async with self._saver.lock:
+            cur = await self._saver.conn.execute(
+                "SELECT DISTINCT thread_id FROM checkpoints WHERE substr(thread_id, 1, ?) = ?", (len(prefix), prefix))
+            return sorted(str(row[0]) for row in await cur.fetchall())
+
     @shielded
     async def erase_person_rows(self, user_id: str, *, guild_id: str | None = None) -> int:
         async with self._ledger.tx() as db:

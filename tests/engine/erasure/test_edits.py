@@ -143,3 +143,30 @@ async def test_what_the_author_says_elsewhere_during_an_edit_or_a_memory_delete_
         await engine.delete_memories("1", [rowing], by=Actor("user", "1"))
         await engine.scheduler.flush()
         assert sorted(m.content for m in await engine.memories.list("1")) == ["I like chess", "I like climbing"]
+
+
+async def test_an_imported_file_naming_someone_elses_message_learns_nothing_from_its_edits(settings):
+    """A member imports a file whose memory names a message they did not write (another member's, or one in
+    a channel they cannot read). The file's word is kept (deleting the message still takes that memory
+    along) but proves nothing about who wrote it: when the message is edited, only its author re-learns."""
+    from bot.engine.memories.export import parse_import
+
+    attacker = "999"
+    doc = {"format": "remembering-bot.memories", "version": 2, "user_id": attacker, "exported_at": "x",
+           "memories": [{"id": "a1", "content": "bait", "origin": {"guild_id": "dm", "source": "extraction"},
+                         "sources": [{"message_id": "701", "guild_id": "dm", "at": "2015-01-01T00:00:00+00:00"}],
+                         "created_at": "2025-01-01T00:00:00", "updated_at": "2025-01-01T00:00:00+00:00"}],
+           "history": []}
+    async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
+        await engine.reply("c", ann("701"), "I like okapis")
+        await engine.scheduler.flush()
+        await engine.restore_memories(attacker, *parse_import(json.dumps(doc).encode(), attacker))
+        assert await engine.message_edited("c", "701", "I like secretcanary_plans")
+        await engine.scheduler.flush()
+        assert [m.content for m in await engine.memories.list(attacker)] == ["bait"]
+        assert "I like secretcanary_plans" in [m.content for m in await engine.memories.list("1")]  # the author's
+        assert not [t for t in await engine.storage.inbox.every_turn() if t.user_id == attacker]
+        # the file's naive time did not break the listing a deletion reads; the deletion takes both along
+        await engine.messages_deleted("c", {"701"})
+        assert await engine.memories.list(attacker) == []
+        assert "I like secretcanary_plans" not in [m.content for m in await engine.memories.list("1")]

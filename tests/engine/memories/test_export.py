@@ -49,3 +49,54 @@ def test_a_gzip_bomb_is_refused_without_unpacking_it_all():
         parse_import(bomb, "7")
     with pytest.raises(ImportRefused, match="not a valid gzip"):
         parse_import(b"\x1f\x8b" + b"broken", "7")
+
+
+def _doc(**memory) -> bytes:
+    import json
+
+    base = {"id": "a1", "content": "bait", "origin": {"guild_id": "dm", "source": "extraction"},
+            "sources": [{"message_id": "555", "guild_id": "dm", "at": "2025-01-01T00:00:00+00:00"}],
+            "created_at": "2025-01-01T00:00:00+00:00", "updated_at": "2025-01-01T00:00:00+00:00"}
+    return json.dumps({"format": "remembering-bot.memories", "version": 2, "user_id": "7", "exported_at": "x",
+                       "memories": [{**base, **memory}], "history": []}).encode()
+
+
+def test_a_time_without_a_zone_is_read_as_utc_so_a_list_of_memories_still_sorts():
+    """A hand-edited file with "2025-01-01T00:00:00": stored naive, it made every later listing of the
+    person raise (naive and aware times do not compare), which stopped deletions that had to read it."""
+    memories, _ = parse_import(_doc(created_at="2025-01-01T00:00:00", updated_at="2025-01-02T10:00:00"), "7")
+    assert memories[0]["created_at"] == "2025-01-01T00:00:00+00:00"
+    assert memories[0]["updated_at"] == "2025-01-02T10:00:00+00:00"
+
+
+def test_a_source_naming_a_message_is_kept_but_marked_as_the_files_word():
+    memories, _ = parse_import(_doc(), "7")
+    assert memories[0]["sources"] == [{"message_id": "555", "guild_id": "dm", "at": "2025-01-01T00:00:00+00:00",
+                                       "imported": True}]
+
+
+@pytest.mark.parametrize("bad, says", [
+    ({"origin": {"guild_id": {"deep": [1, 2, 3]}}}, "origin.guild_id"),
+    ({"sources": [{"message_id": "1", "x": [[[]]]}]}, "sources.0.x"),
+    ({"sources": [{"message_id": str(i)} for i in range(201)]}, "sources"),
+    ({"created_at": "yesterday"}, "created_at"),
+])
+def test_provenance_holds_plain_values_only(bad, says):
+    with pytest.raises(ImportRefused, match=says):
+        parse_import(_doc(**bad), "7")
+
+
+def test_a_file_nesting_thousands_deep_is_refused_with_a_reason():
+    with pytest.raises(ImportRefused, match="nests too deeply"):
+        parse_import(b"[" * 200_000 + b"]" * 200_000, "7")
+
+
+def test_a_moderators_id_is_not_handed_to_the_member_they_purged():
+    from bot.engine.memories.records import HistoryEntry
+
+    lines = [HistoryEntry("h1", "*", "deleted", "moderator", "424242", "2026-05-01T00:00:00+00:00", None, None,
+                          {"guild_id": "9", "erased": 3}),
+             HistoryEntry("h2", "k1", "created", "user", "7", "2026-05-01T00:00:00+00:00", None, "x", {})]
+    exported = export_memories("7", [], lines)["history"]
+    assert exported[0]["actor"] == "moderator" and exported[0]["actor_id"] is None
+    assert exported[1]["actor_id"] == "7"  # their own actions keep their own ID

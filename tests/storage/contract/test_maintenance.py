@@ -110,3 +110,12 @@ async def test_a_wal_truncation_blocked_by_a_reader_is_retried_then_checked(tmp_
         await asyncio.gather(release(), storage.maintenance.compact())  # retried until the reader is gone
         reader.close()
         assert (settings.bot.data_dir / "memories.sqlite-wal").stat().st_size == 0
+
+
+async def test_conversations_are_listed_by_the_start_of_their_name_without_reading_them(storage):
+    for thread_id in ("ask:902:802", "ask:902:803", "ask:9020:802", "902", "ask:901:802"):
+        await checkpoint(storage, thread_id, 1)
+    await checkpoint(storage, "ask:902:802", 2)  # two checkpoints, one name
+    assert await storage.maintenance.conversations_named("ask:902:") == ["ask:902:802", "ask:902:803"]
+    assert await storage.maintenance.conversations_named("ask:%") == []  # a prefix, not a pattern
+    assert await storage.maintenance.conversations_named("nothing:") == []
