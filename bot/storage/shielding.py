@@ -42,3 +42,16 @@ async def run_through(step: Awaitable[T]) -> tuple[asyncio.Future[T], bool]:
         except asyncio.CancelledError:
             cancelled = True
     return task, cancelled
+
+
+async def to_the_end(step: Awaitable[T]) -> T:
+    """Run ``step`` to its end even if this task is cancelled meanwhile, then re-raise the cancel.
+
+    For schema migrations: LangGraph's SQLite store applies a migration (``ALTER TABLE ... ADD COLUMN``) and
+    records its version in two statements, so a cancel between them left the column without the record,
+    and every later start failed on "duplicate column name". Finished instead, the next start finds it done.
+    """
+    task, cancelled = await run_through(step)
+    if cancelled:
+        raise asyncio.CancelledError
+    return task.result()

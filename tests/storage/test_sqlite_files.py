@@ -54,3 +54,45 @@ async def test_old_checkpoints_are_pruned_and_the_file_stops_growing(tmp_path):
         await engine.reply("t", ADA, "still there?")
         humans = [m.text for m in (await engine.thread_state("t"))["messages"] if isinstance(m, HumanMessage)]
         assert humans[-1] == "still there?"
+
+
+async def test_a_start_up_cancelled_inside_a_migration_finishes_it_so_the_next_start_works(tmp_path, monkeypatch):
+    """LangGraph's store adds a column, then records the migration, in two statements; a cancel between them
+    (a shutdown during the very first start) left a column without its record, and every later start
+    failed with "duplicate column name". The migrations now run to their end."""
+    import asyncio
+
+    import aiosqlite
+
+    from bot.storage import open_storage
+
+    settings = make_settings(tmp_path / "data")
+    inside = asyncio.Event()
+    real = aiosqlite.Connection.executescript
+
+    def slow(self, sql):
+        if "ADD COLUMN" not in sql:
+            return real(self, sql)
+
+        async def run():
+            out = await real(self, sql)
+            inside.set()  # the column is there; its record is not yet
+            await asyncio.sleep(0.05)
+            return out
+
+        return run()
+
+    monkeypatch.setattr(aiosqlite.Connection, "executescript", slow)
+
+    async def start() -> None:
+        async with open_storage(settings):
+            await asyncio.Event().wait()
+
+    first = asyncio.create_task(start())
+    await asyncio.wait_for(inside.wait(), 10)
+    first.cancel()
+    await asyncio.wait((first,))
+    assert first.cancelled()
+    monkeypatch.undo()
+    async with open_storage(settings) as storage:  # not "duplicate column name: expires_at"
+        assert await storage.store.aget(("memories", "1"), "k") is None

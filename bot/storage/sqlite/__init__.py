@@ -20,7 +20,7 @@ from langgraph.store.sqlite.aio import AsyncSqliteStore
 from bot.engine.stores import StorageUnavailable
 from bot.settings import Settings
 from bot.storage.bundle import OpenStorage
-from bot.storage.shielding import run_through
+from bot.storage.shielding import run_through, to_the_end
 from bot.storage.sqlite import schema
 from bot.storage.sqlite.connection import LedgerDb, connect
 from bot.storage.sqlite.guild_settings import SqliteGuildSettings
@@ -70,11 +70,11 @@ async def _open_files(settings: Settings, data_dir: Path) -> AsyncIterator[OpenS
         ledger_conn = await connect(data_dir / LEDGER_FILE)
         opened.append(ledger_conn)
         checkpointer = AsyncSqliteSaver(conv_conn)
-        await checkpointer.setup()
+        await to_the_end(checkpointer.setup())  # migrations are not cut off half-way (see ``to_the_end``)
         store = AsyncSqliteStore(mem_conn)
-        await store.setup()
+        await to_the_end(store.setup())
         ledger = LedgerDb(ledger_conn)
-        epoch = await schema.setup(ledger)
+        epoch = await to_the_end(schema.setup(ledger))
         reach_since = await schema.reach_since(ledger)
         log.info("storage open in %s", data_dir)
         yield OpenStorage(
