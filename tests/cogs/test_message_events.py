@@ -515,26 +515,37 @@ async def test_an_answer_whose_message_was_deleted_meanwhile_is_still_posted(tmp
         assert "message_reference" not in sent[0].response  # posted without the reference: it was gone
 
 
+async def update_while_gathering(r, said: dict, content: str) -> int:
+    """Send ``said``; while its answer gathers context (a channel-history or reply-chain fetch taking half a
+    second), Discord sends a MESSAGE_UPDATE with ``content``. Returns how many times context was gathered."""
+    chat = r.bot.get_cog("Chat")
+    real_quotes = chat.quotes
+    started = asyncio.Event()
+    gathered = 0
+
+    async def slow_quotes(items):
+        nonlocal gathered
+        gathered += 1
+        started.set()
+        await asyncio.sleep(0.5)
+        return await real_quotes(items)
+
+    chat.quotes = slow_quotes
+    r.h.feed("MESSAGE_CREATE", said)
+    await asyncio.wait_for(started.wait(), 5)
+    r.h.feed("MESSAGE_UPDATE", partial_update(said, content))
+    await settle(r)
+    return gathered
+
+
 async def test_an_edit_while_the_answer_gathers_its_context_is_what_gets_answered_stored_and_learned(tmp_path):
     """Someone fixes a typo a second after sending, while the bot fetches the channel's history or a reply
     chain: nothing is stored yet, so the events cog has nothing to edit; the turn starts again with the new
     text instead of storing and learning the old one."""
     async with rig(tmp_path, chat_model=ScriptedChatModel(no_echo)) as r:
-        chat = r.bot.get_cog("Chat")
-        real_quotes = chat.quotes
-        started = asyncio.Event()
-
-        async def slow_quotes(items):  # a channel-history / reply-chain fetch taking half a second
-            started.set()
-            await asyncio.sleep(0.5)
-            return await real_quotes(items)
-
-        chat.quotes = slow_quotes
         said = r.mentioning(ALICE, "I like tea_before_edit")
-        r.h.feed("MESSAGE_CREATE", said)
-        await asyncio.wait_for(started.wait(), 5)
-        r.h.feed("MESSAGE_UPDATE", partial_update(said, f"{r.mention()} I like coffee_after_edit"))
-        await settle(r)
+        gathered = await update_while_gathering(r, said, f"{r.mention()} I like coffee_after_edit")
+        assert gathered == 2  # started again
         assert await humans(r) == ["I like coffee_after_edit"]
         assert len(r.h.sent_messages(GENERAL)) == 1  # one answer, to the new text
         assert all("tea_before_edit" not in c.prompt_text for c in r.model.chat_calls)
@@ -571,24 +582,8 @@ async def test_an_edit_while_the_model_answers_replaces_the_stored_text_once(tmp
 async def test_the_same_text_again_while_answering_does_not_start_the_answer_over(tmp_path):
     """A link preview unfolding re-sends the message with the same text: the answer in progress goes on."""
     async with rig(tmp_path, chat_model=ScriptedChatModel(no_echo)) as r:
-        chat = r.bot.get_cog("Chat")
-        real_quotes = chat.quotes
-        started = asyncio.Event()
-        gathered = 0
-
-        async def slow_quotes(items):
-            nonlocal gathered
-            gathered += 1
-            started.set()
-            await asyncio.sleep(0.3)
-            return await real_quotes(items)
-
-        chat.quotes = slow_quotes
         said = r.mentioning(ALICE, "look at https://example.com")
-        r.h.feed("MESSAGE_CREATE", said)
-        await asyncio.wait_for(started.wait(), 5)
-        r.h.feed("MESSAGE_UPDATE", partial_update(said, said["content"]))
-        await settle(r)
+        gathered = await update_while_gathering(r, said, said["content"])
         assert gathered == 1 and len(r.model.chat_calls) == 1
         assert await humans(r) == ["look at https://example.com"]
 
