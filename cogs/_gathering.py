@@ -42,6 +42,12 @@ class Turn(Generic[T]):
     restart: bool = False
     state: dict = field(default_factory=dict)  # what the runner keeps between attempts (a streamed preview)
 
+    def start_again(self, *, again: bool = True) -> None:
+        """Stop the attempt in flight; ``again``: answer the turn once more (False: it has nothing left)."""
+        self.restart = again
+        if self.attempt is not None and not self.attempt.done():
+            self.attempt.cancel()
+
 
 class ChannelTurns(Generic[T]):
     """The waiting and running turns of one channel."""
@@ -70,9 +76,7 @@ class ChannelTurns(Generic[T]):
         if current is not None and current.author_id == author_id and not current.delivered:
             current.items.append(item)
             current.not_before = now + self.gather
-            current.restart = True
-            if current.attempt is not None and not current.attempt.done():
-                current.attempt.cancel()  # answered again, with everything, once they pause
+            current.start_again()  # answered again, with everything, once they pause
             self.last_seen[author_id] = now
             return True
         for turn in self.waiting:
@@ -102,9 +106,7 @@ class ChannelTurns(Generic[T]):
         if current is not None and not current.delivered and any(match(i) for i in current.items):
             removed += [i for i in current.items if match(i)]
             current.items = [i for i in current.items if not match(i)]
-            current.restart = bool(current.items)
-            if current.attempt is not None and not current.attempt.done():
-                current.attempt.cancel()
+            current.start_again(again=bool(current.items))
         return removed
 
     def restart(self, match: Callable[[T], bool]) -> bool:
@@ -113,9 +115,7 @@ class ChannelTurns(Generic[T]):
         current = self.current
         if current is None or current.delivered or not any(match(i) for i in current.items):
             return False
-        current.restart = True
-        if current.attempt is not None and not current.attempt.done():
-            current.attempt.cancel()
+        current.start_again()
         return True
 
     def items(self) -> list[T]:

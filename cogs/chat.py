@@ -65,8 +65,7 @@ class Chat(commands.Cog):
         self.max_waiting = bot.settings.limits.max_waiting_turns
         self.channels: dict[int, ChannelTurns[Pending]] = {}
         self.starters = StarterCache()
-        self._hearing = 0  # messages being recorded without an answer right now
-        self._hearing_now: dict[int, str] = {}  # their IDs -> their latest text (an edit may come meanwhile)
+        self._hearing: dict[int, str] = {}  # messages being recorded without an answer -> their latest text
         self._deleted: dict[int, None] = {}  # recently deleted message IDs (bounded), for out-of-order events
         self._heard: dict[int, None] = {}  # recently answered message IDs (bounded): a replayed create is not
         # answered twice (a gateway RESUME can deliver a MESSAGE_CREATE this process already handled)
@@ -197,8 +196,7 @@ class Chat(commands.Cog):
 
     async def hear(self, message: discord.Message, policy: GuildPolicy, notice: str | None) -> None:
         """Record a message over a limit in the conversation, without a model call; notice if asked."""
-        self._hearing += 1
-        self._hearing_now[message.id] = message.content
+        self._hearing[message.id] = message.content  # an edit may come meanwhile (``edited``)
         try:
             item = Pending(message, policy)
             heard = await self.incoming([item], answer=False)
@@ -206,15 +204,14 @@ class Chat(commands.Cog):
                 await self.engine.hear(str(message.channel.id), heard)
             if message.id in self._deleted:  # deleted while it was being stored: the deletion may have run
                 await self.engine.messages_deleted(str(message.channel.id), {str(message.id)})  # before it
-            elif (latest := self._hearing_now.get(message.id, item.content)) != item.content:
+            elif (latest := self._hearing.get(message.id, item.content)) != item.content:
                 # edited while it was being read or stored: the edit found nothing stored yet, so it is applied now
                 text = await self.build_input(message, latest)
                 await self.engine.message_edited(str(message.channel.id), str(message.id), text)
         except Exception:  # noqa: BLE001 - logged; the notice still goes out
             log.exception("could not record message %s in channel %s", message.id, message.channel.id)
         finally:
-            self._hearing -= 1
-            self._hearing_now.pop(message.id, None)
+            self._hearing.pop(message.id, None)
         if notice:
             await self.notify(message, notice)
 
@@ -261,8 +258,8 @@ class Chat(commands.Cog):
         (``hear``) is checked again once stored. The same text again (a link preview, a pin) changes nothing.
         """
         self.starters.forget_message(message_id)
-        if message_id in self._hearing_now:
-            self._hearing_now[message_id] = content
+        if message_id in self._hearing:
+            self._hearing[message_id] = content
         turns = self.channels.get(channel_id)
         changed = False
         for item in turns.items() if turns is not None else []:
@@ -297,10 +294,8 @@ class Chat(commands.Cog):
         previous: ReplyWriter | None = turn.state.get("writer")
         writer = ReplyWriter(last, streaming=self.streaming, adopt=previous)
         turn.state["writer"] = writer
-        again = turn.state.get("tries", 0) > 0
-        turn.state["tries"] = turn.state.get("tries", 0) + 1
-        try:
-            reply = await self._think(items, writer, again=again)
+        try:  # a writer left by an earlier attempt: this one is a restart, which may find its messages stored
+            reply = await self._think(items, writer, again=previous is not None)
         except asyncio.CancelledError:
             if not turn.items:  # every message of it was deleted: no answer, and no half-written preview left
                 await asyncio.shield(writer.discard())

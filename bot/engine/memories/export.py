@@ -15,7 +15,7 @@ from typing import Annotated, Any, Sequence
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from bot.engine.errors import ImportRefused
-from bot.engine.memories.records import HistoryEntry, StoredMemory
+from bot.engine.memories.records import HistoryEntry, StoredMemory, as_utc
 
 FORMAT = "remembering-bot.memories"
 EXPORT_VERSION = 2
@@ -64,19 +64,14 @@ def _exported_entry(entry: HistoryEntry) -> dict:
     return out
 
 
-def _aware(value: datetime) -> datetime:
-    """A time without a zone (a hand-edited file) is read as UTC, as the bot writes them."""
-    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
-
-
 def _aware_text(value: str) -> str:
     try:
-        return _aware(datetime.fromisoformat(value)).isoformat()
+        return as_utc(datetime.fromisoformat(value)).isoformat()
     except ValueError:
         raise ValueError("not an ISO 8601 time") from None
 
 
-Time = Annotated[datetime, AfterValidator(_aware)]
+Time = Annotated[datetime, AfterValidator(as_utc)]
 TimeText = Annotated[str, Field(max_length=64), AfterValidator(_aware_text)]
 # Provenance holds plain values only (IDs, a source kind, a time, a flag, a count): a file nesting objects
 # in it is refused before anything is read deeper, and nothing a file says is stored as structure.

@@ -127,14 +127,18 @@ def learned_at(sources: Iterable[dict[str, Any]], now: str) -> str:
     return now if best == current else best.astimezone(timezone.utc).isoformat(timespec="microseconds")
 
 
+def as_utc(value: datetime) -> datetime:
+    """A time without a zone read as UTC, as the bot writes every time (a hand-edited import file has them)."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
 def _parse(value: Any, fallback: datetime) -> datetime:
-    """A stored time, always with a zone: one without (written by hand into an imported file before imports
-    were made to refuse them) is read as UTC, since a list that mixes the two cannot be sorted at all."""
+    """A stored time, always with a zone: one without (written into an imported file by hand, before imports
+    read such times as UTC) is read as UTC, since a list that mixes the two cannot be sorted at all."""
     try:
-        parsed = datetime.fromisoformat(str(value))
+        return as_utc(datetime.fromisoformat(str(value)))
     except ValueError:
-        parsed = fallback
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)
+        return as_utc(fallback)
 
 
 @dataclass(frozen=True)
