@@ -268,6 +268,7 @@ async def test_ask_about_this_keeps_the_answer_deadline_a_chat_answer_has(tmp_pa
 async def test_deleting_a_thread_takes_the_ask_about_this_conversations_asked_in_it(tmp_path):
     """Discord sends one THREAD_DELETE and no deletion for the thread's messages; an answer about one of
     them (which may restate it) lived on in the side conversation until the parent channel went."""
+    from tests.cogs.test_memory_controls import files_containing
     from tests.cogs.test_message_events import settle
 
     def repeats_quote(call):
@@ -279,7 +280,7 @@ async def test_deleting_a_thread_takes_the_ask_about_this_conversations_asked_in
     async with rig(tmp_path, chat_model=ScriptedChatModel(repeats_quote)) as r:
         bob = said(r, BOB, "secret_launch_codeword in the thread", channel_id=THREAD)
         await r.h.invoke_context_menu("Ask about this", bob, user=ALICE, channel_id=THREAD)
-        elsewhere = said(r, BOB, "the other channel's secret_launch_codeword", channel_id=GENERAL)
+        elsewhere = said(r, BOB, "the other channel's plain news", channel_id=GENERAL)
         await r.h.invoke_context_menu("Ask about this", elsewhere, user=ALICE, channel_id=GENERAL)
         ask = side_thread(THREAD, ALICE["id"])
         assert (await r.engine.thread_state(ask)).get("messages")
@@ -287,3 +288,4 @@ async def test_deleting_a_thread_takes_the_ask_about_this_conversations_asked_in
         await settle(r)
         assert not (await r.engine.thread_state(ask)).get("messages")
         assert (await r.engine.thread_state(side_thread(GENERAL, ALICE["id"]))).get("messages")  # not the channel's
+        assert files_containing(r.data_dir, "secret_launch_codeword") == []  # no byte of it left in any file
