@@ -14,7 +14,9 @@ This is the one place that decides; the chat graph and ``benchmarks/recall.py`` 
   memories and says nothing about which one matters);
 - recency: the memory's rank by when it was last changed, so of two equally relevant facts the newer wins;
 - time: when the message names a time ("last year", "in May", "two weeks ago", relative to the message's
-  own date ``now``), memories dated inside it gain; a "when" question prefers facts whose text carries a time;
+  own date ``now``), memories dated inside it gain, and that phrase is left out of the words and the vector
+  compared (it has become dates; left in, "last month" matches every memory that says "last week"); a "when"
+  question prefers facts whose text carries a time;
 - second round: the centre of the first round's few best memories' vectors is a second query (no second
   embedding); memories near it gain a little, since an answer's other facts sit near the one that matched;
 - coverage: an answer often needs facts that share nothing with the question (her sister's name, then the
@@ -38,6 +40,7 @@ from typing import Literal, Sequence
 
 from bot.engine.memories.records import StoredMemory
 from bot.engine.recall.lexical import bm25_scores, estimate_tokens
+from bot.engine.recall.temporal import without_time
 from bot.engine.recall.boosts import best_with_strength, conversation_cosines, coverage_boost, temporal_boost
 from bot.engine.recall.vectors import Relevance, SemanticIndex
 from bot.engine.recall.weights import DEFAULT_WEIGHTS, Weights
@@ -215,7 +218,7 @@ def score_memories(
     """
     cosines = (conversation_cosines(memories, relevance.cosines, relevance.vectors, weights)
                if relevance is not None else None)
-    scores = fused_scores(memories, query, cosines, mode=mode, weights=weights,
+    scores = fused_scores(memories, without_time(query, now), cosines, mode=mode, weights=weights,
                           hubness=relevance.hubness if relevance else None)
     boost = temporal_boost(memories, query, now, weights)
     if boost is not None:
@@ -258,7 +261,7 @@ async def choose_memories(
     if fits(ordered, budget_tokens):
         return Selection(ordered, sum(line_tokens(m) for m in ordered), len(memories), "all")
     query = third_person(query, speaker)
-    found = (await index.relevance(user_id, memories, query, about=speaker, name_share=weights.name,
+    found = (await index.relevance(user_id, memories, without_time(query, now), about=speaker, name_share=weights.name,
                                    hub_name_share=weights.hub_name)
              if index is not None and mode != "lexical" else None)
     method = mode if found is not None else "lexical"

@@ -60,53 +60,78 @@ def time_window(query: str, now: datetime | None) -> Window | None:
     A bare month means its latest occurrence not after ``now`` ("in May" asked in March 2024 is May 2023).
     Without ``now`` only absolute times (a month with its year, a year) are understood.
     """
+    found = _named_time(query, now)
+    return found[0] if found is not None else None
+
+
+def without_time(query: str, now: datetime | None) -> str:
+    """The query without the time phrase ``time_window`` read from it ("what did Ann buy last month?" ->
+    "what did Ann buy?").
+
+    Once the phrase is a window of dates it has done its work. Left in the words that are compared, "last
+    month" matches every memory that says "last week" ("harvested runner beans last week") better than the
+    purchase that was asked about, whose text names no time at all.
+    """
+    found = _named_time(query, now)
+    if found is None:
+        return query
+    start, end = found[1]
+    return re.sub(r"\s+([?!.,])", r"\1", f"{query[:start].rstrip()} {query[end:].lstrip()}").strip()
+
+
+def _named_time(query: str, now: datetime | None) -> tuple[Window, tuple[int, int]] | None:
+    """The window the query names and where in the query it is named."""
     now = _utc(now) if now is not None else None
     text = query.lower()
-    if m := _MONTH.search(text):
+    if m := _MONTH.search(query):
         name, year = m.group(1).lower(), m.group(2)
         month = MONTHS[name]
         if name == "may" and not year and not re.search(r"\b(in|during|of|since|by|early|late|mid-?)\s+may\b", text):
             m = None  # "may" the verb
         elif year:
-            return _month_span(int(year), month)
+            return _month_span(int(year), month), m.span()
         elif now is not None:
             y = now.year if month <= now.month else now.year - 1
-            return _month_span(y, month)
+            return _month_span(y, month), m.span()
     if now is None:
-        if y := _YEAR.search(text):
+        if y := _YEAR.search(query):
             year = int(y.group(1))
-            return datetime(year, 1, 1, tzinfo=timezone.utc), datetime(year + 1, 1, 1, tzinfo=timezone.utc)
+            return (datetime(year, 1, 1, tzinfo=timezone.utc), datetime(year + 1, 1, 1, tzinfo=timezone.utc)), y.span()
         return None
-    if _YESTERDAY.search(text):
-        return now - timedelta(days=2), now
-    if _LAST_YEAR_OTHER.search(text):
-        return datetime(now.year - 1, 1, 1, tzinfo=timezone.utc), datetime(now.year, 1, 1, tzinfo=timezone.utc)
-    if m := _AGO.search(text):
+    if m := _YESTERDAY.search(query):
+        return (now - timedelta(days=2), now), m.span()
+    if m := _LAST_YEAR_OTHER.search(query):
+        return (datetime(now.year - 1, 1, 1, tzinfo=timezone.utc), datetime(now.year, 1, 1, tzinfo=timezone.utc)), m.span()
+    if m := _AGO.search(query):
         count = int(m.group(1)) if m.group(1).isdigit() else NUMBERS[m.group(1).lower()]
         days = count * UNITS[m.group(2).lower()]
         slack = max(2, days // 3)
-        return now - timedelta(days=days + slack), now - timedelta(days=max(0, days - slack))
-    if m := _RELATIVE.search(text):
-        which, unit = m.group(1).lower(), m.group(2).lower()
-        if unit in ("week", "weekend"):
-            return (now - timedelta(days=14), now) if which != "this" else (now - timedelta(days=7), now)
-        if unit == "month":
-            return (now - timedelta(days=45), now) if which != "this" else (now - timedelta(days=31), now)
-        if unit == "year":
-            if which == "this":
-                return datetime(now.year, 1, 1, tzinfo=timezone.utc), now
-            if which == "past":
-                return now - timedelta(days=365), now
-            return datetime(now.year - 1, 1, 1, tzinfo=timezone.utc), datetime(now.year, 1, 1, tzinfo=timezone.utc)
-        first, last = SEASONS[unit]
-        year = now.year if which == "this" else now.year - 1
-        if first > last:  # winter runs over the new year
-            return datetime(year - 1, first, 1, tzinfo=timezone.utc), _month_span(year, last)[1]
-        return _month_span(year, first)[0], _month_span(year, last)[1]
-    if y := _YEAR.search(text):
+        return (now - timedelta(days=days + slack), now - timedelta(days=max(0, days - slack))), m.span()
+    if m := _RELATIVE.search(query):
+        return _relative(m.group(1).lower(), m.group(2).lower(), now), m.span()
+    if y := _YEAR.search(query):
         year = int(y.group(1))
-        return datetime(year, 1, 1, tzinfo=timezone.utc), datetime(year + 1, 1, 1, tzinfo=timezone.utc)
+        return (datetime(year, 1, 1, tzinfo=timezone.utc), datetime(year + 1, 1, 1, tzinfo=timezone.utc)), y.span()
     return None
+
+
+def _relative(which: str, unit: str, now: datetime) -> Window:
+    """"last/this/past/previous" with a week, month, year or season."""
+    if unit in ("week", "weekend"):
+        return (now - timedelta(days=14), now) if which != "this" else (now - timedelta(days=7), now)
+    if unit == "month":
+        return (now - timedelta(days=45), now) if which != "this" else (now - timedelta(days=31), now)
+    if unit == "year":
+        if which == "this":
+            return datetime(now.year, 1, 1, tzinfo=timezone.utc), now
+        if which == "past":
+            return now - timedelta(days=365), now
+        return datetime(now.year - 1, 1, 1, tzinfo=timezone.utc), datetime(now.year, 1, 1, tzinfo=timezone.utc)
+    first, last = SEASONS[unit]
+    year = now.year if which == "this" else now.year - 1
+    if first > last:  # winter runs over the new year
+        return datetime(year - 1, first, 1, tzinfo=timezone.utc), _month_span(year, last)[1]
+    return _month_span(year, first)[0], _month_span(year, last)[1]
 
 
 def asks_when(query: str) -> bool:

@@ -171,3 +171,40 @@ async def test_a_fact_learned_in_the_conversation_of_the_match_wins_over_an_equa
     for alone in (dataclasses.replace(no_loan, conversation=0.0), dataclasses.replace(no_loan, mate=0.0)):
         picked = await choose_memories(memories, question, budget, user_id="u1", index=index, weights=alone)
         assert picked.memories == [beagle, leash]  # either the mean or the best mate is enough here
+
+
+async def test_the_time_a_question_names_is_not_compared_as_words():
+    """"What did I purchase last month?" with the real model: the time phrase becomes a window of dates, and
+    only the rest is compared. Left in, "last month" matched every "... last week" of everyday chatter better
+    than the camper van, whose text names no time (on the hard set's tune split, a purchase at rank 47-173)."""
+    from bot.engine.recall import choose
+    from bot.engine.recall.choose import line_tokens
+    from bot.engine.recall.embedders import local_embedder, local_model_installed
+
+    if not local_model_installed("onnx"):
+        pytest.skip("the onnx embedded model is not installed")
+    now = datetime(2024, 4, 7, 12, tzinfo=timezone.utc)
+
+    def said(key: str, text: str, days_ago: int) -> StoredMemory:
+        return StoredMemory(key, text, {}, now - timedelta(days=days_ago), now - timedelta(days=days_ago))
+
+    chatter = ["Ann harvested runner beans last week.", "Ann gave away lavender last week.",
+               "Ann shared a curry from scratch last week.", "Ann pruned the roses last week.",
+               "Ann met up with a godchild last week."]
+    van = said("van", "Ann treated herself to a second-hand camper van.", 20)
+    memories = [said(f"c{i}", text, 5 + 7 * i) for i, text in enumerate(chatter)] + [van]
+    index = SemanticIndex(local_embedder("onnx"), MemoryVectorCache())
+    await index.index("u", memories)
+
+    async def first(question: str) -> list[StoredMemory]:
+        picked = await choose_memories(memories, question, line_tokens(van), user_id="u", index=index, now=now,
+                                       speaker="Ann")
+        return picked.memories
+
+    assert await first("What did I purchase last month?") == [van]
+    kept = choose.without_time
+    try:
+        choose.without_time = lambda query, now: query  # the phrase left in: the chatter wins
+        assert await first("What did I purchase last month?") != [van]
+    finally:
+        choose.without_time = kept

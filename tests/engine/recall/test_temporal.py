@@ -12,6 +12,7 @@ from bot.engine.recall.temporal import (
     message_time,
     reply_time,
     time_window,
+    without_time,
 )
 
 NOW = datetime(2024, 3, 5, 12, tzinfo=timezone.utc)
@@ -74,3 +75,15 @@ def test_the_message_date_comes_from_its_metadata_else_the_clock():
     assert reply_time([human, bot]) == NOW
     undated = SimpleNamespace(type="human", additional_kwargs={})
     assert reply_time([human, undated]).tzinfo is not None  # the latest human message has none: the clock
+
+
+def test_the_time_phrase_read_as_a_window_leaves_the_words_to_compare():
+    assert without_time("What did Ann buy last month?", NOW) == "What did Ann buy?"
+    assert without_time("When did I go camping in May?", NOW) == "When did I go camping?"
+    assert without_time("Where did Ann travel in October 2022, then?", None) == "Where did Ann travel, then?"
+    assert without_time("What did Ann do two weeks ago?", NOW) == "What did Ann do?"
+    assert without_time("¿Qué hizo Ann el año pasado?", NOW) == "¿Qué hizo Ann?"
+    assert without_time("What did Ann do yesterday", NOW) == "What did Ann do"
+    assert without_time("May I ask what Ann likes?", NOW) == "May I ask what Ann likes?"  # "may" the verb
+    assert without_time("What did Ann buy last month?", None) == "What did Ann buy last month?"  # no window
+    assert without_time("What does Ann like?", NOW) == "What does Ann like?"
