@@ -37,6 +37,9 @@ _YESTERDAY = re.compile(r"\b(yesterday|gestern|ayer)\b", re.IGNORECASE)
 _LAST_YEAR_OTHER = re.compile(r"\b(letztes jahr|letzten jahr|el año pasado|año pasado)\b", re.IGNORECASE)
 _WHEN = re.compile(r"\b(when|what date|what day|what month|what year|how long ago|since when|wann|cuándo|cuando)\b",
                    re.IGNORECASE)
+_QUESTION_WORD = re.compile(r"\b(what date|what day|what month|what year|how long ago|since when|when|wann|cuándo|"
+                            r"cuando|what|which|who|whom|whose|where|why|how)\b", re.IGNORECASE)
+_SENTENCES = re.compile(r"[.?!\n]+")
 _DATED = re.compile(rf"\b({_MONTH_RE}|yesterday|today|tonight|last (?:week|month|year|weekend|night)|ago|"
                     r"(?:19|20)\d{2}|monday|tuesday|wednesday|thursday|friday|saturday|sunday|next (?:week|month|year|"
                     r"spring|summer|autumn|winter))\b", re.IGNORECASE)
@@ -135,8 +138,17 @@ def _relative(which: str, unit: str, now: datetime) -> Window:
 
 
 def asks_when(query: str) -> bool:
-    """Whether the question asks for a time ("when did ...", "what month ...")."""
-    return bool(_WHEN.search(query))
+    """Whether the question asks for a time ("when did ...", "what month ...", "do you remember when ...").
+
+    Per sentence, the first question word decides: in "what should the host skip when Emeric comes to
+    dinner?" the question is "what", and "when" only joins two clauses, so the facts that carry a date are
+    not what it asks for.
+    """
+    for sentence in _SENTENCES.split(query):
+        first = _QUESTION_WORD.search(sentence)
+        if first is not None and _WHEN.fullmatch(first.group(0)):
+            return True
+    return False
 
 
 @functools.lru_cache(maxsize=65_536)

@@ -55,6 +55,17 @@ def test_without_now_only_absolute_times():
 def test_when_questions_and_dated_facts():
     assert asks_when("When did Ann go camping?") and asks_when("Wann war das?")
     assert not asks_when("What is Ann's dog called?")
+
+
+def test_a_when_that_joins_two_clauses_does_not_ask_for_a_time():
+    """The first question word of a sentence decides; the query holds the recent turns, one per line."""
+    assert not asks_when("What should the host skip when Emeric comes to the barbecue?")
+    assert not asks_when("What did I do when I was in Paris?")
+    assert asks_when("What did I do when I was in Paris? When was that?")
+    assert asks_when("Do you remember when I went camping?")
+    assert asks_when("thanks!\nwhen did I move to Porto")
+    assert asks_when("What month did Ann move?") and asks_when("How long ago did Ann move?")
+    assert asks_when("¿Cuándo fue Ann al hospital?")
     assert mentions_time("Ann went to Crete last week.") and mentions_time("Ann's sister marries in June.")
     assert not mentions_time("Ann likes tea.")
 
