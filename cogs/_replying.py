@@ -38,6 +38,29 @@ async def typing_indicator(channel: discord.abc.Messageable) -> AsyncIterator[No
             await indicator.__aexit__(None, None, None)
 
 
+REPLY_NEEDS_HISTORY = 160002  # Discord: "Cannot reply without permission to read message history"
+
+
+def may_speak(message: discord.Message) -> bool:
+    """Whether the bot may post where ``message`` was sent: Send Messages in a channel, Send Messages in
+    Threads in a thread (and Manage Threads once it is locked). DMs always; unknown permissions count as
+    allowed (Discord's refusal is then handled like any failed send)."""
+    me = message.guild.me if message.guild is not None else None
+    if me is None:
+        return True
+    channel = message.channel
+    perms = channel.permissions_for(me)
+    if isinstance(channel, discord.Thread):
+        return perms.send_messages_in_threads and (not channel.locked or perms.manage_threads)
+    return perms.send_messages
+
+
+def _may_quote(message: discord.Message) -> bool:
+    """A reply (a message reference) needs Read Message History in servers; DMs always allow it."""
+    me = message.guild.me if message.guild is not None else None
+    return me is None or message.channel.permissions_for(me).read_message_history
+
+
 async def reply_to(trigger: discord.Message, text: str) -> discord.Message:
     """Send ``text`` as a reply to ``trigger``, without pings, and as a plain message if it is gone.
 
@@ -45,9 +68,20 @@ async def reply_to(trigger: discord.Message, text: str) -> discord.Message:
     person deleted their message, the reply is refused (400, unknown message) and the answer is lost,
     including the part of it meant for their other messages of the same turn. With it false, Discord posts
     it without the reference, and the deletion's own handling removes it if the server asked for that.
+
+    Discord also refuses every reply (403, 160002) from a bot without Read Message History in the channel:
+    there the answer goes out as a plain message, decided from the cached permissions and, when those are
+    stale, from the refusal itself.
     """
-    return await trigger.channel.send(text, reference=trigger.to_reference(fail_if_not_exists=False),
-                                      allowed_mentions=NO_PINGS, mention_author=False)
+    if _may_quote(trigger):
+        try:
+            return await trigger.channel.send(text, reference=trigger.to_reference(fail_if_not_exists=False),
+                                              allowed_mentions=NO_PINGS, mention_author=False)
+        except discord.Forbidden as exc:
+            if exc.code != REPLY_NEEDS_HISTORY:
+                raise
+            log.info("no Read Message History in channel %s: sending without the reply", trigger.channel.id)
+    return await trigger.channel.send(text, allowed_mentions=NO_PINGS)
 
 
 class ReplyWriter:

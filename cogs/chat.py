@@ -27,7 +27,7 @@ from cogs._context import StarterCache, carried_quotes, channel_context, reply_c
 from cogs._gate import access_allows
 from cogs._input import input_builder
 from cogs._gathering import ChannelTurns, Turn
-from cogs._replying import ReplyWriter, reply_to, typing_indicator
+from cogs._replying import ReplyWriter, may_speak, reply_to, typing_indicator
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +170,10 @@ class Chat(commands.Cog):
         if not self.should_answer(message, policy) or not access_allows(message, self.access):
             return
         if message.id in self._deleted:  # deleted before its create was handled: nothing to answer or keep
+            return
+        if not may_speak(message):  # an answer would be refused: no model call, nothing kept
+            log.info("addressed in channel %s, where the bot may not send messages; not answered",
+                     message.channel.id)
             return
         if message.id in self._heard:
             log.debug("message %s was delivered again; it is answered once", message.id)

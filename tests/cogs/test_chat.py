@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import discord
+
 from langchain_core.messages import HumanMessage
 
 from tests.cogs.conftest import (
@@ -328,3 +330,39 @@ async def test_waiting_behind_a_slow_summary_does_not_count_against_the_deadline
             await asyncio.sleep(0.05)
         last = r.h.sent_messages(GENERAL)[-1]
     assert last.content.endswith("four"), last.content
+
+
+async def test_without_read_message_history_the_answer_goes_out_as_a_plain_message(r):
+    """Discord refuses a reply (403, code 160002) from a bot that may not read the channel's history; the
+    answer is then a plain message, not lost to an apology that would be refused the same way."""
+    deny = dh.overwrite(dh.BOT_ID, member=True, deny=discord.Permissions(read_message_history=True).value)
+    r.h.feed("CHANNEL_UPDATE", dh.text_channel(GENERAL, GUILD_ID, "general", permission_overwrites=[deny]))
+    await r.h.send_message(r.mentioning(ALICE, "what is a good name for a cat?"))
+    (sent,) = r.h.sent_messages(GENERAL)
+    assert "message_reference" not in sent.json or sent.json["message_reference"] is None
+    assert "what is a good name for a cat?" in sent.content and "Sorry" not in sent.content
+
+
+async def test_a_reply_refused_for_history_is_sent_again_without_the_reference(r):
+    """Permissions the bot has cached can be stale: Discord's 160002 itself makes it send without replying."""
+    def refuse_replies(call):
+        if call.json.get("message_reference"):
+            raise dh.http_error(403, 160002, "Cannot reply without permission to read message history")
+        return r.h._new_message(int(call.params["channel_id"]), call)
+
+    r.h.on("POST", "/channels/{channel_id}/messages", refuse_replies)
+    await r.h.send_message(r.mentioning(ALICE, "hello again"))
+    (sent,) = [c for c in r.h.sent_messages(GENERAL) if c.response]
+    assert "hello again" in sent.content and not sent.json.get("message_reference")
+
+
+async def test_where_the_bot_may_not_send_it_does_not_call_the_model(r):
+    """No Send Messages in a channel (or in its threads): a mention there costs no model call and no post."""
+    deny = dh.overwrite(dh.BOT_ID, member=True, deny=discord.Permissions(send_messages=True).value)
+    r.h.feed("CHANNEL_UPDATE", dh.text_channel(GENERAL, GUILD_ID, "general", permission_overwrites=[deny]))
+    calls = await r.h.send_message(r.mentioning(ALICE, "are you there?"))
+    assert r.model.calls == []
+    assert not [c for c in calls if c.method == "POST" and c.template == "/channels/{channel_id}/messages"]
+    # A thread needs Send Messages in Threads, which the channel's overwrite left alone: answered there.
+    await r.h.send_message(r.mentioning(ALICE, "and in the thread?", channel_id=THREAD))
+    assert r.h.sent_messages(THREAD) and len(r.model.chat_calls) == 1

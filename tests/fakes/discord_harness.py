@@ -715,6 +715,8 @@ class DiscordHarness:
         """Bot-authored message as the REST API returns it (REST responses carry no guild_id/member)."""
         body = c.body if body is None else body
         ref = body.get('message_reference')
+        if ctx is None:
+            self._may_post(channel_id, reply=bool(ref))
         if ref and ctx is None and int(ref['message_id']) not in self.messages:
             # Discord's rule: a reply to a message that is gone is refused unless the reference says
             # fail_if_not_exists=false (its default is true), and then it is posted without the reference.
@@ -736,6 +738,23 @@ class DiscordHarness:
                                              'authorizing_integration_owners': ctx['authorizing_integration_owners']})
         self.messages[int(msg['id'])] = msg
         return msg
+
+    def _may_post(self, channel_id: int, *, reply: bool) -> None:
+        """Discord's rules for the bot's own POST in a server channel: Send Messages (in Threads, and a
+        locked thread needs Manage Threads) or 403 50013; a reply also needs Read Message History or 403
+        160002. Interaction responses and followups go through the webhook and are not checked."""
+        ch = self.bot.get_channel(int(channel_id))
+        if getattr(ch, 'guild', None) is None:
+            return
+        perms = discord.Permissions(self.permissions_for(self.bot_user, channel_id))
+        if isinstance(ch, discord.Thread):
+            allowed = perms.send_messages_in_threads and (not ch.locked or perms.manage_threads)
+        else:
+            allowed = perms.send_messages
+        if not (perms.view_channel and allowed):
+            raise http_error(403, 50013, 'Missing Permissions')
+        if reply and not perms.read_message_history:
+            raise http_error(403, 160002, 'Cannot reply without permission to read message history')
 
     def _edit(self, message_id: Optional[int], c: Call) -> dict:
         msg, body = self._stored(message_id), c.body
