@@ -38,6 +38,9 @@ def origin_of(interaction: discord.Interaction, message: discord.Message | None 
             "message_id": str(message.id) if message is not None else "", "source": "user"}
 
 
+AUTOCOMPLETE_SECONDS = 2.0  # of Discord's 3-second deadline, leaving the rest for the network
+
+
 async def reply(interaction: discord.Interaction, content: str | None = None, **kwargs) -> None:
     """An ephemeral followup (every memory answer is one)."""
     await interaction.followup.send(content, ephemeral=True, **kwargs)
@@ -94,8 +97,15 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         await reply(interaction, content, **kwargs)
 
     async def own_memory_choices(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
+        """The person's memories matching what they typed. Discord drops an autocomplete answered after 3
+        seconds ("Loading options failed"): a slow or failing store gives an empty list in time instead,
+        and the command itself (which defers) still takes a memory's ID typed by hand."""
         needle = current.lower().strip()
-        memories = await self.engine.list_memories(interaction.user.id)
+        try:
+            memories = await asyncio.wait_for(self.engine.list_memories(interaction.user.id), AUTOCOMPLETE_SECONDS)
+        except Exception as exc:  # noqa: BLE001 - a timeout or an outage: no suggestions, logged
+            log.warning("memory suggestions for an autocomplete failed: %r", exc)
+            return []
         hits = [m for m in reversed(memories) if not needle or needle in m.content.lower() or m.short_id.startswith(needle)]
         return [app_commands.Choice(name=f"{m.short_id} · {m.content}"[:100], value=m.key) for m in hits[:25]]
 

@@ -32,7 +32,16 @@ class SettingRefused(ValueError):
 
 
 class ImportRefused(ValueError):
-    """Why a file cannot be imported, in words for the person."""
+    """Why a file cannot be imported, in words for the person.
+
+    The reason quotes the file (its version, the key where it is not valid), which the file can make
+    thousands of characters long; it goes into a Discord answer of at most 2,000, so it is cut here, once.
+    """
+
+    LIMIT = 300
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason if len(reason) <= self.LIMIT else reason[: self.LIMIT - 1] + "\u2026")
 
 
 class ExtractionInterrupted(RuntimeError):

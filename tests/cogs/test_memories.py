@@ -182,3 +182,26 @@ def test_a_memory_reads_as_learned_when_first_learned_not_when_last_patched():
     line = describe(None, patched)
     assert line.endswith(f"learned <t:{int(learned.timestamp())}:R> in a DM")
     assert str(int((learned + timedelta(days=30)).timestamp())) not in line
+
+
+async def test_suggestions_answer_in_time_even_when_the_store_is_slow_or_down(r, monkeypatch):
+    """Discord drops an autocomplete answered after 3 seconds: a slow or failing store gives an empty list
+    (an answer, in time), not silence that shows the member "Loading options failed"."""
+    import asyncio
+    import sys
+
+    await seed(r, ALICE, ["Alice likes tea"])
+
+    async def slow(user_id):
+        await asyncio.sleep(30)
+
+    async def down(user_id):
+        raise OSError("database is down")
+
+    monkeypatch.setattr(sys.modules["cogs.memories"], "AUTOCOMPLETE_SECONDS", 0.05)  # the loaded extension
+    for failing in (slow, down):
+        monkeypatch.setattr(r.engine, "list_memories", failing)
+        res = await r.h._interact(4, ALICE, GENERAL, r.h._slash_data("memories delete", ALICE, GENERAL,
+                                                                      {"memory": "tea"}, "memory"))
+        (answer,) = [c for c in res if c.callback_type == 8]
+        assert answer.body.get("choices") == []

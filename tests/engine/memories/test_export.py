@@ -100,3 +100,16 @@ def test_a_moderators_id_is_not_handed_to_the_member_they_purged():
     exported = export_memories("7", [], lines)["history"]
     assert exported[0]["actor"] == "moderator" and exported[0]["actor_id"] is None
     assert exported[1]["actor_id"] == "7"  # their own actions keep their own ID
+
+
+@pytest.mark.parametrize("document", [
+    lambda: _doc().replace(b'"version": 2', b'"version": "' + b"v" * 5000 + b'"'),
+    lambda: _doc(origin={"guild_id": "dm", "k" * 5000: 1}),
+    lambda: _doc(content=None, **{"x" * 3000: "y"}),
+])
+def test_a_refusal_stays_one_short_sentence_whatever_the_file_holds(document):
+    """The reason goes into an ephemeral answer (2,000 characters at most, with the sentence around it): a
+    version or a key the file makes thousands of characters long is cut, not sent back whole."""
+    with pytest.raises(ImportRefused) as refused:
+        parse_import(document(), "7")
+    assert 0 < len(str(refused.value)) <= 300
