@@ -18,8 +18,8 @@ _FENCE_ROOM = 40  # room for a closing fence and a reopened "```language" line
 def _fence_after(state: str | None, line: str) -> str | None:
     """The open fence (its opening line) after ``line``, given the one before it."""
     stripped = line.strip()
-    if not stripped.startswith("```"):
-        return state
+    if not stripped.startswith("```") or stripped.count("```") % 2 == 0:
+        return state  # prose, or a block opened and closed on this one line ("```x = 1```")
     if state is not None:
         return None
     # Reopen with the fence and its language only: the opening line may carry content (even a whole

@@ -71,3 +71,15 @@ def test_random_text_never_makes_an_oversize_or_unbalanced_part():
         for part in split_message(text):
             assert 0 < len(part) <= 2000
             assert fences_balanced(part)
+
+
+def test_a_code_block_on_one_line_opens_nothing():
+    """"```x = 1```" opens and closes on its line: the text after it is prose, not code, so no part gets a
+    closing fence of its own (which Discord would show as an empty block) or prose wrapped as code."""
+    prose = "\n\n".join("A paragraph about bakeries and bikes, long enough to need cutting. " * 3 for _ in range(30))
+    text = "Try ```x = 1``` here, or:\n```x = 1```\n\n" + prose
+    parts = split_message(text)
+    assert len(parts) >= 2 and all(len(p) <= 2000 for p in parts)
+    assert parts[0].startswith("Try ```x = 1``` here")
+    assert all(p.count("```") % 2 == 0 for p in parts), [p[-40:] for p in parts]
+    assert split_message("```x = 1```") == ["```x = 1```"]
