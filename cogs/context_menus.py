@@ -40,7 +40,7 @@ from cogs._installs import guild_installed
 from cogs.memories import origin_of, reply, teach
 from cogs.moderation import has_server_wide_manage_messages, in_server, purge
 from cogs.chat import APOLOGY, OUT_OF_BUDGET, speaker_name_text
-from cogs.views import confirm
+from cogs.views import confirm, start_work
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class ContextMenus(commands.Cog):
                                    cancelled="Cancelled: nothing was forgotten.")
         if not ok:
             return
-        await button.response.defer()
+        await start_work(button)
         changes = await self.engine.delete_memories(interaction.user.id, [m.key for m in learned],
                                                     by=Actor("user", str(interaction.user.id)))
         await button.edit_original_response(content=f"Forgotten: {len(changes.deleted)} memories.", view=None)

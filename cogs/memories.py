@@ -22,7 +22,7 @@ from bot.engine import (MAX_CONTENT, MAX_IMPORT_BYTES, Actor, ImportRefused, Sto
                         parse_import)
 from cogs import _memory_format as fmt
 from cogs._installs import NOT_A_MEMBER, bot_in_server, memory_place
-from cogs.views import PagerView, confirm
+from cogs.views import PagerView, confirm, start_work
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
                                    confirm_label="Delete", cancelled="Cancelled: nothing was deleted.")
         if not ok:
             return
-        await button.response.defer()
+        await start_work(button)
         await self.engine.delete_memories(interaction.user.id, [found.key], by=self.actor(interaction))
         await button.edit_original_response(content=f"Deleted `{found.short_id}`: {fmt.clip(found.content)}", view=None)
 
@@ -221,7 +221,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
                                    cancelled="Cancelled: nothing was forgotten.")
         if not ok:
             return
-        await button.response.defer()
+        await start_work(button)
         changes = await self.engine.delete_memories(interaction.user.id, [m.key for m in matches], by=self.actor(interaction))
         await button.edit_original_response(content=f"Forgotten: {len(changes.deleted)} memories.", view=None)
 
@@ -240,7 +240,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         )
         if not ok:
             return
-        await button.response.defer()  # erasing every conversation can take longer than 3 seconds
+        await start_work(button)  # answered now: erasing every conversation can take longer than 3 seconds
         result = await self.engine.erase_person(interaction.user.id)
         log.info("user %s wiped their data: %d memories, %d messages", interaction.user.id, result.memories, result.messages)
         await button.edit_original_response(
@@ -280,7 +280,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
             confirm_label="Import", cancelled="Cancelled: nothing was imported.")
         if not ok:
             return
-        await button.response.defer()
+        await start_work(button)
         count = await self.engine.restore_memories(interaction.user.id, memories, history)
         await button.edit_original_response(content=f"Imported {count} memories.", view=None)
 

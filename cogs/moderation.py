@@ -29,7 +29,7 @@ from bot.client import MemoryBot
 from bot.engine import Actor
 from cogs._installs import guild_installed
 from cogs._modlog import post_mod_log
-from cogs.views import confirm, still_allowed
+from cogs.views import confirm, start_work, still_allowed
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("bot.audit")
@@ -95,7 +95,7 @@ async def purge(bot: MemoryBot, interaction: discord.Interaction, member: discor
     if not await still_allowed(button, has_server_wide_manage_messages,
                                "You no longer have the Manage Messages permission: nothing was removed."):
         return
-    await button.response.defer()  # erasing every conversation can take longer than 3 seconds
+    await start_work(button)  # answered now: erasing every conversation can take longer than 3 seconds
     result = await bot.engine.erase_person(
         member.id, guild_id=str(guild.id), by=Actor("moderator", str(interaction.user.id))
     )

@@ -29,7 +29,7 @@ from bot.client import MemoryBot
 from bot.engine import OPERATOR, Edit, GuildPolicy, SettingRefused, channel_listed, channel_persona, reset, set_field
 from cogs._installs import guild_installed
 from cogs._modlog import post_mod_log
-from cogs.views import confirm, still_allowed
+from cogs.views import confirm, start_work, still_allowed
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("bot.audit")
@@ -143,7 +143,7 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         if not await still_allowed(button, has_manage_server,
                                    "You no longer have the Manage Server permission: nothing was changed."):
             return
-        await button.response.defer()
+        await start_work(button)
         try:
             _, after = await self.bot.engine.change_settings(guild.id, edit, by=str(button.user.id))
         except SettingRefused as refused:  # someone else changed something meanwhile

@@ -68,7 +68,10 @@ async def confirm(
     await interaction.followup.send(question, view=view, ephemeral=True, wait=True, **extra)
     timed_out = await view.wait()
     if timed_out or view.value is None:
-        await interaction.edit_original_response(content="Timed out: nothing was changed.", view=None, **gone)
+        try:
+            await interaction.edit_original_response(content="Timed out: nothing was changed.", view=None, **gone)
+        except discord.HTTPException:
+            pass  # the person dismissed the prompt (10008) or the token expired: nothing left to tidy
         return False, None
     if not view.value:
         await view.interaction.response.edit_message(content=cancelled, view=None, **gone)
@@ -114,6 +117,17 @@ class PagerView(OwnedView):
         self.index = min(len(self.pages) - 1, self.index + 1)
         await self._show(interaction)
 
+
+
+async def start_work(button: discord.Interaction) -> None:
+    """Answer the Confirm click by taking the buttons off the prompt, before the work begins.
+
+    The work (an erasure, a settings change) can outlast Discord's 3 seconds, so the click must be answered
+    first; answering it with a bare defer left Confirm and Cancel live until the final edit, and when the
+    work failed (the database down) there was none: the person saw the apology beside a Confirm button
+    whose click Discord then reports as "This interaction failed". The caller's last edit says what was done.
+    """
+    await button.response.edit_message(view=None)
 
 
 async def still_allowed(button: discord.Interaction, check: Callable[[discord.Interaction], bool], refusal: str) -> bool:

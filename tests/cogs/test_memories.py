@@ -119,7 +119,7 @@ async def test_wipe_acts_only_after_the_callers_confirm(r):
     assert refused[0].ephemeral and "aren't for you" in refused[0].content
     assert len(await r.engine.memories.list(str(ALICE["id"]))) == 3
     done = await click_erasure(r, button(prompt, "Wipe"), prompt.message, user=ALICE)
-    assert done[0].callback_type == 6  # deferred: erasing can take longer than Discord's 3 seconds
+    assert done[0].callback_type == 7 and done[0].components == []  # answered at once: the buttons go first
     assert "deleted 3 memories" in done[-1].content and done[-1].components == []
     assert await r.engine.memories.list(str(ALICE["id"])) == []
     assert len(await r.engine.memories.list(str(BOB["id"]))) == 1
@@ -205,3 +205,21 @@ async def test_suggestions_answer_in_time_even_when_the_store_is_slow_or_down(r,
                                                                       {"memory": "tea"}, "memory"))
         (answer,) = [c for c in res if c.callback_type == 8]
         assert answer.body.get("choices") == []
+
+
+async def test_a_confirmed_action_that_fails_leaves_no_live_button_behind(r, monkeypatch):
+    """The buttons go the moment Confirm is pressed: when the work then fails (the database is down), the
+    person gets the apology and a prompt without buttons, not a Delete that answers "interaction failed"."""
+    (key,) = await seed(r, ALICE, ["Alice likes tea"])
+
+    async def down(*args, **kwargs):
+        raise OSError("database is down")
+
+    monkeypatch.setattr(r.engine, "delete_memories", down)
+    res = await r.h.invoke_slash("memories delete", user=ALICE, channel_id=GENERAL, options={"memory": key})
+    prompt = res[-1]
+    await r.h.click(button(prompt, "Delete"), prompt.message, user=ALICE)
+    await r.h.settle()
+    assert r.h.messages[int(prompt.message["id"])]["components"] == []
+    assert any("Something went wrong" in (c.content or "") for c in r.h.calls if c.body)
+    assert len(await r.engine.memories.list(str(ALICE["id"]))) == 1
