@@ -268,7 +268,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         # another bot) goes ahead without a question.
         replaced = [current[m["id"]] for m in memories if m["id"] in current and current[m["id"]].content != m["content"]]
         if not replaced:
-            count = await self.engine.restore_memories(interaction.user.id, memories, history)
+            count = await self.engine.restore_memories(interaction.user.id, memories, history, by=self.actor(interaction))
             await self.reply(interaction, f"Imported {count} memories.")
             return
         listing = "\n".join(f"`{m.short_id}` {fmt.clip(m.content, 150)}" for m in replaced[:FORGET_LIMIT])
@@ -281,7 +281,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         if not ok:
             return
         await start_work(button)
-        count = await self.engine.restore_memories(interaction.user.id, memories, history)
+        count = await self.engine.restore_memories(interaction.user.id, memories, history, by=self.actor(interaction))
         await button.edit_original_response(content=f"Imported {count} memories.", view=None)
 
     # ---- settings

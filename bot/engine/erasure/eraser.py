@@ -31,8 +31,9 @@ removal"):
   The words the edit takes back (``quotes.taken_back``: every run of the old text through a word the new
   text dropped) leave the thread's other texts, the bot's answers first, and its queued turns; the row
   holds them as keyed hashes, like a deletion's.
-- ``/memories delete`` and ``forget`` (:meth:`Eraser.erase_memories`) and ``/memories edit``
-  (:meth:`Eraser.replace_memory`) are journaled jobs (``memories``) under the person's hold. The change log
+- ``/memories delete`` and ``forget`` (:meth:`Eraser.erase_memories`), ``/memories edit``
+  (:meth:`Eraser.replace_memory`) and ``/memories import`` (:meth:`Eraser.restore_memories`, whose file may
+  replace texts) are journaled jobs (``memories``) under the person's hold. The change log
   keeps its entry with the old text, as before (``/memories history`` explains it); the cached vector of
   the old text goes.
 - The per-person cap's drops and extraction's own deletions are part of the extraction's one batch (with
@@ -263,6 +264,26 @@ class Eraser(JournalReplay):
                 done = await self.memories.edit(user, key, text, origin, actor=by)
                 await self.steps.drop_vectors(user, [key])
         return done
+
+    @counted
+    async def restore_memories(self, user_id: str | int, memories: list[dict], history: list[dict], *,
+                               by: Actor) -> int:
+        """``/memories import``: the file's memories come back under their own keys; returns how many.
+
+        Where the file's text replaces what a memory says now, that is a removal of the current text, as
+        ``/memories edit`` is: under the person's hold (their extraction, which reads and rewrites the same
+        memories and their sources index, waits meanwhile) and journaled (``memories``, ``replaced``), so a
+        crash after the write still drops the replaced texts' cached vectors when the journal is run again.
+        """
+        user = str(user_id)
+        keys = sorted({str(m["id"]) for m in memories})
+        async with self._exclusive(), self.holds.hold(user, light=True):  # their new turns are still queued
+            job_id = await self.storage.erasures.begin(kind=MEMORIES, user_id=user, actor=by.kind, actor_id=by.id,
+                                                       subject=json.dumps({"keys": keys, "replaced": True}))
+            async with self._journaled(job_id):
+                restored = await self.memories.restore(user, memories, history)
+                await self.steps.drop_vectors(user, keys)
+        return restored
 
     async def drop_derived(self, user_id: str | int, keys: Iterable[str]) -> int:
         """Extraction deleted or rewrote memories (its own deletions, the cap's drops, patches): their

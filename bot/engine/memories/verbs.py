@@ -58,12 +58,11 @@ class MemoryVerbs:
         """Everything held as memories about a person, with its change log, as a JSON document."""
         return export_memories(user_id, await self.memories.list(user_id), await self.memories.history(user_id))
 
-    async def restore_memories(self, user_id: str | int, memories: list[dict], history: list[dict]) -> int:
-        """Restore memories read from an export of this person (``parse_import``); returns how many. A key
-        whose text the import replaces loses its cached vector (made again from the new text on demand)."""
-        restored = await self.memories.restore(user_id, memories, history)
-        await self.eraser.drop_derived(user_id, [str(m["id"]) for m in memories])
-        return restored
+    async def restore_memories(self, user_id: str | int, memories: list[dict], history: list[dict], *,
+                               by: Actor) -> int:
+        """Restore memories read from an export of this person (``parse_import``); returns how many. A text
+        the import replaces is removed as an edit's is (through the Eraser: held, journaled, its vector goes)."""
+        return await self.eraser.restore_memories(user_id, memories, history, by=by)
 
     async def preferences(self, user_id: str) -> Prefs:
         """A person's memory preferences."""

@@ -208,3 +208,33 @@ async def test_another_processs_indexing_writes_no_vector_back_after_a_wipe(tmp_
         key = "gone-memory"
         await b.storage.vectors.put(BOB, [(key, "v", b"\x01")])  # the storage rule itself
         assert await vector_rows(b, BOB, key) == 0
+
+
+async def test_an_import_replacing_a_text_is_journaled_and_a_crash_still_drops_the_old_vector(settings):
+    """``/memories import`` over a memory whose text it replaces is a removal of that text: it goes through
+    the Eraser like ``/memories edit`` (under the person's hold, journaled), so a crash after the new text
+    landed and before the old text's vector went leaves a row that the next start finishes."""
+    async with running_engine(settings, ScriptedChatModel(no_echo), embeddings=HashEmbeddings()) as engine:
+        key, _ = await learned(engine, Speaker(user_id=ALICE, name="Alice", guild_id="9", channel_id="c",
+                                               message_id="951"), "I like imported_over_canary")
+        (memory,) = await engine.memories.list(ALICE)
+        when = memory.created_at.isoformat()
+        replacement = [{"id": key, "content": "Alice likes the file's text", "origin": {"guild_id": "9"},
+                        "sources": [], "created_at": when, "updated_at": when}]
+        steps = engine.eraser.steps
+        real = steps.drop_vectors
+
+        async def crash(*args, **kwargs):
+            raise OSError("the process died here")
+
+        steps.drop_vectors = crash
+        try:
+            await engine.restore_memories(ALICE, replacement, [], by=Actor("user", ALICE))
+        except OSError:
+            pass
+        steps.drop_vectors = real
+        assert [m.content for m in await engine.memories.list(ALICE)] == ["Alice likes the file's text"]
+        assert [job.kind for job in await engine.storage.erasures.unfinished()] == ["memories"]
+        await engine.eraser.resume()
+        assert await engine.storage.erasures.unfinished() == []
+        assert await vector_rows(engine, ALICE, key) == 0

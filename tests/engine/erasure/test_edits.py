@@ -160,7 +160,8 @@ async def test_an_imported_file_naming_someone_elses_message_learns_nothing_from
     async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
         await engine.reply("c", ann("701"), "I like okapis")
         await engine.scheduler.flush()
-        await engine.restore_memories(attacker, *parse_import(json.dumps(doc).encode(), attacker))
+        await engine.restore_memories(attacker, *parse_import(json.dumps(doc).encode(), attacker),
+                                      by=Actor("user", attacker))
         assert await engine.message_edited("c", "701", "I like secretcanary_plans")
         await engine.scheduler.flush()
         assert [m.content for m in await engine.memories.list(attacker)] == ["bait"]
