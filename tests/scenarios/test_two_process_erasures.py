@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from contextlib import AsyncExitStack
 
+import pytest
+
 from langchain_core.messages import HumanMessage
 
 from bot.engine.state import Speaker
@@ -131,11 +133,14 @@ async def test_a_wipe_in_one_process_reaches_a_new_thread_being_answered_in_the_
         assert await a.memories.list("1") == []
 
 
-async def test_an_erasure_whose_lock_connection_dropped_gives_way_instead_of_waiting_for_ever(tmp_path, pg_backend):
+@pytest.mark.parametrize("second_hold", ["erasure", "extraction"])
+async def test_an_erasure_whose_lock_connection_dropped_gives_way_instead_of_waiting_for_ever(tmp_path, pg_backend,
+                                                                                             second_hold):
     """The global erasure lock is an advisory lock of one connection; the server drops it with the
     connection (a restart, a killed backend) and tells nobody. Another process's erasure then takes it,
     holds Q and waits for P, while the first holds P and waits for Q. The first now notices, while
-    waiting, that its lock is gone and gives way (ErasureLockLost), so the other finishes."""
+    waiting, that its lock is gone and gives way (ErasureLockLost), so the other finishes. The same when
+    the first waits with a light hold (``extraction``: a deletion's or an edit's hold on a bystander)."""
     import psycopg
 
     from bot.engine.concurrency import Locks
@@ -155,7 +160,7 @@ async def test_an_erasure_whose_lock_connection_dropped_gives_way_instead_of_wai
                 async with locks.person(first, kind=ERASURE, wait=True):
                     holding[name].set()
                     await go.wait()
-                    async with locks.person(second, kind=ERASURE, wait=True):
+                    async with locks.person(second, kind=ERASURE if name == "B" else second_hold, wait=True):
                         got.append(name)
 
         a = asyncio.create_task(erasure(la, "P", "Q", "A"))

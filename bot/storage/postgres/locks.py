@@ -54,9 +54,10 @@ class Claim:
 
 #: The claim the current task works under (set by ``person``; read by the store's batches).
 CURRENT_CLAIM: contextvars.ContextVar[Claim | None] = contextvars.ContextVar("mnemo_claim", default=None)
-#: The connection the current task's erasure holds the global erasure lock on (set by ``channel``).
-ERASURES_HELD: contextvars.ContextVar[psycopg.AsyncConnection | None] = contextvars.ContextVar(
-    "mnemo_erasures_held", default=None)
+#: The connection the current task's erasure holds the global erasure lock on, and that task (set by
+#: ``channel``). A task started inside an erasure copies the variable; the task names whose it is.
+ERASURES_HELD: contextvars.ContextVar[tuple[psycopg.AsyncConnection, asyncio.Task | None] | None] = \
+    contextvars.ContextVar("mnemo_erasures_held", default=None)
 CHECK_GLOBAL_EVERY = 10  # polls of a person's claim (about 2 s) between checks that the erasure lock is held
 
 
@@ -139,7 +140,7 @@ class PostgresLocks:
             if granted:
                 break
             await asyncio.sleep(POLL_SECONDS)  # another process is answering in this channel
-        token = ERASURES_HELD.set(conn) if thread_id == ERASURES_KEY else None
+        token = ERASURES_HELD.set((conn, asyncio.current_task())) if thread_id == ERASURES_KEY else None
         try:
             yield
         finally:
@@ -155,11 +156,14 @@ class PostgresLocks:
 
         The server drops a session's advisory locks with the session, and nothing tells this process;
         another process's erasure can then take the lock, hold a person this one wants and wait for one
-        this one holds, and both would wait for ever. This one gives way instead.
+        this one holds, and both would wait for ever. This one gives way instead. Any hold the erasure
+        waits for counts, a light one (``extraction``, on a bystander) as much as its own people's; a task
+        started inside the erasure (which inherits the variable and outlives it) is not the erasure.
         """
-        conn = ERASURES_HELD.get()
-        if conn is None:
+        held = ERASURES_HELD.get()
+        if held is None or held[1] is not asyncio.current_task():
             return
+        conn = held[0]
         try:
             if conn is not self._conn or conn.closed or conn.broken:
                 raise ErasureLockLost("the erasure lock's connection was replaced")
@@ -225,7 +229,7 @@ class PostgresLocks:
                 yield False
                 return
             polls += 1
-            if kind == ERASURE and polls % CHECK_GLOBAL_EVERY == 0:
+            if polls % CHECK_GLOBAL_EVERY == 0:
                 await self._check_erasures_held()  # waiting while holding others: are we still the one?
             await asyncio.sleep(POLL_SECONDS * 10)
         renewing = asyncio.create_task(self._renew(claim), name=f"claim:{user_id}")
