@@ -55,6 +55,9 @@ class InputBuilder:
         text = message.content if content is None else content
         if me is not None:
             text = re.sub(rf"<@!?{me.id}>", "", text)
+        own = message.guild.self_role if message.guild is not None else None
+        if own is not None:  # the bot's managed role, mentioned to address it (see ``cogs.chat``)
+            text = text.replace(own.mention, "")
         text = text.strip()
         images = 0
         for attachment in message.attachments:

@@ -86,7 +86,7 @@ class Chat(commands.Cog):
             return True
         if not policy.answers_mentions(channel.id, parent_id):  # /settings mentions off in this channel
             return False
-        if me in message.mentions:
+        if me in message.mentions or mentions_own_role(message):
             return True
         ref = message.reference
         resolved = ref.resolved if ref is not None else None
@@ -124,7 +124,7 @@ class Chat(commands.Cog):
         for item in items:
             text = await self.build_input(item.message, item.content)
             if not text:
-                if self.bot.user not in item.message.mentions:
+                if self.bot.user not in item.message.mentions and not mentions_own_role(item.message):
                     continue  # nothing to answer (a sticker, an embed, whitespace); a bare mention gets a hello
                 text = "(the message was empty: they only mentioned you)"
             # Images go beside the stored text, for this answer only (a message only heard needs none).
@@ -162,7 +162,7 @@ class Chat(commands.Cog):
         except Exception:  # noqa: BLE001 - the database is down and no earlier read of the settings is kept
             log.exception("could not read the settings for a message in channel %s", message.channel.id)
             me = self.bot.user
-            asked = message.guild is None or (me is not None and me in message.mentions)
+            asked = message.guild is None or (me is not None and me in message.mentions) or mentions_own_role(message)
             if asked and not message.author.bot and me is not None and message.author.id != me.id \
                     and access_allows(message, self.access) and self.engine.notice_due(message.author.id):
                 await self.notify(message, APOLOGY)  # someone spoke to the bot: they are told, not ignored
@@ -358,6 +358,13 @@ class Chat(commands.Cog):
         if result.notice == "out_of_budget":
             await self.notify(last, OUT_OF_BUDGET)
         return result.reply
+
+
+def mentions_own_role(message: discord.Message) -> bool:
+    """Whether the message mentions the bot's managed role (the role Discord gives a bot, of its name):
+    members pick it from the @ list as often as the bot itself, and mean the bot."""
+    own = message.guild.self_role if message.guild is not None else None
+    return own is not None and own in message.role_mentions
 
 
 def speaker_name_text(text: str) -> str:

@@ -366,3 +366,23 @@ async def test_where_the_bot_may_not_send_it_does_not_call_the_model(r):
     # A thread needs Send Messages in Threads, which the channel's overwrite left alone: answered there.
     await r.h.send_message(r.mentioning(ALICE, "and in the thread?", channel_id=THREAD))
     assert r.h.sent_messages(THREAD) and len(r.model.chat_calls) == 1
+
+
+async def test_mentioning_the_bots_own_role_is_speaking_to_it(r):
+    """Discord gives a bot a managed role of its name; members often pick that role from the @ list. It is
+    the bot addressed: answered, with the role's mention left out of what the model reads."""
+    own = dh.role(990, "Rememberer", position=1)
+    own.update(managed=True, tags={"bot_id": str(dh.BOT_ID)})
+    r.h.feed("GUILD_ROLE_CREATE", {"guild_id": str(GUILD_ID), "role": own})
+    other = dh.role(991, "Helpers", position=1)
+    r.h.feed("GUILD_ROLE_CREATE", {"guild_id": str(GUILD_ID), "role": other})
+    said = r.msg(ALICE, "<@&990> what rhymes with orange?")
+    said["mention_roles"] = ["990"]
+    await r.h.send_message(said)
+    (sent,) = r.h.sent_messages(GENERAL)
+    prompt = r.model.chat_calls[-1].prompt_text
+    assert "> what rhymes with orange?" in prompt and "<@&990>" not in prompt
+    another = r.msg(ALICE, "<@&991> can someone help?")
+    another["mention_roles"] = ["991"]
+    await r.h.send_message(another)
+    assert len(r.h.sent_messages(GENERAL)) == 1  # another role is not the bot
