@@ -247,3 +247,15 @@ async def test_synchronous_commit_follows_the_config(tmp_path, pg_backend):
 
 def test_the_test_server_is_the_one_ci_uses():
     assert POSTGRES_SERVER.startswith("postgresql://")
+
+
+async def test_the_lock_connection_notices_a_silent_peer_within_a_minute(tmp_path, pg_backend):
+    """The one connection that holds every channel lock and the erasure lock sits idle between turns: with
+    TCP keepalives (and a user timeout) on it, a server gone without a word is noticed in about a minute,
+    not after the kernel's default two hours of believing locks held that the server has dropped."""
+    async with open_storage(make_settings(tmp_path, pg_backend)) as storage:
+        async with storage.locks.channel("c1"):
+            params = storage.locks._conn.info.get_parameters()
+    assert params.get("keepalives") == "1" and int(params["keepalives_idle"]) <= 60
+    assert int(params["keepalives_idle"]) + int(params["keepalives_interval"]) * int(params["keepalives_count"]) <= 120
+    assert 0 < int(params["tcp_user_timeout"]) <= 120_000

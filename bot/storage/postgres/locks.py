@@ -58,6 +58,11 @@ CURRENT_CLAIM: contextvars.ContextVar[Claim | None] = contextvars.ContextVar("mn
 #: ``channel``). A task started inside an erasure copies the variable; the task names whose it is.
 ERASURES_HELD: contextvars.ContextVar[tuple[psycopg.AsyncConnection, asyncio.Task | None] | None] = \
     contextvars.ContextVar("mnemo_erasures_held", default=None)
+#: The lock connection holds every channel lock and the erasure lock, and is often idle between turns: a
+#: peer gone without a word (a failed-over server, a dropped NAT entry) must be noticed in about a minute,
+#: not after the kernel's two hours, or its locks look held here while the server has dropped them.
+LOCK_CONN_KEEPALIVE = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+                       "tcp_user_timeout": 60_000}
 CHECK_GLOBAL_EVERY = 10  # polls of a person's claim (about 2 s) between checks that the erasure lock is held
 
 
@@ -101,7 +106,7 @@ class PostgresLocks:
             # pool's check) would take another channel's answer for a closing server. Known broken, it is
             # replaced; broken unknown, the lock request fails and is asked once more (_try_lock).
             if self._conn is None or self._conn.closed or self._conn.broken:
-                self._conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
+                self._conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **LOCK_CONN_KEEPALIVE)
             return self._conn
 
     async def _try_lock(self, thread_id: str) -> tuple[psycopg.AsyncConnection, bool]:
