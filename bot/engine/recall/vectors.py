@@ -30,7 +30,7 @@ import logging
 import time
 from collections import OrderedDict
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Awaitable, Callable, Sequence
+from typing import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
@@ -52,7 +52,8 @@ class MemoryVectorCache:
     async def get(self, user_id: str, embedder: str | None = None) -> dict[str, tuple[str, bytes]]:
         return {k: (d, v) for k, (d, v, e) in self._rows.get(user_id, {}).items() if embedder in (None, e)}
 
-    async def put(self, user_id: str, rows: list[tuple[str, str, bytes]], *, embedder: str = "") -> None:
+    async def put(self, user_id: str, rows: list[tuple[str, str, bytes]], *, embedder: str = "",
+                  texts: Mapping[str, str] | None = None) -> None:
         self._rows.setdefault(user_id, {}).update({k: (d, v, embedder) for k, d, v in rows})
 
     async def delete(self, user_id: str, keys: list[str]) -> int:
@@ -152,7 +153,7 @@ class SemanticIndex:
                 if user_id in self._paused:  # an erasure began while this batch was being embedded
                     return 0
                 rows = [(m.key, version(m, self.embedder), unit(v).tobytes()) for m, v in zip(chunk, fresh)]
-                await self.cache.put(user_id, rows, embedder=self.embedder)
+                await self.cache.put(user_id, rows, embedder=self.embedder, texts={m.key: m.content for m in chunk})
             if complete:
                 await self.cache.delete_others(user_id, self.embedder)
             return len(stale)

@@ -13,7 +13,7 @@ Rows written before embedders were recorded have the embedder ``""``: another em
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Mapping, Protocol
 
 
 class VectorCache(Protocol):
@@ -24,14 +24,18 @@ class VectorCache(Protocol):
         """
         ...
 
-    async def put(self, user_id: str, rows: list[tuple[str, str, bytes]], *, embedder: str = "") -> None:
+    async def put(self, user_id: str, rows: list[tuple[str, str, bytes]], *, embedder: str = "",
+                  texts: Mapping[str, str] | None = None) -> None:
         """Store or replace ``(memory key, version, vector)`` rows, recorded as made by ``embedder``.
 
         One row per memory: a row another embedder made for the same memory is replaced. A backend shared
         by several processes skips rows whose memory no longer exists, or whose person an erasure holds:
         ``SemanticIndex.paused`` stops only this process's indexing, and another's, started from a list
         read before a wipe, would otherwise write erased text's vectors back after it (PostgreSQL does so
-        in the insert itself; SQLite has one process, whose pause is enough).
+        in the insert itself; SQLite has one process, whose pause is enough). ``texts`` (memory key ->
+        the text its vector was made from; compared, never stored): such a backend also skips a row whose
+        memory says something else by now (corrected by hand, redacted, edited in another process, whose
+        removal of the old text's vector came before this write).
         """
         ...
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from bot.engine.memories.records import namespace
 from bot.storage.postgres.db import PgDb
 from bot.storage.postgres.locks import PostgresLocks
@@ -24,25 +26,28 @@ class PostgresVectors:
             return {r["memory_key"]: (r["digest"], bytes(r["vector"])) for r in await cur.fetchall()}
 
     @shielded
-    async def put(self, user_id: str, rows: list[tuple[str, str, bytes]], *, embedder: str = "") -> None:
+    async def put(self, user_id: str, rows: list[tuple[str, str, bytes]], *, embedder: str = "",
+                  texts: Mapping[str, str] | None = None) -> None:
         if not rows:
             return
-        # Only for a memory that still exists, and not while an erasure of the person holds its claim: the
-        # pause of the semantic index is one process's, and another process's background indexing (started
-        # before a wipe, from a list read before it) would otherwise write erased text's vectors back after
-        # the wipe said it was done.
+        # Only for a memory that still exists (and, with ``texts``, still says what was embedded), and not
+        # while an erasure of the person holds its claim: the pause of the semantic index is one process's,
+        # and another process's background indexing (started before a wipe or an edit, from a list read
+        # before it) would otherwise write erased or replaced text's vectors back after the removal said it
+        # was done. The text is a parameter of the comparison, never written.
         prefix = ".".join(namespace(user_id))  # LangGraph's store keeps a namespace as its dotted text
+        same_text = " AND (%(text)s::text IS NULL OR value->>'content' = %(text)s::text)"
         async with self._db.tx() as conn:
             async with conn.cursor() as cur:
                 await cur.executemany(
                     "INSERT INTO bot_embeddings (user_id, memory_key, digest, vector, embedder)"
                     " SELECT %(user)s, %(key)s, %(digest)s, %(vector)s, %(embedder)s"
-                    " WHERE EXISTS (SELECT 1 FROM store WHERE prefix = %(prefix)s AND key = %(key)s)"
+                    " WHERE EXISTS (SELECT 1 FROM store WHERE prefix = %(prefix)s AND key = %(key)s" + same_text + ")"
                     " AND NOT " + PostgresLocks.erasing_clause() +
                     " ON CONFLICT (user_id, memory_key) DO UPDATE SET digest = EXCLUDED.digest, vector = EXCLUDED.vector,"
                     " embedder = EXCLUDED.embedder",
-                    [{"user": user_id, "key": k, "digest": d, "vector": v, "embedder": embedder, "prefix": prefix}
-                     for k, d, v in rows],
+                    [{"user": user_id, "key": k, "digest": d, "vector": v, "embedder": embedder, "prefix": prefix,
+                      "text": (texts or {}).get(k)} for k, d, v in rows],
                 )
 
     @shielded

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from bot.storage.shielding import shielded
 from bot.storage.sqlite.connection import LedgerDb
 
@@ -20,7 +22,9 @@ class SqliteVectors:
         return {k: (d, v) for k, d, v in await cur.fetchall()}
 
     @shielded
-    async def put(self, user_id: str, rows: list[tuple[str, str, bytes]], *, embedder: str = "") -> None:
+    async def put(self, user_id: str, rows: list[tuple[str, str, bytes]], *, embedder: str = "",
+                  texts: Mapping[str, str] | None = None) -> None:
+        # One process: its own pause of the index is enough, so ``texts`` is not compared (see the protocol).
         async with self._db.tx() as db:
             await db.executemany(
                 "INSERT OR REPLACE INTO embeddings (user_id, memory_key, digest, vector, embedder) VALUES (?, ?, ?, ?, ?)",

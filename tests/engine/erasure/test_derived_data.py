@@ -210,6 +210,33 @@ async def test_another_processs_indexing_writes_no_vector_back_after_a_wipe(tmp_
         assert await vector_rows(b, BOB, key) == 0
 
 
+async def test_another_processs_indexing_writes_no_vector_of_a_text_edited_meanwhile(tmp_path, pg_backend):
+    """Process B started embedding a memory (a slow endpoint); process A corrected it by hand meanwhile
+    (``/memories edit``: the old text's vector goes). B's vector of the old text comes after: the database
+    writes it only while the memory still says what was embedded, so no vector of the old text is left."""
+    import asyncio
+
+    from tests.conftest import make_settings
+
+    class SlowEmbeddings(HashEmbeddings):
+        async def aembed_documents(self, texts):
+            await asyncio.sleep(1.0)
+            return self.embed_documents(texts)
+
+    bob = Speaker(user_id=BOB, name="Bob", guild_id="9", channel_id="b", message_id="710")
+    a_settings, b_settings = make_settings(tmp_path / "a", pg_backend), make_settings(tmp_path / "b", pg_backend)
+    async with running_engine(a_settings, ScriptedChatModel(no_echo), embeddings=HashEmbeddings()) as a, \
+            running_engine(b_settings, ScriptedChatModel(no_echo), embeddings=SlowEmbeddings()) as b:
+        await b.reply("b", bob, "I like oldtext_canary")
+        await b.scheduler.flush()  # extraction in B starts its background indexing of the old text
+        (memory,) = await b.memories.list(BOB)
+        assert await a.edit_memory(BOB, memory.key, "Bob likes newtext", {"guild_id": "9"}, by=Actor("user", BOB))
+        await b.semantic.drain()
+        old = np.asarray(HashEmbeddings()._vec("I like oldtext_canary"), dtype=np.float32)
+        old_bytes = (old / np.linalg.norm(old)).tobytes()
+        assert all(vector != old_bytes for _, vector in (await b.storage.vectors.get(BOB)).values())
+
+
 async def test_an_import_replacing_a_text_is_journaled_and_a_crash_still_drops_the_old_vector(settings):
     """``/memories import`` over a memory whose text it replaces is a removal of that text: it goes through
     the Eraser like ``/memories edit`` (under the person's hold, journaled), so a crash after the new text

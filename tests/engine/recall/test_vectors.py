@@ -125,7 +125,7 @@ async def test_a_cached_vector_is_keyed_by_version_never_by_a_digest_of_the_text
         async def get(self, user_id, embedder=None):
             return dict(self.rows.get(user_id, {}))
 
-        async def put(self, user_id, rows, *, embedder=""):
+        async def put(self, user_id, rows, *, embedder="", texts=None):
             self.rows.setdefault(user_id, {}).update({k: (d, b) for k, d, b in rows})
 
         async def delete(self, user_id, keys):
