@@ -224,9 +224,6 @@ class TurnRunner:
 
     async def _run(self, turn: _Turn) -> None:
         tickets = self._open_tickets(turn.incoming)  # an erasure from now on means: don't learn from that person
-        await self._mark_erased_elsewhere(tickets)
-        if tickets[turn.speaker.user_id].erased:  # being erased right now: their memories are going
-            turn.speaker = replace(turn.speaker, visibility=replace(turn.speaker.policy, use_memories=False))
         try:
             await self._run_locked(turn, tickets)
         except BaseException as exc:  # the channel's lock could not be taken (the database is away)
@@ -253,6 +250,12 @@ class TurnRunner:
     async def _run_locked(self, turn: _Turn, tickets: dict) -> None:
         # The unit of work starts once the channel is ours: waiting for it holds nothing of storage's.
         async with self.locks.channel(turn.thread_id), self.scopes.turn():
+            # Asked once the channel is the turn's, not before: a wipe that began while the turn waited
+            # behind another (here or in another process) waits for this one before it reaches the
+            # person's memories, which must then not be read.
+            await self._mark_erased_elsewhere(tickets)
+            if tickets[turn.speaker.user_id].erased:  # being erased right now: their memories are going
+                turn.speaker = replace(turn.speaker, visibility=replace(turn.speaker.policy, use_memories=False))
             try:
                 await self._stream(turn, tickets)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, or logged

@@ -70,6 +70,26 @@ async def test_a_turn_that_starts_during_a_wipe_reads_no_memories_and_leaves_not
         assert "radishes" in " ".join(m.text for m in (await engine.thread_state("c"))["messages"])
 
 
+async def test_a_turn_waiting_for_its_channel_when_a_wipe_begins_reads_no_memories(settings):
+    """Whether the person is being erased is asked once the channel is the turn's, not before: a turn
+    queued behind another in its channel while the person's wipe begins must not read the memories the
+    wipe is about to take (the wipe waits for that turn before it reaches them)."""
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        await engine.remember("42", "Ada keeps bees.", {"guild_id": "900", "channel_id": "c", "message_id": "",
+                                                        "source": "user"}, by=Actor("user", "42"))
+        await engine.reply("c", ada("m19"), "hello")  # their message in the thread: the wipe must pass it
+        async with engine.locks.channel("c"):  # another turn of the channel is being answered
+            turn = asyncio.create_task(engine.reply("c", ada("m20"), "do you remember my bees?"))
+            await asyncio.sleep(0.2)  # queued behind it
+            wipe = asyncio.create_task(engine.erase_person("42"))
+            await asyncio.sleep(0.2)  # the wipe has begun and marked the turn
+        await turn
+        await wipe
+        assert "bees" not in model.chat_calls[-1].system
+        assert await engine.list_memories("42") == []
+
+
 class GatedModel(ScriptedChatModel):
     """Holds each chat call (not extraction) until ``gate`` is set; ``entered`` says one is waiting."""
 
