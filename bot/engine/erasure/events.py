@@ -120,8 +120,11 @@ class DiscordChanges:
     async def sweep_removed_servers(self, *, now: float | None = None) -> list[str]:
         """Delete the data of servers removed longer ago than the retention; return their IDs."""
         now = time.time() if now is None else now
+        cutoff = now - self.removed_server_days * 86400
         swept = []
-        for guild_id in await self.storage.removed_guilds.due(now - self.removed_server_days * 86400):
+        for guild_id in await self.storage.removed_guilds.due(cutoff):
+            if guild_id not in await self.storage.removed_guilds.due(cutoff):
+                continue  # added the bot back while an earlier server of this sweep was being erased
             # The settings (persona, instructions: text admins wrote) go first, so the guild job's one
             # compaction also removes their old pages; a crash in between leaves the server marked, and the
             # next sweep repeats both (deleting absent settings is a no-op).

@@ -39,3 +39,25 @@ async def test_a_server_gone_during_a_restart_is_swept_after_the_retention_and_n
     async with rig(tmp_path) as r:  # and the next READY finds nothing more to mark
         await r.h.settle()
         assert await r.engine.storage.removed_guilds.due(time.time() + 1) == []
+
+
+async def test_a_server_that_adds_the_bot_back_during_a_sweep_keeps_its_data(tmp_path):
+    """The sweep reads the servers due once, then erases them one by one (each can take a while): one that
+    adds the bot back meanwhile is no longer due, and what was learned there stays."""
+    async with rig(tmp_path) as r:
+        await seed(r, ALICE, ["Alice said this in server 997"], guild="997")
+        await seed(r, ALICE, ["Alice said this in server 998"], guild="998")
+        removed = r.engine.storage.removed_guilds
+        await removed.mark("997", time.time() - 60)
+        await removed.mark("998", time.time() - 30)
+        real = r.engine.eraser.erase_guild
+
+        async def erase_then_998_comes_back(guild_id: str) -> int:
+            erased = await real(guild_id)
+            await r.engine.changes.server_back("998")  # GUILD_CREATE for 998 while 997 was being erased
+            return erased
+
+        r.engine.eraser.erase_guild = erase_then_998_comes_back
+        swept = await r.engine.changes.sweep_removed_servers(now=time.time() + 8 * 86400)
+        assert swept == ["997"]
+        assert [m.content for m in await r.engine.list_memories(ALICE["id"])] == ["Alice said this in server 998"]
