@@ -30,7 +30,7 @@ from bot.engine.prompts import (
     SUMMARY_QUOTE,
 )
 from bot.engine.memories.records import StoredMemory
-from bot.engine.recall import memory_line
+from bot.engine.recall import memory_lines
 from bot.engine.state import Image, Quote, Speaker
 
 _UNSAFE_NAME = re.compile(r"[\[\]|`\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -165,7 +165,7 @@ def system_prompt(persona: str, speaker: Speaker, memories: list[StoredMemory]) 
         block = MEMORY_DISABLED_BLOCK.format(speaker_id=speaker.user_id)
     elif memories:
         # Quoted like messages: a memory is member-derived text, so nothing in it can start a line of its own.
-        lines = "\n".join(quoted(memory_line(m)) for m in memories)
+        lines = "\n".join(quoted(line) for line in memory_lines(memories))
         block = MEMORY_BLOCK.format(speaker_id=speaker.user_id, memories=lines)
     else:
         block = NO_MEMORY_BLOCK.format(speaker_id=speaker.user_id)

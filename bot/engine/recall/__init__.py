@@ -1,7 +1,7 @@
 """Recall: which of a person's memories go into a prompt, and how each is shown.
 
 ``choose_memories`` is the one function that decides (the chat graph and ``benchmarks/recall.py`` call
-it); ``memory_line`` renders a memory with its date. Lexical relevance (BM25) always works; semantic
+it); ``memory_lines`` renders them under their dates (``memory_line``: one on its own). Lexical relevance (BM25) always works; semantic
 relevance comes from a ``SemanticIndex`` over an embedded model or an embeddings endpoint.
 """
 
@@ -13,6 +13,7 @@ from bot.engine.recall.choose import (
     choose_memories,
     fits,
     memory_line,
+    memory_lines,
     related,
 )
 from bot.engine.recall.lexical import bm25_scores, estimate_tokens
@@ -20,5 +21,5 @@ from bot.engine.recall.vectors import SemanticIndex
 
 __all__ = [
     "DEFAULT_WEIGHTS", "Mode", "Selection", "SemanticIndex", "Weights", "bm25_scores", "choose_memories",
-    "estimate_tokens", "fits", "memory_line", "related",
+    "estimate_tokens", "fits", "memory_line", "memory_lines", "related",
 ]

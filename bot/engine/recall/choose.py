@@ -70,16 +70,55 @@ def memory_date(memory: StoredMemory) -> str:
 
 
 def memory_line(memory: StoredMemory) -> str:
-    """One memory as a prompt line: ``- [2026-05-08] Likes jazz``."""
-    return f"- [{memory_date(memory)}] {memory.content}"
+    """One memory on its own, with its date: ``- [2026-05-08] Likes jazz`` (the prompt groups them by day:
+    :func:`memory_lines`)."""
+    return f"- [{memory_date(memory)}] {_one_line(memory.content)}"
+
+
+def _one_line(text: str) -> str:
+    """A memory's text on one line: a line break in it (an imported file can hold one) cannot start a date
+    line or a memory line of its own."""
+    return " ".join(text.split())
+
+
+def memory_lines(memories: Sequence[StoredMemory]) -> list[str]:
+    """The prompt's memory lines, in the order given (display order, oldest first), each day's under one
+    date line: ``[2026-05-08]`` then ``- Likes jazz``, ``- Has a beagle``.
+
+    The date once a day rather than on every line: facts are learned a conversation at a time, so most of a
+    prompt's memories share their day with others, and a date costs about four tokens. At 1,000 tokens that
+    is room for a tenth more memories at the same cost (docs/decisions.md, issue 20).
+    """
+    lines: list[str] = []
+    day = None
+    for memory in memories:
+        if (date := memory_date(memory)) != day:
+            lines.append(f"[{date}]")
+            day = date
+        lines.append(f"- {_one_line(memory.content)}")
+    return lines
+
+
+DATE_LINE_TOKENS = estimate_tokens("[2026-05-08]") + 1  # + the newline
+
+
+def item_tokens(memory: StoredMemory) -> int:
+    """A memory's line under its date (``- Likes jazz``), with the newline."""
+    return estimate_tokens(f"- {_one_line(memory.content)}") + 1
 
 
 def line_tokens(memory: StoredMemory) -> int:
-    return estimate_tokens(memory_line(memory)) + 1  # + the newline
+    """What one memory costs on its own: its line and its date line."""
+    return item_tokens(memory) + DATE_LINE_TOKENS
+
+
+def block_tokens(memories: Sequence[StoredMemory]) -> int:
+    """What :func:`memory_lines` of these memories cost: each line, and one date line a day."""
+    return sum(item_tokens(m) for m in memories) + DATE_LINE_TOKENS * len({memory_date(m) for m in memories})
 
 
 def fits(memories: Sequence[StoredMemory], budget_tokens: int) -> bool:
-    return sum(line_tokens(m) for m in memories) <= budget_tokens
+    return block_tokens(memories) <= budget_tokens
 
 
 def _display_order(m: StoredMemory) -> tuple:
@@ -188,14 +227,18 @@ def fused_scores(
 
 
 def pack(memories: Sequence[StoredMemory], scores: Sequence[float], budget_tokens: int) -> tuple[list[StoredMemory], int]:
-    """The best-scored memories that fit the budget (greedy, skipping one that does not fit), oldest first."""
+    """The best-scored memories that fit the budget (greedy, skipping one that does not fit), oldest first.
+    A memory of a day already shown costs its line only; the first of a day also pays the date line."""
     chosen: list[int] = []
+    days: set[str] = set()
     used = 0
     for i in sorted(range(len(memories)), key=lambda i: scores[i], reverse=True):
-        cost = line_tokens(memories[i])
+        day = memory_date(memories[i])
+        cost = item_tokens(memories[i]) + (0 if day in days else DATE_LINE_TOKENS)
         if used + cost > budget_tokens:
             continue
         chosen.append(i)
+        days.add(day)
         used += cost
     picked = [memories[i] for i in chosen]
     picked.sort(key=_display_order)
@@ -259,7 +302,7 @@ async def choose_memories(
     memories = list(memories)
     ordered = sorted(memories, key=_display_order)
     if fits(ordered, budget_tokens):
-        return Selection(ordered, sum(line_tokens(m) for m in ordered), len(memories), "all")
+        return Selection(ordered, block_tokens(ordered), len(memories), "all")
     query = third_person(query, speaker)
     found = (await index.relevance(user_id, memories, without_time(query, now), about=speaker, name_share=weights.name,
                                    hub_name_share=weights.hub_name)
