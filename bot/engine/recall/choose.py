@@ -27,8 +27,8 @@ This is the one place that decides; the chat graph and ``benchmarks/recall.py`` 
 The query is the current message plus the recent turns, with first-person words ("I", "my") read as the
 speaker's name, since memories are written in the third person. The weights were tuned on the hard recall
 set's tune split and are reported on its test split (docs/benchmarks.md, "Recall on the hard set"). The chosen
-memories are shown oldest first, each with the date it was first learned, so a newer fact visibly follows
-(and supersedes) an older one.
+memories are shown oldest first, under one line a day with the date they were first learned (``memory_lines``;
+the budget counts that date line once), so a newer fact visibly follows (and supersedes) an older one.
 """
 
 from __future__ import annotations
