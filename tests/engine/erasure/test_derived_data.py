@@ -5,14 +5,16 @@ of the old text too."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+from contextlib import asynccontextmanager
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from bot.engine.memories.records import Actor
 from bot.engine.state import Speaker
-from tests.conftest import Call, ScriptedChatModel, default_script, record_figure, running_engine
+from tests.conftest import Call, ScriptedChatModel, default_script, make_settings, record_figure, running_engine
 
 ALICE, BOB = "802", "803"
 
@@ -140,8 +142,6 @@ async def test_a_vector_row_left_by_a_crash_is_dropped_at_the_next_indexing(sett
 
 
 async def test_the_caps_drop_takes_the_dropped_memorys_vector(tmp_path, backend):
-    from tests.conftest import make_settings
-
     settings = make_settings(tmp_path / "data", backend, memory={"max_per_person": 1})
     async with running_engine(settings, ScriptedChatModel(no_echo), embeddings=HashEmbeddings()) as engine:
         engine.eraser.owed.quiet = 0.05  # (the batch's quiet period, short for the test)
@@ -161,7 +161,6 @@ async def test_a_removed_servers_settings_text_is_not_left_on_disk_after_its_swe
     """Admins' persona and instructions are text too: they go before the server's job, so its one
     compaction (SQLite WAL truncation, PostgreSQL VACUUM) takes their old pages with the rest."""
     from bot.engine.policy.server_settings import channel_persona
-    from tests.conftest import make_settings
 
     settings = make_settings(tmp_path / "data", backend, retention={"removed_server_days": 0})
     canary = b"settingscanary_zz"
@@ -182,23 +181,29 @@ async def test_a_removed_servers_settings_text_is_not_left_on_disk_after_its_swe
             assert canary not in await page_bytes(backend.database_url, ("bot_guild_settings",))
 
 
+class SlowEmbeddings(HashEmbeddings):
+    """A slow embedding endpoint: a second a batch, so another process acts while a vector is being made."""
+
+    async def aembed_documents(self, texts):
+        await asyncio.sleep(1.0)
+        return self.embed_documents(texts)
+
+
+@asynccontextmanager
+async def slow_indexing_beside(tmp_path, pg_backend):
+    """Two processes on one PostgreSQL database: A (quick embedder) and B (slow); yields (a, b)."""
+    a_settings, b_settings = make_settings(tmp_path / "a", pg_backend), make_settings(tmp_path / "b", pg_backend)
+    async with running_engine(a_settings, ScriptedChatModel(no_echo), embeddings=HashEmbeddings()) as a, \
+            running_engine(b_settings, ScriptedChatModel(no_echo), embeddings=SlowEmbeddings()) as b:
+        yield a, b
+
+
 async def test_another_processs_indexing_writes_no_vector_back_after_a_wipe(tmp_path, pg_backend):
     """The semantic index's pause is one process's. Process B learned a memory and started indexing it
     (a slow embedding endpoint); process A wiped the person meanwhile. B's write comes after "Done": the
     database refuses it, since the memory is gone (and, during the wipe, its claim is held)."""
-    import asyncio
-
-    from tests.conftest import make_settings
-
-    class SlowEmbeddings(HashEmbeddings):
-        async def aembed_documents(self, texts):
-            await asyncio.sleep(1.0)
-            return self.embed_documents(texts)
-
     bob = Speaker(user_id=BOB, name="Bob", guild_id="9", channel_id="b", message_id="700")
-    a_settings, b_settings = make_settings(tmp_path / "a", pg_backend), make_settings(tmp_path / "b", pg_backend)
-    async with running_engine(a_settings, ScriptedChatModel(no_echo), embeddings=HashEmbeddings()) as a, \
-            running_engine(b_settings, ScriptedChatModel(no_echo), embeddings=SlowEmbeddings()) as b:
+    async with slow_indexing_beside(tmp_path, pg_backend) as (a, b):
         await b.reply("b", bob, "I like vectorcanary_quokka")
         await b.scheduler.flush()  # extraction in B starts its background indexing
         assert [m.content for m in await b.memories.list(BOB)] == ["I like vectorcanary_quokka"]
@@ -214,19 +219,8 @@ async def test_another_processs_indexing_writes_no_vector_of_a_text_edited_meanw
     """Process B started embedding a memory (a slow endpoint); process A corrected it by hand meanwhile
     (``/memories edit``: the old text's vector goes). B's vector of the old text comes after: the database
     writes it only while the memory still says what was embedded, so no vector of the old text is left."""
-    import asyncio
-
-    from tests.conftest import make_settings
-
-    class SlowEmbeddings(HashEmbeddings):
-        async def aembed_documents(self, texts):
-            await asyncio.sleep(1.0)
-            return self.embed_documents(texts)
-
     bob = Speaker(user_id=BOB, name="Bob", guild_id="9", channel_id="b", message_id="710")
-    a_settings, b_settings = make_settings(tmp_path / "a", pg_backend), make_settings(tmp_path / "b", pg_backend)
-    async with running_engine(a_settings, ScriptedChatModel(no_echo), embeddings=HashEmbeddings()) as a, \
-            running_engine(b_settings, ScriptedChatModel(no_echo), embeddings=SlowEmbeddings()) as b:
+    async with slow_indexing_beside(tmp_path, pg_backend) as (a, b):
         await b.reply("b", bob, "I like oldtext_canary")
         await b.scheduler.flush()  # extraction in B starts its background indexing of the old text
         (memory,) = await b.memories.list(BOB)
