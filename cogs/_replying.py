@@ -41,24 +41,28 @@ async def typing_indicator(channel: discord.abc.Messageable) -> AsyncIterator[No
 REPLY_NEEDS_HISTORY = 160002  # Discord: "Cannot reply without permission to read message history"
 
 
+def _my_permissions(message: discord.Message) -> discord.Permissions | None:
+    """The bot's permissions where ``message`` was sent; None in DMs, or when the bot's member is unknown
+    (then everything counts as allowed, and Discord's refusal is handled like any failed send)."""
+    me = message.guild.me if message.guild is not None else None
+    return message.channel.permissions_for(me) if me is not None else None
+
+
 def may_speak(message: discord.Message) -> bool:
     """Whether the bot may post where ``message`` was sent: Send Messages in a channel, Send Messages in
-    Threads in a thread (and Manage Threads once it is locked). DMs always; unknown permissions count as
-    allowed (Discord's refusal is then handled like any failed send)."""
-    me = message.guild.me if message.guild is not None else None
-    if me is None:
+    Threads in a thread (and Manage Threads once it is locked)."""
+    perms = _my_permissions(message)
+    if perms is None:
         return True
-    channel = message.channel
-    perms = channel.permissions_for(me)
-    if isinstance(channel, discord.Thread):
-        return perms.send_messages_in_threads and (not channel.locked or perms.manage_threads)
+    if isinstance(message.channel, discord.Thread):
+        return perms.send_messages_in_threads and (not message.channel.locked or perms.manage_threads)
     return perms.send_messages
 
 
 def _may_quote(message: discord.Message) -> bool:
-    """A reply (a message reference) needs Read Message History in servers; DMs always allow it."""
-    me = message.guild.me if message.guild is not None else None
-    return me is None or message.channel.permissions_for(me).read_message_history
+    """A reply (a message reference) needs Read Message History in servers."""
+    perms = _my_permissions(message)
+    return perms is None or perms.read_message_history
 
 
 async def reply_to(trigger: discord.Message, text: str) -> discord.Message:

@@ -246,23 +246,17 @@ class Eraser(JournalReplay):
         """Memories the person (``/memories delete``, ``forget``) chose go, with their cached vectors;
         journaled (``memories``), under the person's hold. The change log keeps its entry."""
         user = str(user_id)
-        async with self._exclusive(), self.holds.hold(user, light=True):  # their new turns are still queued
-            job_id = await self.storage.erasures.begin(kind=MEMORIES, user_id=user, actor=by.kind, actor_id=by.id,
-                                                       subject=json.dumps({"keys": sorted(set(keys))}))
-            async with self._journaled(job_id):
-                return await self.steps.delete_memories(user, list(keys), by)
+        async with self._memories_job(user, by, {"keys": sorted(set(keys))}):
+            return await self.steps.delete_memories(user, list(keys), by)
 
     @counted
     async def replace_memory(self, user_id: str | int, key: str, text: str, origin: dict, *, by: Actor) -> bool:
         """The person corrected a memory (``/memories edit``): the new text is theirs (a hand source, see
         ``memories.records``) and the old text's cached vector goes; journaled (``memories``)."""
         user = str(user_id)
-        async with self._exclusive(), self.holds.hold(user, light=True):  # their new turns are still queued
-            job_id = await self.storage.erasures.begin(kind=MEMORIES, user_id=user, actor=by.kind, actor_id=by.id,
-                                                       subject=json.dumps({"keys": [key], "replaced": True}))
-            async with self._journaled(job_id):
-                done = await self.memories.edit(user, key, text, origin, actor=by)
-                await self.steps.drop_vectors(user, [key])
+        async with self._memories_job(user, by, {"keys": [key], "replaced": True}):
+            done = await self.memories.edit(user, key, text, origin, actor=by)
+            await self.steps.drop_vectors(user, [key])
         return done
 
     @counted
@@ -277,13 +271,21 @@ class Eraser(JournalReplay):
         """
         user = str(user_id)
         keys = sorted({str(m["id"]) for m in memories})
-        async with self._exclusive(), self.holds.hold(user, light=True):  # their new turns are still queued
-            job_id = await self.storage.erasures.begin(kind=MEMORIES, user_id=user, actor=by.kind, actor_id=by.id,
-                                                       subject=json.dumps({"keys": keys, "replaced": True}))
-            async with self._journaled(job_id):
-                restored = await self.memories.restore(user, memories, history)
-                await self.steps.drop_vectors(user, keys)
+        async with self._memories_job(user, by, {"keys": keys, "replaced": True}):
+            restored = await self.memories.restore(user, memories, history)
+            await self.steps.drop_vectors(user, keys)
         return restored
+
+    @asynccontextmanager
+    async def _memories_job(self, user: str, by: Actor, subject: dict) -> AsyncIterator[None]:
+        """A person's own change to their memories as a journaled ``memories`` job (``subject``: its keys,
+        and ``replaced`` when texts are replaced rather than deleted; see ``replay``), under the erasure
+        lock and a light hold on them: their new turns are still queued, their extraction waits."""
+        async with self._exclusive(), self.holds.hold(user, light=True):
+            job_id = await self.storage.erasures.begin(kind=MEMORIES, user_id=user, actor=by.kind, actor_id=by.id,
+                                                       subject=json.dumps(subject))
+            async with self._journaled(job_id):
+                yield
 
     async def drop_derived(self, user_id: str | int, keys: Iterable[str]) -> int:
         """Extraction deleted or rewrote memories (its own deletions, the cap's drops, patches): their

@@ -121,10 +121,10 @@ class DiscordChanges:
         """Delete the data of servers removed longer ago than the retention; return their IDs."""
         now = time.time() if now is None else now
         cutoff = now - self.removed_server_days * 86400
-        swept = []
-        for guild_id in await self.storage.removed_guilds.due(cutoff):
-            if guild_id not in await self.storage.removed_guilds.due(cutoff):
-                continue  # added the bot back while an earlier server of this sweep was being erased
+        swept: list[str] = []
+        # Read again after each server: one that added the bot back while another was erased is not due.
+        while (due := [g for g in await self.storage.removed_guilds.due(cutoff) if g not in swept]):
+            guild_id = due[0]
             # The settings (persona, instructions: text admins wrote) go first, so the guild job's one
             # compaction also removes their old pages; a crash in between leaves the server marked, and the
             # next sweep repeats both (deleting absent settings is a no-op).

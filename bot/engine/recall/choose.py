@@ -81,6 +81,11 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _item(memory: StoredMemory) -> str:
+    """A memory's line under its date: ``- Likes jazz`` (what is shown and what is counted)."""
+    return f"- {_one_line(memory.content)}"
+
+
 def memory_lines(memories: Sequence[StoredMemory]) -> list[str]:
     """The prompt's memory lines, in the order given (display order, oldest first), each day's under one
     date line: ``[2026-05-08]`` then ``- Likes jazz``, ``- Has a beagle``.
@@ -95,7 +100,7 @@ def memory_lines(memories: Sequence[StoredMemory]) -> list[str]:
         if (date := memory_date(memory)) != day:
             lines.append(f"[{date}]")
             day = date
-        lines.append(f"- {_one_line(memory.content)}")
+        lines.append(_item(memory))
     return lines
 
 
@@ -104,7 +109,7 @@ DATE_LINE_TOKENS = estimate_tokens("[2026-05-08]") + 1  # + the newline
 
 def item_tokens(memory: StoredMemory) -> int:
     """A memory's line under its date (``- Likes jazz``), with the newline."""
-    return estimate_tokens(f"- {_one_line(memory.content)}") + 1
+    return estimate_tokens(_item(memory)) + 1
 
 
 def line_tokens(memory: StoredMemory) -> int:

@@ -37,6 +37,7 @@ class PostgresVectors:
         # was done. The text is a parameter of the comparison, never written.
         prefix = ".".join(namespace(user_id))  # LangGraph's store keeps a namespace as its dotted text
         same_text = " AND (%(text)s::text IS NULL OR value->>'content' = %(text)s::text)"
+        texts = texts or {}
         async with self._db.tx() as conn:
             async with conn.cursor() as cur:
                 await cur.executemany(
@@ -47,7 +48,7 @@ class PostgresVectors:
                     " ON CONFLICT (user_id, memory_key) DO UPDATE SET digest = EXCLUDED.digest, vector = EXCLUDED.vector,"
                     " embedder = EXCLUDED.embedder",
                     [{"user": user_id, "key": k, "digest": d, "vector": v, "embedder": embedder, "prefix": prefix,
-                      "text": (texts or {}).get(k)} for k, d, v in rows],
+                      "text": texts.get(k)} for k, d, v in rows],
                 )
 
     @shielded
