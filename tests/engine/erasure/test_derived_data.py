@@ -236,8 +236,8 @@ async def test_an_import_replacing_a_text_is_journaled_and_a_crash_still_drops_t
     the Eraser like ``/memories edit`` (under the person's hold, journaled), so a crash after the new text
     landed and before the old text's vector went leaves a row that the next start finishes."""
     async with running_engine(settings, ScriptedChatModel(no_echo), embeddings=HashEmbeddings()) as engine:
-        key, _ = await learned(engine, Speaker(user_id=ALICE, name="Alice", guild_id="9", channel_id="c",
-                                               message_id="951"), "I like imported_over_canary")
+        key, vector = await learned(engine, Speaker(user_id=ALICE, name="Alice", guild_id="9", channel_id="c",
+                                                    message_id="951"), "I like imported_over_canary")
         (memory,) = await engine.memories.list(ALICE)
         when = memory.created_at.isoformat()
         replacement = [{"id": key, "content": "Alice likes the file's text", "origin": {"guild_id": "9"},
@@ -259,3 +259,5 @@ async def test_an_import_replacing_a_text_is_journaled_and_a_crash_still_drops_t
         await engine.eraser.resume()
         assert await engine.storage.erasures.unfinished() == []
         assert await vector_rows(engine, ALICE, key) == 0
+        await engine.eraser.compact_owed()  # the job's one compaction: the old vector's bytes leave the files
+        assert files_with(settings, vector) == []
