@@ -164,8 +164,9 @@ def system_prompt(persona: str, speaker: Speaker, memories: list[StoredMemory]) 
     elif not speaker.use_memories:
         block = MEMORY_DISABLED_BLOCK.format(speaker_id=speaker.user_id)
     elif memories:
-        # Quoted like messages: a memory is member-derived text, so nothing in it can start a line of its own.
-        lines = "\n".join(quoted(line) for line in memory_lines(memories))
+        # Quoted like messages (``memory_lines`` quotes each line, so the budget counts the marker): a memory is
+        # member-derived text, and its line breaks are gone, so nothing in it can start a line of its own.
+        lines = "\n".join(memory_lines(memories))
         block = MEMORY_BLOCK.format(speaker_id=speaker.user_id, memories=lines)
     else:
         block = NO_MEMORY_BLOCK.format(speaker_id=speaker.user_id)

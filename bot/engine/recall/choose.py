@@ -81,14 +81,25 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+QUOTE = "> "  # how the prompt marks member-derived text: every memory line starts with it, and it is counted
+
+
 def _item(memory: StoredMemory) -> str:
-    """A memory's line under its date: ``- Likes jazz`` (what is shown and what is counted)."""
-    return f"- {_one_line(memory.content)}"
+    """A memory's line under its date, as the prompt shows it: ``> Likes jazz``.
+
+    The quote marker is the bullet: a second one (``> - Likes jazz``) would cost half a token a line for
+    nothing. A text that starts with a bracket keeps a dash (``> - [1999-01-01] ...``), so it cannot read as
+    a date line.
+    """
+    text = _one_line(memory.content)
+    return f"{QUOTE}- {text}" if text.startswith("[") else f"{QUOTE}{text}"
 
 
 def memory_lines(memories: Sequence[StoredMemory]) -> list[str]:
-    """The prompt's memory lines, in the order given (display order, oldest first), each day's under one
-    date line: ``[2026-05-08]`` then ``- Likes jazz``, ``- Has a beagle``.
+    """The prompt's memory lines, exactly as the prompt shows them and as the budget counts them, in the
+    order given (display order, oldest first), each day's under one date line: ``> [2026-05-08]`` then
+    ``> Likes jazz``, ``> Has a beagle``. Every line is quoted, like every member-derived text in a prompt;
+    the quote marker is counted (until 2026-12-06 it was added after counting, half a token a line unpaid).
 
     The date once a day rather than on every line: facts are learned a conversation at a time, so most of a
     prompt's memories share their day with others, and a date costs about four tokens. At 1,000 tokens that
@@ -98,17 +109,17 @@ def memory_lines(memories: Sequence[StoredMemory]) -> list[str]:
     day = None
     for memory in memories:
         if (date := memory_date(memory)) != day:
-            lines.append(f"[{date}]")
+            lines.append(f"{QUOTE}[{date}]")
             day = date
         lines.append(_item(memory))
     return lines
 
 
-DATE_LINE_TOKENS = estimate_tokens("[2026-05-08]") + 1  # + the newline
+DATE_LINE_TOKENS = estimate_tokens(f"{QUOTE}[2026-05-08]") + 1  # + the newline
 
 
 def item_tokens(memory: StoredMemory) -> int:
-    """A memory's line under its date (``- Likes jazz``), with the newline."""
+    """A memory's line under its date (``> Likes jazz``), with the newline."""
     return estimate_tokens(_item(memory)) + 1
 
 

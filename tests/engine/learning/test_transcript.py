@@ -164,4 +164,4 @@ async def test_messages_carry_their_date_and_memory_lines_show_theirs(settings):
     extraction = model.extraction_calls[0].prompt_text
     assert f"#1 · {today:%Y-%m-%d}" in extraction and f"({today:%A})" in extraction
     assert '"yesterday" in a message sent' in extraction
-    assert f"> [{today:%Y-%m-%d}]\n> - I like climbing" in model.chat_calls[-1].system
+    assert f"> [{today:%Y-%m-%d}]\n> I like climbing" in model.chat_calls[-1].system
