@@ -414,7 +414,9 @@ def _origin_of(memories: list[StoredMemory], message_id: str) -> dict[str, str]:
 
 
 def _learned_after(memories: list[StoredMemory], message_id: str, edited_at: float) -> bool:
-    """Whether every memory's source for the message was recorded at or after ``edited_at``."""
+    """Whether every memory's source for the message was recorded at or after ``edited_at`` (one second of
+    slack: a source's ``at`` is kept to the whole second, so a message learned again 0.3 s after its edit
+    reads as 0.7 s before it)."""
     stamps = []
     for m in memories:
         for s in m.sources:
@@ -423,4 +425,4 @@ def _learned_after(memories: list[StoredMemory], message_id: str, edited_at: flo
                     stamps.append(datetime.fromisoformat(str(s.get("at"))).timestamp())
                 except ValueError:
                     return False
-    return bool(stamps) and min(stamps) >= edited_at
+    return bool(stamps) and min(stamps) + 1.0 >= edited_at

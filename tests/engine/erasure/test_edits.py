@@ -111,6 +111,11 @@ async def test_an_old_message_the_bot_holds_no_text_of_is_judged_by_its_edited_t
         before = await engine.memories.list("1")
         assert not await engine.message_edited("c", "1001", "I like old_message_tea", edited_at=recorded - 600)
         assert await engine.memories.list("1") == before and await engine.storage.erasures.unfinished() == []
+        # A source's time is kept to the second: a message learned again 0.2 s after its edit reads as
+        # recorded before it. Within a second it is the same edit, not a new one (a pin comes later).
+        assert not await engine.message_edited("c", "1001", "I like old_message_tea",
+                                               edited_at=int(recorded) + 0.8)
+        assert await engine.memories.list("1") == before and await engine.storage.erasures.unfinished() == []
         assert await engine.message_edited("c", "1001", "I like old_message_coffee", edited_at=time.time())
         await engine.scheduler.flush()
         assert [m.content for m in await engine.memories.list("1")] == ["I like old_message_coffee"]
