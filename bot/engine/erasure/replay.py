@@ -110,7 +110,8 @@ class JournalReplay:
             return
         if job.kind == MEMORIES:
             subject = json.loads(job.subject or "{}")
-            async with self.hold(job.user_id):
+            # light, as on the live run: the person's own change, not a wipe (their new turns are recorded)
+            async with self.holds.hold(job.user_id, light=True):
                 if subject.get("replaced"):  # an edit by the person: the new text landed or it did not
                     await self.steps.drop_vectors(job.user_id, subject["keys"])
                 else:

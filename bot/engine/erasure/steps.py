@@ -360,8 +360,9 @@ class ErasureSteps:
         thread_id, message_id, text = plan["thread"], plan["message"], plan["text"]
         erased = 0
         async with AsyncExitStack() as stack:
-            for user in plan["authors"]:
-                await stack.enter_async_context(self.holds.hold(user))  # re-entrant: held already at once
+            for user in plan["authors"]:  # light, as on the live run (re-entrant: held already there); a
+                # replay after a crash holds them here first, and their new turns must still be recorded
+                await stack.enter_async_context(self.holds.hold(user, light=True))
             if self.conversations is not None:
                 await self.conversations.edit_message(thread_id, message_id, text)
             await self.storage.inbox.edit_message(message_id, text)

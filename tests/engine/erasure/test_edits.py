@@ -150,6 +150,53 @@ async def test_what_the_author_says_elsewhere_during_an_edit_or_a_memory_delete_
         assert sorted(m.content for m in await engine.memories.list("1")) == ["I like chess", "I like climbing"]
 
 
+async def test_a_replayed_edit_or_memory_delete_still_holds_its_person_lightly(settings, monkeypatch):
+    """The journal's replay of an edit or of ``/memories delete`` (a crash or a database blip part-way)
+    holds the person as lightly as the live run: what they say meanwhile is answered and learned, not
+    refused as if they were being wiped."""
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("c", ann("61"), "I like sailing")
+        await engine.scheduler.flush()
+        finish = engine.eraser._finish
+
+        async def crash(_job_id, **_kw):
+            raise RuntimeError("killed before the row was finished")
+
+        monkeypatch.setattr(engine.eraser, "_finish", crash)
+        with pytest.raises(RuntimeError):
+            await engine.message_edited("c", "61", "I like rowing")
+        monkeypatch.setattr(engine.eraser, "_finish", finish)
+        inbox_edit = engine.storage.inbox.edit_message
+
+        async def talk_during_the_edit(message_id, text):  # runs under the replay's hold on the author
+            await engine.reply("d", Speaker(user_id="1", name="Ann", guild_id="9", channel_id="d",
+                                            message_id="62"), "I like climbing")
+            return await inbox_edit(message_id, text)
+
+        monkeypatch.setattr(engine.storage.inbox, "edit_message", talk_during_the_edit)
+        assert await engine.eraser.resume() == 1
+        monkeypatch.setattr(engine.storage.inbox, "edit_message", inbox_edit)
+        await engine.scheduler.flush()
+        assert sorted(m.content for m in await engine.memories.list("1")) == ["I like climbing", "I like rowing"]
+
+        rowing = next(m.key for m in await engine.memories.list("1") if m.content == "I like rowing")
+        monkeypatch.setattr(engine.eraser, "_finish", crash)
+        with pytest.raises(RuntimeError):
+            await engine.delete_memories("1", [rowing], by=Actor("user", "1"))
+        monkeypatch.setattr(engine.eraser, "_finish", finish)
+        delete = engine.eraser.steps.delete_memories
+
+        async def talk_during_the_delete(user, keys, by):
+            await engine.reply("d", Speaker(user_id="1", name="Ann", guild_id="9", channel_id="d",
+                                            message_id="63"), "I like chess")
+            return await delete(user, keys, by)
+
+        monkeypatch.setattr(engine.eraser.steps, "delete_memories", talk_during_the_delete)
+        assert await engine.eraser.resume() == 1
+        await engine.scheduler.flush()
+        assert sorted(m.content for m in await engine.memories.list("1")) == ["I like chess", "I like climbing"]
+
+
 async def test_an_imported_file_naming_someone_elses_message_learns_nothing_from_its_edits(settings):
     """A member imports a file whose memory names a message they did not write (another member's, or one in
     a channel they cannot read). The file's word is kept (deleting the message still takes that memory
