@@ -259,3 +259,27 @@ async def test_the_lock_connection_notices_a_silent_peer_within_a_minute(tmp_pat
     assert params.get("keepalives") == "1" and int(params["keepalives_idle"]) <= 60
     assert int(params["keepalives_idle"]) + int(params["keepalives_interval"]) * int(params["keepalives_count"]) <= 120
     assert 0 < int(params["tcp_user_timeout"]) <= 120_000
+
+
+async def test_a_lock_connection_given_up_on_leaves_no_session_holding_its_locks(tmp_path, pg_backend):
+    """The client's keepalives give up on a silent server first; the server would keep that session, and
+    every lock it holds for every process, until its own keepalives (which the lock connection sets too)
+    notice. When the process opens a new lock connection it ends the old session itself."""
+    import psycopg
+
+    from bot.storage.postgres.locks import CHANNEL_LOCK_CLASS
+
+    async with open_storage(make_settings(tmp_path, pg_backend)) as storage:
+        locks = storage.locks
+        async with locks.channel("c1"):
+            old = locks._conn
+            idle = (await (await old.execute("SELECT current_setting('tcp_keepalives_idle')")).fetchone())[0]
+            assert idle.rstrip("s") == "30"  # the server's side of the keepalives (a TCP connection here)
+            locks._conn = None  # given up on without a word to the server, as when its keepalives fail
+            async with locks.channel("c2"):
+                assert locks._conn is not old
+            async with await psycopg.AsyncConnection.connect(POSTGRES_SERVER, autocommit=True) as other:
+                cur = await other.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (CHANNEL_LOCK_CLASS, "c1"))
+                assert (await cur.fetchone())[0] is True  # the old session's lock went with it
+                await other.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (CHANNEL_LOCK_CLASS, "c1"))
+        await old.close()

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Iterable
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from bot.engine.stores.locks import ERASURE, ERASURES_KEY, ClaimLost, ErasureLockLost
 from bot.storage.postgres.db import PgDb
@@ -63,6 +64,12 @@ ERASURES_HELD: contextvars.ContextVar[tuple[psycopg.AsyncConnection, asyncio.Tas
 #: not after the kernel's two hours, or its locks look held here while the server has dropped them.
 LOCK_CONN_KEEPALIVE = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
                        "tcp_user_timeout": 60_000}
+#: The server's side of the same: a lock connection the client has given up on (its keepalives failed, a
+#: new one was opened) must not live on in the server, idle and holding its locks for every process, for
+#: the server's two hours. Settings any session may set; on a Unix socket they are ignored.
+LOCK_CONN_SERVER_KEEPALIVE = ("-c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3"
+                              " -c tcp_user_timeout=60000")
+LOCK_CONNECT_SECONDS = 10  # a hung connect must not stall every lock request of the process for minutes
 CHECK_GLOBAL_EVERY = 10  # polls of a person's claim (about 2 s) between checks that the erasure lock is held
 
 
@@ -83,6 +90,40 @@ async def fence(conn: psycopg.AsyncConnection) -> None:
         raise ClaimLost(f"the claim on user {claim.user_id} ran out and was taken over")
 
 
+def _lock_conn_params(dsn: str) -> dict[str, object]:
+    """The lock connection's keepalives on both ends, and a connect timeout (the DSN's own, when it has one;
+    its ``options`` are kept, the server keepalives added after them)."""
+    given = conninfo_to_dict(dsn)
+    options = " ".join(str(o) for o in (given.get("options"), LOCK_CONN_SERVER_KEEPALIVE) if o)
+    return {**LOCK_CONN_KEEPALIVE, "options": options, "connect_timeout": given.get("connect_timeout") or LOCK_CONNECT_SECONDS}
+
+
+async def _session_of(conn: psycopg.AsyncConnection) -> tuple[int, object] | None:
+    """The connection's server session: its backend pid and when it started (a pid alone can be reused)."""
+    try:
+        cur = await conn.execute("SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+        row = await cur.fetchone()
+    except psycopg.Error as exc:
+        log.debug("could not read the lock connection's session (%r)", exc)
+        return None
+    return (conn.info.backend_pid, row[0]) if row else None
+
+
+async def _end_session(conn: psycopg.AsyncConnection, session: tuple[int, object]) -> None:
+    """End a lock connection's session this process gave up on, if the server still has it (best effort).
+
+    The client gave up first (a silent peer: its keepalives failed); the server may not have noticed yet,
+    and until it does the session keeps every channel lock and the erasure lock it held, for every
+    process. This process treats them as gone, so the server must too. The start time makes sure that the
+    pid is still that session and not a newer one that reuses it."""
+    pid, started = session
+    try:
+        await conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %s AND backend_start = %s",
+                           (pid, started))
+    except psycopg.Error as exc:
+        log.debug("could not end the lost lock connection's session %s (%r)", pid, exc)
+
+
 class PostgresLocks:
     def __init__(self, db: PgDb, dsn: str, lease_seconds: float) -> None:
         self._db = db
@@ -90,6 +131,7 @@ class PostgresLocks:
         self.lease_seconds = lease_seconds
         self.sweep_seconds: float | None = max(0.5, lease_seconds / 4)
         self._conn: psycopg.AsyncConnection | None = None
+        self._session: tuple[int, object] | None = None  # the lock connection's server session (pid, start)
         self._connecting = asyncio.Lock()
         # Claims carry this process's token: the engine's in-process lock means a claim row of our own
         # that we did not release (the database was away at the time) is stale, and can be taken back.
@@ -99,6 +141,7 @@ class PostgresLocks:
         if self._conn is not None:
             await self._conn.close()
             self._conn = None
+            self._session = None
 
     async def _lock_conn(self) -> psycopg.AsyncConnection:
         async with self._connecting:
@@ -106,7 +149,11 @@ class PostgresLocks:
             # pool's check) would take another channel's answer for a closing server. Known broken, it is
             # replaced; broken unknown, the lock request fails and is asked once more (_try_lock).
             if self._conn is None or self._conn.closed or self._conn.broken:
-                self._conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **LOCK_CONN_KEEPALIVE)
+                conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **_lock_conn_params(self._dsn))
+                old, self._session = self._session, await _session_of(conn)
+                self._conn = conn
+                if old is not None:
+                    await _end_session(conn, old)
             return self._conn
 
     async def _try_lock(self, thread_id: str) -> tuple[psycopg.AsyncConnection, bool]:
