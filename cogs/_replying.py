@@ -42,10 +42,20 @@ REPLY_NEEDS_HISTORY = 160002  # Discord: "Cannot reply without permission to rea
 
 
 def _my_permissions(message: discord.Message) -> discord.Permissions | None:
-    """The bot's permissions where ``message`` was sent; None in DMs, or when the bot's member is unknown
-    (then everything counts as allowed, and Discord's refusal is handled like any failed send)."""
+    """The bot's permissions where ``message`` was sent; None in DMs, or when the bot's member or the channel
+    is unknown (then everything counts as allowed, and Discord's refusal is handled like any failed send).
+
+    A channel not in discord.py's cache (a private thread whose THREAD_CREATE comes after its first
+    message) is a ``PartialMessageable``, whose permissions are always none: read as such, the mention
+    would be dropped though the bot may well answer there. A thread whose parent is not cached cannot
+    compute them at all (``ClientException``)."""
     me = message.guild.me if message.guild is not None else None
-    return message.channel.permissions_for(me) if me is not None else None
+    if me is None or isinstance(message.channel, discord.PartialMessageable):
+        return None
+    try:
+        return message.channel.permissions_for(me)
+    except discord.ClientException:
+        return None
 
 
 def may_speak(message: discord.Message) -> bool:

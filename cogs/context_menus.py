@@ -89,7 +89,8 @@ class ContextMenus(commands.Cog):
         """Answer about a message, ephemerally, with it as context (see the module docstring).
 
         It asks the model, so it is gated as a message is: the ``[access]`` lists, the server's
-        ``/settings`` for the channel (mentions off there: no answers there either) and the per-person rate
+        ``/settings`` for the channel (mentions off there: no answers there either, unless it answers every
+        message) and the per-person rate
         limit. The lists and the limit are answered at once; the server's settings after the defer (a read)."""
         guild_id = str(interaction.guild_id) if interaction.guild_id and self.bot.get_guild(interaction.guild_id) else "dm"
         if not interaction_allows(interaction, self.bot.settings.access):
@@ -100,8 +101,9 @@ class ContextMenus(commands.Cog):
             return
         await interaction.response.defer(ephemeral=True, thinking=True)
         server = await self.engine.guild_policy(None if guild_id == "dm" else guild_id)
-        if guild_id != "dm" and not server.answers_mentions(interaction.channel_id,
-                                                            getattr(interaction.channel, "parent_id", None)):
+        channel_parent = getattr(interaction.channel, "parent_id", None)
+        if guild_id != "dm" and not (server.answers_everything(interaction.channel_id, channel_parent)
+                                     or server.answers_mentions(interaction.channel_id, channel_parent)):
             await interaction.followup.send(NOT_HERE, ephemeral=True)
             return
         place = ("a direct message with them" if guild_id == "dm"

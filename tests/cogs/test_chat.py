@@ -386,3 +386,14 @@ async def test_mentioning_the_bots_own_role_is_speaking_to_it(r):
     another["mention_roles"] = ["991"]
     await r.h.send_message(another)
     assert len(r.h.sent_messages(GENERAL)) == 1  # another role is not the bot
+
+
+async def test_a_mention_in_a_thread_not_yet_cached_is_answered(r):
+    """A private thread's first message can arrive before its THREAD_CREATE: discord.py then knows the
+    channel only by ID (a ``PartialMessageable``, whose permissions read as none). The bot answers and lets
+    Discord refuse if it may not post, instead of dropping the mention in silence."""
+    unknown = dh.snowflake()
+    assert r.h.bot.get_channel(unknown) is None
+    await r.h.send_message(r.mentioning(ALICE, "hello from a brand new thread", channel_id=unknown))
+    (sent,) = r.h.sent_messages(unknown)
+    assert sent.json["content"] and "hello from a brand new thread" in r.model.chat_calls[-1].prompt_text

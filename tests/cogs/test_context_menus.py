@@ -236,6 +236,10 @@ async def test_ask_about_this_is_gated_like_a_message_lists_limit_and_the_server
         res = await r.h.invoke_context_menu("Ask about this", msg, user=ALICE, channel_id=GENERAL)
         assert final(res).ephemeral and final(res).content == "I'm not set up to answer you here."
         assert len(r.model.chat_calls) == calls
+        # A channel that answers every message answers this too, with mentions off (as a message there is).
+        await apply(r, "answer-all", channel=channel(GENERAL, name="general"), on=True)
+        res = await r.h.invoke_context_menu("Ask about this", msg, user=ALICE, channel_id=GENERAL)
+        assert final(res).content.startswith("reply to") and len(r.model.chat_calls) == calls + 1
 
 
 async def test_ask_about_this_keeps_the_answer_deadline_a_chat_answer_has(tmp_path):
