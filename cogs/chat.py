@@ -48,6 +48,7 @@ class Pending:
     def __init__(self, message: discord.Message, policy: GuildPolicy) -> None:
         self.message = message
         self.content = message.content
+        self.attachments = [a.id for a in message.attachments]  # an edit may remove one (a file sent by mistake)
         self.policy = policy  # the server's settings when it arrived
 
 
@@ -234,7 +235,9 @@ class Chat(commands.Cog):
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
         content = payload.data.get("content")
         if content is not None:
-            self.edited(payload.channel_id, payload.message_id, content)
+            files = payload.data.get("attachments")  # absent from a partial update: unchanged
+            self.edited(payload.channel_id, payload.message_id, content,
+                        None if files is None else [int(a["id"]) for a in files])
 
     @commands.Cog.listener()
     async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
@@ -252,14 +255,16 @@ class Chat(commands.Cog):
     async def on_raw_thread_delete(self, payload: discord.RawThreadDeleteEvent) -> None:
         self.channel_gone(payload.thread_id)
 
-    def edited(self, channel_id: int, message_id: int, content: str) -> None:
+    def edited(self, channel_id: int, message_id: int, content: str, attachments: list[int] | None = None) -> None:
         """A waiting message was edited: its turn answers the new text (and a thread it started shows it).
 
         A turn already being answered read the old text when it began (and gathers its context, downloads
         images, calls the model with it): it starts again with the new one, as for a follow-up, so the old
         text is neither answered nor stored nor learned. The events cog cannot do this: until the turn has
         stored the message there is nothing of it to edit. A message being recorded without an answer
-        (``hear``) is checked again once stored. The same text again (a link preview, a pin) changes nothing.
+        (``hear``) is checked again once stored. The same text again (a link preview, a pin) changes nothing;
+        the same text with a file removed (``attachments``: the IDs now, None when the update does not say)
+        starts the turn again too, without the file (discord.py has updated the cached message by then).
         """
         self.starters.forget_message(message_id)
         if message_id in self._hearing:
@@ -267,8 +272,10 @@ class Chat(commands.Cog):
         turns = self.channels.get(channel_id)
         changed = False
         for item in turns.items() if turns is not None else []:
-            if item.message.id == message_id and item.content != content:
+            if item.message.id == message_id and (item.content != content or (
+                    attachments is not None and attachments != item.attachments)):
                 item.content = content
+                item.attachments = item.attachments if attachments is None else attachments
                 changed = True
         if changed and turns is not None:
             turns.restart(lambda item: item.message.id == message_id)

@@ -554,6 +554,36 @@ async def test_an_edit_while_the_answer_gathers_its_context_is_what_gets_answere
         assert files_containing(r.data_dir, "tea_before_edit") == []
 
 
+async def test_a_file_removed_while_the_answer_gathers_its_context_is_neither_answered_nor_kept(tmp_path):
+    """Someone sends a text file by mistake and removes it a second later (same text, fewer attachments):
+    the turn starts again without the file, so its words are neither answered, stored nor learned."""
+    async with rig(tmp_path, chat_model=ScriptedChatModel(no_echo)) as r:
+        url = "https://cdn.discordapp.com/attachments/1/2/wrong.txt"
+        r.h.cdn[url] = b"wrongfile_canary_words"
+        wrong = dh.attachment(dh.snowflake(), "wrong.txt", size=22, url=url, content_type="text/plain")
+        said = r.mentioning(ALICE, "I like tea_with_a_file", attachments=[wrong])
+        chat = r.bot.get_cog("Chat")
+        real_quotes, started, gathered = chat.quotes, asyncio.Event(), 0
+
+        async def slow_quotes(items):
+            nonlocal gathered
+            gathered += 1
+            started.set()
+            await asyncio.sleep(0.5)
+            return await real_quotes(items)
+
+        chat.quotes = slow_quotes
+        r.h.feed("MESSAGE_CREATE", said)
+        await asyncio.wait_for(started.wait(), 5)
+        r.h.feed("MESSAGE_UPDATE", {**said, "attachments": [], "edited_timestamp": dh.discord.utils.utcnow().isoformat()})
+        await settle(r)
+        assert gathered == 2  # started again
+        assert all("wrongfile_canary_words" not in c.prompt_text for c in r.model.chat_calls[1:])
+        assert "wrongfile_canary_words" not in " ".join(await humans(r))
+        await r.engine.scheduler.flush()
+        assert files_containing(r.data_dir, "wrongfile_canary_words") == []
+
+
 async def test_an_edit_while_the_model_answers_replaces_the_stored_text_once(tmp_path):
     """The edit lands during the model call: the first attempt may already have written the old text into
     the thread; the restarted turn replaces that copy (one message, the new text), and only it is learned."""
