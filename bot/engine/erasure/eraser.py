@@ -301,13 +301,25 @@ class Eraser(JournalReplay):
                                   subject=json.dumps({"thread": thread_id, "threads": threads}))
 
     @counted
-    async def erase_guild(self, guild_id: str) -> int:
+    async def erase_guild(self, guild_id: str, *, still_due: Callable[[], Awaitable[bool]] | None = None,
+                          first: Callable[[], Awaitable[object]] | None = None) -> int | None:
         """The bot was removed from a server for good: its conversations, its learning queue and what was
         learned there go (judged over all of a memory's sources, as a moderator purge of that server is).
-        Journaled. Returns how many memories were erased.
+        Journaled. Returns how many memories were erased; None when ``still_due`` says no.
+
+        ``still_due`` is asked once the erasure lock is held, and ``first`` (the server's settings) runs
+        after it: waiting for the lock can take long (another erasure, another process sweeping the same
+        server), and a server that added the bot back meanwhile keeps everything.
         """
-        memories = await self._simple(GUILD, lambda: self.steps.guild(str(guild_id)), guild_id=str(guild_id),
-                                      compact_now=True)
+        async with self._exclusive():
+            if still_due is not None and not await still_due():
+                log.info("server %s added the bot back before its data was deleted", guild_id)
+                return None
+            if first is not None:
+                await first()
+            job_id = await self.storage.erasures.begin(kind=GUILD, user_id="", guild_id=str(guild_id))
+            async with self._journaled(job_id, compact_now=True):
+                memories = await self.steps.guild(str(guild_id))
         log.info("deleted what was kept from server %s: %d memories", guild_id, memories)
         return memories
 

@@ -122,18 +122,26 @@ class DiscordChanges:
         now = time.time() if now is None else now
         cutoff = now - self.removed_server_days * 86400
         swept: list[str] = []
+        seen: set[str] = set()
         # Read again after each server: one that added the bot back while another was erased is not due.
-        while (due := [g for g in await self.storage.removed_guilds.due(cutoff) if g not in swept]):
+        while (due := [g for g in await self.storage.removed_guilds.due(cutoff) if g not in seen]):
             guild_id = due[0]
+            seen.add(guild_id)
+
+            async def still_due(guild_id: str = guild_id) -> bool:  # asked again under the erasure lock
+                return guild_id in await self.storage.removed_guilds.due(cutoff)
+
             # The settings (persona, instructions: text admins wrote) go first, so the guild job's one
             # compaction also removes their old pages; a crash in between leaves the server marked, and the
             # next sweep repeats both (deleting absent settings is a no-op).
-            if self.forget_settings is not None:
-                await self.forget_settings(guild_id)
+            forget = self.forget_settings
             try:
-                await self.eraser.erase_guild(guild_id)
+                erased = await self.eraser.erase_guild(
+                    guild_id, still_due=still_due, first=None if forget is None else (lambda g=guild_id: forget(g)))
             finally:
                 self.forget_stored(None)  # which threads were that server's is not kept here; all re-checked
+            if erased is None:
+                continue  # added back while the sweep waited for the erasure lock
             await self.storage.removed_guilds.done(guild_id)
             swept.append(guild_id)
         return swept

@@ -52,8 +52,8 @@ async def test_a_server_that_adds_the_bot_back_during_a_sweep_keeps_its_data(tmp
         await removed.mark("998", time.time() - 30)
         real = r.engine.eraser.erase_guild
 
-        async def erase_then_998_comes_back(guild_id: str) -> int:
-            erased = await real(guild_id)
+        async def erase_then_998_comes_back(guild_id: str, **kw) -> int | None:
+            erased = await real(guild_id, **kw)
             await r.engine.changes.server_back("998")  # GUILD_CREATE for 998 while 997 was being erased
             return erased
 
@@ -61,3 +61,29 @@ async def test_a_server_that_adds_the_bot_back_during_a_sweep_keeps_its_data(tmp
         swept = await r.engine.changes.sweep_removed_servers(now=time.time() + 8 * 86400)
         assert swept == ["997"]
         assert [m.content for m in await r.engine.list_memories(ALICE["id"])] == ["Alice said this in server 998"]
+
+
+async def test_a_server_that_adds_the_bot_back_while_its_erasure_waits_for_the_lock_keeps_everything(tmp_path):
+    """Erasures run one at a time (across processes too): while the sweep waits its turn, the server adds the
+    bot back. It is asked again once the lock is held, so its memories and its settings stay."""
+    from contextlib import asynccontextmanager
+
+    from bot.engine.policy.server_settings import set_field
+
+    async with rig(tmp_path) as r:
+        await seed(r, ALICE, ["Alice said this in server 996"], guild="996")
+        await r.engine.change_settings("996", set_field("persona", "a pirate_canary_996"), by="1")
+        await r.engine.storage.removed_guilds.mark("996", time.time() - 60)
+        real = r.engine.eraser._exclusive
+
+        @asynccontextmanager
+        async def back_while_waiting():
+            await r.engine.changes.server_back("996")  # GUILD_CREATE while another erasure held the lock
+            async with real():
+                yield
+
+        r.engine.eraser._exclusive = back_while_waiting
+        assert await r.engine.changes.sweep_removed_servers(now=time.time() + 8 * 86400) == []
+        assert [m.content for m in await r.engine.list_memories(ALICE["id"])] == ["Alice said this in server 996"]
+        assert (await r.engine.guild_policy("996")).persona_addition == "a pirate_canary_996"
+        assert await r.engine.storage.removed_guilds.due(time.time() + 8 * 86400) == []
