@@ -110,7 +110,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                                  drop_messages=self.conversations.erase_messages, scopes=storage.scopes,
                                  owed=(self.meter.owe, self.meter.paid))
         self.eraser = Eraser(storage, self.conversations, hold=self._hold, light_hold=self._light_hold,
-                             on_erase=self.runner.inflight.mark_erased, exclusive=self.locks.erasures,
+                             erasing=self.runner.inflight.erasing, exclusive=self.locks.erasures,
                              notify=self.scheduler.notify)
         self.changes = DiscordChanges(storage=storage, conversations=self.conversations, eraser=self.eraser,
                                       scheduler=self.scheduler, thread_state=self.thread_state,

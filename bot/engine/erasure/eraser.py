@@ -47,7 +47,7 @@ import asyncio
 import json
 import logging
 import time
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, AsyncExitStack, asynccontextmanager, nullcontext
 from typing import AsyncIterator, Awaitable, Callable, Iterable, TypeVar
 
 from bot.engine.concurrency import Hold, Holds
@@ -89,12 +89,14 @@ class Eraser(JournalReplay):
 
     def __init__(
         self, storage: Storage, conversations: ConversationEraser | None, *, hold: Hold | None = None,
-        light_hold: Hold | None = None, on_erase: Callable[[str], None] | None = None,
+        light_hold: Hold | None = None, erasing: Callable[[str], AbstractContextManager[None]] | None = None,
         exclusive: Callable[[], AbstractAsyncContextManager] | None = None,
         notify: Callable[[str, str, int, str], None] | None = None,
     ) -> None:
-        """``hold(user)`` keeps the person's extraction stopped meanwhile; ``on_erase(user)`` is told as a
-        person's erasure starts (the engine marks their turns in flight as not to be learned from);
+        """``hold(user)`` keeps the person's extraction stopped meanwhile; ``erasing(user)`` is entered for
+        the length of a person's erasure, whoever asked for it (a command, the journal: a wipe from the
+        shell handed to the running bot): the engine marks their turns in flight, and those that start
+        meanwhile, to be answered without memories and neither kept nor learned from;
         ``exclusive()`` is the global erasure lock (in-process only when not given); ``notify(thread, user,
         pending, scope)`` is told when an edited message is queued to be learned again."""
         self.storage = storage
@@ -102,7 +104,7 @@ class Eraser(JournalReplay):
         self.memories = MemoryRepository(storage.store)
         self.holds = Holds(hold, light_hold)
         self.steps = ErasureSteps(storage, conversations, self.memories, self.holds, notify)
-        self.on_erase = on_erase or (lambda _user: None)
+        self.erasing = erasing or (lambda _user: nullcontext())
         self._exclusive = exclusive or _one_at_a_time()
         self._running: set[int] = set()  # journal IDs being run by this process right now
         self._failures: dict[int, tuple[int, float]] = {}  # journal ID -> (failures, retry not before)
@@ -150,7 +152,10 @@ class Eraser(JournalReplay):
             by: a moderator doing a purge: recorded, without any content, in the person's change log.
         """
         user = str(user_id)
-        self.on_erase(user)
+        with self.erasing(user):
+            return await self._erase_person(user, guild_id, by)
+
+    async def _erase_person(self, user: str, guild_id: str | None, by: Actor | None) -> ErasureResult:
         async with self._exclusive(), self.hold(user):
             quotes = await self.words_of(user, guild_id)
             job_id = await self.storage.erasures.begin(kind=PERSON, user_id=user, guild_id=guild_id,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Callable
 
 from bot.engine.erasure.compaction import OwedCompaction
@@ -33,7 +33,7 @@ class JournalReplay:
     _running: set[int]
     _failures: dict[int, tuple[int, float]]
     _exclusive: Callable[[], AbstractAsyncContextManager]
-    on_erase: Callable[[str], None]
+    erasing: Callable[[str], AbstractContextManager[None]]
     owed: OwedCompaction
     _resumed: bool
     _compact_failures: tuple[int, float]  # (failures in a row, retry not before: monotonic)
@@ -136,8 +136,11 @@ class JournalReplay:
             await self.steps.cut_quotes(QuoteRule.from_bytes(job.quotes or b""), job.user_id or None)
             await self._finish(job.id)
             return
+        with self.erasing(job.user_id):  # their turns meanwhile: no memories, nothing kept (as for a command)
+            await self._run_person(job)
+
+    async def _run_person(self, job: ErasureJob) -> None:
         by = Actor(job.actor, job.actor_id) if job.actor else None
-        self.on_erase(job.user_id)
         async with self.hold(job.user_id):
             if job.id not in {j.id for j in await self.storage.erasures.unfinished()}:
                 return  # finished meanwhile by whoever held the person (it must not run twice)

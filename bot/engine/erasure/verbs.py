@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from bot.engine.conversation.turn import TurnRunner
 from bot.engine.erasure.conversations import ConversationEraser
 from bot.engine.erasure.departures import absent_at_ready, servers_with_data
 from bot.engine.erasure.eraser import Eraser
@@ -26,7 +25,6 @@ class ChangeVerbs:
     conversations: ConversationEraser
     eraser: Eraser
     memories: MemoryRepository
-    runner: TurnRunner
     metrics: Metrics
 
     async def message_edited(self, thread_id: str, message_id: str, text: str, *, edited_at: float | None = None) -> bool:
@@ -68,9 +66,8 @@ class ChangeVerbs:
         queued for learning; one that starts while the erasure runs is answered without their memories,
         and neither its messages nor its answer are kept or learned from (``conversation/turn.py``).
         """
-        # Their turns meanwhile: no memories, nothing kept. (No memory vectors are written either: the
-        # eraser's hold on a person pauses them, see _hold.)
-        with self.runner.inflight.erasing(str(user_id)):
-            result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
+        # Their turns meanwhile: no memories, nothing kept (the eraser marks them, for the journal's replay
+        # too). No memory vectors are written either: the eraser's hold on a person pauses them, see _hold.
+        result = await self.eraser.erase_person(user_id, guild_id=guild_id, by=by)
         self.metrics.erasure("person" if guild_id is None else "server")
         return result

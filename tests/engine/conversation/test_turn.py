@@ -70,6 +70,38 @@ async def test_a_turn_that_starts_during_a_wipe_reads_no_memories_and_leaves_not
         assert "radishes" in " ".join(m.text for m in (await engine.thread_state("c"))["messages"])
 
 
+async def test_a_wipe_from_the_shell_that_the_bot_runs_covers_turns_that_start_during_it(settings):
+    """``python -m bot memories wipe`` beside the running bot records the wipe in the journal and the bot
+    runs it: a turn of that person meanwhile is treated as during ``/memories wipe`` (no memories read,
+    nothing kept or learned after "Done"), on SQLite too, where no other process marks them."""
+    from bot.engine.erasure.eraser import request_erasure
+
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        await engine.remember("42", "Ada keeps bees.", {"guild_id": "900", "channel_id": "c", "message_id": "",
+                                                        "source": "user"}, by=Actor("user", "42"))
+        release, started = asyncio.Event(), asyncio.Event()
+        real_person = engine.eraser.steps.person
+
+        async def slow_person(*args, **kwargs):
+            started.set()
+            await release.wait()
+            return await real_person(*args, **kwargs)
+
+        engine.eraser.steps.person = slow_person
+        await request_erasure(engine.storage, "42")
+        wipe = asyncio.create_task(engine.eraser.resume())
+        await asyncio.wait_for(started.wait(), 10)
+        # (Not marked, the turn would wait for the wipe to end before it is recorded, then be kept.)
+        await asyncio.wait_for(engine.reply("c", ada("m29"), "I like parsnips, do you remember my bees?"), 30)
+        assert "bees" not in model.chat_calls[-1].system
+        release.set()
+        assert await wipe == 1
+        await engine.flush_learning()
+        assert "parsnips" not in " ".join(m.text for m in (await engine.thread_state("c")).get("messages", []))
+        assert await engine.list_memories("42") == []
+
+
 async def test_a_turn_waiting_for_its_channel_when_a_wipe_begins_reads_no_memories(settings):
     """Whether the person is being erased is asked once the channel is the turn's, not before: a turn
     queued behind another in its channel while the person's wipe begins must not read the memories the
