@@ -127,6 +127,11 @@ class MemoryWriter:
         # Trustcall repeats each doc ID several times (instances, patch and delete schemas): short aliases
         # instead of 36-character keys keep that cost small; they map back to keys when applying.
         aliases = {f"m{i}": m.key for i, m in enumerate(candidates, 1)}
+        # A memory the person corrected by hand that already cites one of these messages: the message is
+        # being learned again (it was edited, or an update was judged an edit), and what it says was already
+        # judged by the person. Shown (so the extractor does not add it again), but never patched or deleted.
+        new_ids = {str(t.origin.get("message_id")) for t in request.new if t.origin.get("message_id")}
+        protected = {m.key for m in candidates if m.hand_written and m.message_ids() & new_ids}
         existing = [(alias, "Memory", {"content": m.content}) for alias, m in zip(aliases, candidates)]
         # The person's name is member-chosen text: quoted in the transcript, never in the system role.
         system = EXTRACT_SYSTEM.format(speaker_id=request.user_id)
@@ -145,7 +150,7 @@ class MemoryWriter:
             if watcher.errors and not result.get("responses"):
                 raise ExtractionInterrupted(repr(watcher.errors[-1])) from watcher.errors[-1]
             if not watcher.last_malformed:
-                return await apply_results(repo, request, result, aliases)
+                return await apply_results(repo, request, result, aliases, protected=protected)
             log.warning("extraction for user %s returned malformed tool calls (attempt %d)", request.user_id, attempt)
         log.warning("skipping extraction for user %s after a malformed retry; memories unchanged", request.user_id)
         self.skipped_turns += len(request.new)
@@ -153,12 +158,14 @@ class MemoryWriter:
 
 
 async def apply_results(
-    repo: MemoryRepository, request: WriteRequest, result: dict, known: dict[str, str]
+    repo: MemoryRepository, request: WriteRequest, result: dict, known: dict[str, str], *,
+    protected: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> MemoryChanges:
     """Turn Trustcall's responses into one batch of store writes.
 
     ``known`` maps the doc IDs the extractor was shown to memory keys; a patch or delete naming any other
-    ID is ignored (it cannot be the person's).
+    ID is ignored (it cannot be the person's), and so is one of a ``protected`` key (a hand correction of
+    what these messages said).
     Each insert and patch is attributed to the new messages it came from (``transcript.attribute``): its
     ``sources`` name them, and its ``origin`` is the newest of them.
     """
@@ -168,7 +175,7 @@ async def apply_results(
     for response, meta in zip(result.get("responses", []), result.get("response_metadata", [])):
         if type(response).__name__ == "RemoveDoc":
             key = known.get(str(getattr(response, "json_doc_id", "")))
-            if key is not None:
+            if key is not None and key not in protected:
                 deletes.add(key)
             continue
         content = str(getattr(response, "content", "")).strip()
@@ -179,7 +186,8 @@ async def apply_results(
         origin = {**turns[-1].origin, "source": "extraction"} if turns else {**request.origin, "source": "extraction"}
         doc_id = meta.get("json_doc_id")
         if doc_id is not None and str(doc_id) in known:
-            updates[known[str(doc_id)]] = (content, origin, sources)
+            if known[str(doc_id)] not in protected:
+                updates[known[str(doc_id)]] = (content, origin, sources)
         elif doc_id is None:
             inserts.append((content, origin, sources))
     for key in deletes:

@@ -223,3 +223,35 @@ async def test_an_imported_file_naming_someone_elses_message_learns_nothing_from
         await engine.messages_deleted("c", {"701"})
         assert await engine.memories.list(attacker) == []
         assert "I like secretcanary_plans" not in [m.content for m in await engine.memories.list("1")]
+
+
+async def test_learning_an_edited_message_again_does_not_undo_the_persons_hand_correction(settings):
+    """"I live in Berlin and work at Acme" taught two memories; the person corrected the first by hand
+    (Munich), then edited the message (Initech). The message is learned again, and the extractor sees the
+    corrected memory: a model that patches it back to Berlin, or deletes it, is not followed. What the
+    person wrote by hand about that message stands; the rest follows the edit."""
+    from langchain_core.messages import AIMessage
+
+    from tests.conftest import doc_id, tool_call
+
+    def script(call: Call):
+        if not call.is_extraction:
+            return "Noted!"
+        if "Initech" in call.prompt_text:  # learning the edited message again
+            return AIMessage(content="", tool_calls=[
+                tool_call("PatchDoc", {"json_doc_id": doc_id(call, "Lives in Munich"), "planned_edits": "city",
+                                       "patches": [{"op": "replace", "path": "/content", "value": "Lives in Berlin"}]}),
+                tool_call("Memory", {"content": "Works at Initech", "source_messages": [1]}, 1)])
+        return AIMessage(content="", tool_calls=[
+            tool_call("Memory", {"content": "Lives in Berlin", "source_messages": [1]}, 0),
+            tool_call("Memory", {"content": "Works at Acme", "source_messages": [1]}, 1)])
+
+    async with running_engine(settings, ScriptedChatModel(script)) as engine:
+        await engine.reply("c", ann("801"), "I live in Berlin and work at Acme")
+        await engine.scheduler.flush()
+        berlin = next(m for m in await engine.memories.list("1") if m.content == "Lives in Berlin")
+        assert await engine.edit_memory("1", berlin.key, "Lives in Munich", {"guild_id": "9", "channel_id": "c"},
+                                        by=Actor("user", "1"))
+        assert await engine.message_edited("c", "801", "I live in Berlin and work at Initech")
+        await engine.scheduler.flush()
+        assert sorted(m.content for m in await engine.memories.list("1")) == ["Lives in Munich", "Works at Initech"]
