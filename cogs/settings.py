@@ -181,7 +181,13 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         def src(name: str) -> str:
             return " *(operator default)*" if p.sources.get(name) == OPERATOR else " *(set here)*"
 
-        here = frozenset(c for c in p.respond_channels if guild.get_channel_or_thread(int(c)))
+        def mine(name: str, channel_id: str) -> bool:
+            """Whether to show a channel of this setting: every one the server set (each was checked to be
+            its own when set; a thread that auto-archived is not in the cache but still is), and of the
+            operator's list, which names every server's channels, those the cache knows to be here."""
+            return p.sources.get(name) != OPERATOR or guild.get_channel_or_thread(int(channel_id)) is not None
+
+        here = frozenset(c for c in p.respond_channels if mine("respond_channels", c))
         embed = discord.Embed(title=f"Settings in {guild.name}",
                               description=p.persona_addition or "*No instructions of this server's own.*")
         embed.add_field(name="Instructions", value=("shown above" if p.persona_addition else "none") + src("persona"),
@@ -195,7 +201,7 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
                         inline=False)
         embed.add_field(name="Each member's daily budget", value=_tokens(p.member_daily_tokens) + src("member_daily_tokens"),
                         inline=False)
-        personas = [(c, t) for c, t in sorted(p.channel_personas.items()) if guild.get_channel_or_thread(int(c))]
+        personas = sorted(p.channel_personas.items())  # set by the server only, for its own channels
         if personas:
             listing, shown = "", 0
             for c, t in personas:
@@ -208,7 +214,7 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
             embed.add_field(name="Channel instructions (after the server's)", value=listing.strip(), inline=False)
         embed.add_field(name="Deletes its reply when the message is deleted",
                         value=_onoff(p.delete_replies) + src("delete_replies"))
-        log_here = p.mod_log_channel if p.mod_log_channel and guild.get_channel_or_thread(int(p.mod_log_channel)) else None
+        log_here = p.mod_log_channel if p.mod_log_channel and mine("mod_log_channel", p.mod_log_channel) else None
         embed.add_field(name="Mod-log channel", value=(f"<#{log_here}>" if log_here else "none") + src("mod_log_channel"),
                         inline=False)
         if len(embed) > 6000 and embed.description:  # Discord refuses an embed over 6,000 characters in all

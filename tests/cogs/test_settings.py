@@ -244,6 +244,20 @@ async def test_mod_log_channel_of_the_server_gets_purges_and_changes(r):
     assert "memory purge" in r.h.sent_messages(other_log)[-1].content
 
 
+async def test_a_mod_log_thread_that_auto_archived_still_gets_the_audit_lines(r):
+    """discord.py drops a thread from its cache when it archives (and a restart learns only active threads):
+    the mod-log is looked up on Discord then, and the line goes out (posting unarchives the thread)."""
+    await apply(r, "mod-log", channel=dh.thread(THREAD, GUILD_ID, GENERAL, "a-thread"))
+    assert len(r.h.sent_messages(THREAD)) == 1
+    guild = r.h.bot.get_guild(GUILD_ID)
+    guild._remove_thread(guild.get_thread(THREAD))  # what THREAD_UPDATE with archived=true does
+    assert guild.get_channel_or_thread(THREAD) is None
+    await apply(r, "learning", on=False)
+    assert len(r.h.sent_messages(THREAD)) == 2 and "learning" in r.h.sent_messages(THREAD)[-1].content
+    fields = {f["name"]: f["value"] for f in (await settings(r, "show"))[-1].embeds[0]["fields"]}
+    assert fields["Mod-log channel"] == f"<#{THREAD}> *(set here)*"  # still shown as what it is
+
+
 async def test_settings_are_deleted_with_the_servers_data_not_on_an_outage(tmp_path):
     async with rig(tmp_path, retention={"removed_server_days": 0}) as r:
         await settings_deleted_with_the_server(r)
