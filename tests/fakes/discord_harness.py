@@ -528,6 +528,9 @@ class DiscordHarness:
                               integration_owners=integration_owners)
         self.feed('INTERACTION_CREATE', payload)
         await self.settle()
+        deadline = asyncio.get_running_loop().time() + 30
+        while self._thinking(int(payload['id'])) and asyncio.get_running_loop().time() < deadline:
+            await self.settle(timeout=30, quiet=0.5)  # deferred: the bot is still at work on it
         out = Responses(self.interaction_responses(int(payload['id'])))
         out.interaction = payload
         return out
@@ -588,6 +591,15 @@ class DiscordHarness:
         """``POST /channels/{id}/messages`` calls (all channels when ``channel_id`` is None)."""
         return [c for c in self.calls_to('POST', '/channels/{channel_id}/messages')
                 if channel_id is None or c.params['channel_id'] == str(channel_id)]
+
+    def _thinking(self, interaction_id: int) -> bool:
+        """Deferred with "thinking" (callback 5) and not yet answered: the bot owes a followup or an edit of
+        ``@original`` (Discord shows "did not respond" otherwise), so the work is under way. ``settle`` can
+        take such work for idle when it waits inside an async context manager's entry (a database query
+        there is not seen as work), so ``_interact`` waits on until the answer comes."""
+        calls = self.interaction_responses(interaction_id)
+        return any(c.callback_type == 5 for c in calls) and not any(
+            c.callback_type is None and c.method in ('POST', 'PATCH') for c in calls)
 
     def interaction_responses(self, interaction_id: int) -> List[Call]:
         """Callback, followup and ``@original`` calls of one interaction (matched by its token), in order."""
