@@ -515,9 +515,10 @@ async def test_an_answer_whose_message_was_deleted_meanwhile_is_still_posted(tmp
         assert "message_reference" not in sent[0].response  # posted without the reference: it was gone
 
 
-async def update_while_gathering(r, said: dict, content: str) -> int:
+async def update_while_gathering(r, said: dict, content: str | dict) -> int:
     """Send ``said``; while its answer gathers context (a channel-history or reply-chain fetch taking half a
-    second), Discord sends a MESSAGE_UPDATE with ``content``. Returns how many times context was gathered."""
+    second), Discord sends a MESSAGE_UPDATE with ``content`` (a partial update; or ``content`` is the whole
+    payload to send). Returns how many times context was gathered."""
     chat = r.bot.get_cog("Chat")
     real_quotes = chat.quotes
     started = asyncio.Event()
@@ -533,7 +534,7 @@ async def update_while_gathering(r, said: dict, content: str) -> int:
     chat.quotes = slow_quotes
     r.h.feed("MESSAGE_CREATE", said)
     await asyncio.wait_for(started.wait(), 5)
-    r.h.feed("MESSAGE_UPDATE", partial_update(said, content))
+    r.h.feed("MESSAGE_UPDATE", content if isinstance(content, dict) else partial_update(said, content))
     await settle(r)
     return gathered
 
@@ -562,22 +563,8 @@ async def test_a_file_removed_while_the_answer_gathers_its_context_is_neither_an
         r.h.cdn[url] = b"wrongfile_canary_words"
         wrong = dh.attachment(dh.snowflake(), "wrong.txt", size=22, url=url, content_type="text/plain")
         said = r.mentioning(ALICE, "I like tea_with_a_file", attachments=[wrong])
-        chat = r.bot.get_cog("Chat")
-        real_quotes, started, gathered = chat.quotes, asyncio.Event(), 0
-
-        async def slow_quotes(items):
-            nonlocal gathered
-            gathered += 1
-            started.set()
-            await asyncio.sleep(0.5)
-            return await real_quotes(items)
-
-        chat.quotes = slow_quotes
-        r.h.feed("MESSAGE_CREATE", said)
-        await asyncio.wait_for(started.wait(), 5)
-        r.h.feed("MESSAGE_UPDATE", {**said, "attachments": [], "edited_timestamp": dh.discord.utils.utcnow().isoformat()})
-        await settle(r)
-        assert gathered == 2  # started again
+        removed = {**said, "attachments": [], "edited_timestamp": dh.discord.utils.utcnow().isoformat()}
+        assert await update_while_gathering(r, said, removed) == 2  # started again
         assert all("wrongfile_canary_words" not in c.prompt_text for c in r.model.chat_calls[1:])
         assert "wrongfile_canary_words" not in " ".join(await humans(r))
         await r.engine.scheduler.flush()

@@ -37,22 +37,28 @@ async def test_the_usual_turn_queues_every_message(settings):
         assert [t.human for t in pending] == ["one", "two"]
 
 
+async def ada_with_bees_and_a_slow_wipe(engine) -> tuple[asyncio.Event, asyncio.Event]:
+    """Ada (user 42) remembers bees; her wipe's person step waits: (release it, it has started)."""
+    await engine.remember("42", "Ada keeps bees.", {"guild_id": "900", "channel_id": "c", "message_id": "",
+                                                    "source": "user"}, by=Actor("user", "42"))
+    release, started = asyncio.Event(), asyncio.Event()
+    real_person = engine.eraser.steps.person
+
+    async def slow_person(*args, **kwargs):
+        started.set()
+        await release.wait()
+        return await real_person(*args, **kwargs)
+
+    engine.eraser.steps.person = slow_person
+    return release, started
+
+
 async def test_a_turn_that_starts_during_a_wipe_reads_no_memories_and_leaves_nothing_after_done(settings):
     """The wipe waits on a step; meanwhile the person writes and gets an answer. After "Done" nothing of
     that turn is kept: not in the thread, not in the learning queue, not learned."""
     model = ScriptedChatModel(default_script)
     async with running_engine(settings, model) as engine:
-        await engine.remember("42", "Ada keeps bees.", {"guild_id": "900", "channel_id": "c", "message_id": "",
-                                                        "source": "user"}, by=Actor("user", "42"))
-        release, started = asyncio.Event(), asyncio.Event()
-        real_person = engine.eraser.steps.person
-
-        async def slow_person(*args, **kwargs):
-            started.set()
-            await release.wait()
-            return await real_person(*args, **kwargs)
-
-        engine.eraser.steps.person = slow_person
+        release, started = await ada_with_bees_and_a_slow_wipe(engine)
         wipe = asyncio.create_task(engine.erase_person("42"))
         await started.wait()
         await engine.reply("c", ada("m9"), "I like parsnips, do you remember my bees?")
@@ -78,17 +84,7 @@ async def test_a_wipe_from_the_shell_that_the_bot_runs_covers_turns_that_start_d
 
     model = ScriptedChatModel(default_script)
     async with running_engine(settings, model) as engine:
-        await engine.remember("42", "Ada keeps bees.", {"guild_id": "900", "channel_id": "c", "message_id": "",
-                                                        "source": "user"}, by=Actor("user", "42"))
-        release, started = asyncio.Event(), asyncio.Event()
-        real_person = engine.eraser.steps.person
-
-        async def slow_person(*args, **kwargs):
-            started.set()
-            await release.wait()
-            return await real_person(*args, **kwargs)
-
-        engine.eraser.steps.person = slow_person
+        release, started = await ada_with_bees_and_a_slow_wipe(engine)
         await request_erasure(engine.storage, "42")
         wipe = asyncio.create_task(engine.eraser.resume())
         await asyncio.wait_for(started.wait(), 10)

@@ -24,6 +24,20 @@ def ann(message_id: str) -> Speaker:
     return Speaker(user_id="1", name="Ann", guild_id="9", channel_id="c", message_id=message_id)
 
 
+async def crashed_before_its_row_was_finished(engine, monkeypatch, job) -> None:
+    """Run ``job()`` (an edit, a memory change) and crash it just before its journal row is finished: the
+    work is done, the row is left for the journal's replay."""
+    finish = engine.eraser._finish
+
+    async def crash(_job_id, **_kw):
+        raise RuntimeError("killed before the row was finished")
+
+    monkeypatch.setattr(engine.eraser, "_finish", crash)
+    with pytest.raises(RuntimeError):
+        await job()
+    monkeypatch.setattr(engine.eraser, "_finish", finish)
+
+
 async def test_a_crash_in_the_middle_of_an_edit_is_finished_with_the_new_text(settings, monkeypatch):
     old, new = "okapi_old_text_3141", "narwhal_new_text_2718"
     async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
@@ -58,15 +72,8 @@ async def test_an_edit_queued_again_and_then_crashed_is_not_queued_twice(setting
     async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
         await engine.reply("c", ann("601"), "I like tea_twice")
         await engine.scheduler.flush()
-        finish = engine.eraser._finish
-
-        async def crash(_job_id, **_kw):
-            raise RuntimeError("killed before the row was finished")
-
-        monkeypatch.setattr(engine.eraser, "_finish", crash)
-        with pytest.raises(RuntimeError):
-            await engine.message_edited("c", "601", "I like coffee_once")
-        monkeypatch.setattr(engine.eraser, "_finish", finish)
+        await crashed_before_its_row_was_finished(
+            engine, monkeypatch, lambda: engine.message_edited("c", "601", "I like coffee_once"))
         assert await engine.eraser.resume() == 1
         rows = [t for t in await engine.storage.inbox.every_turn() if t.origin.get("message_id") == "601"]
         assert [t.human for t in rows if t.human == "I like coffee_once"]
@@ -157,15 +164,8 @@ async def test_a_replayed_edit_or_memory_delete_still_holds_its_person_lightly(s
     async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
         await engine.reply("c", ann("61"), "I like sailing")
         await engine.scheduler.flush()
-        finish = engine.eraser._finish
-
-        async def crash(_job_id, **_kw):
-            raise RuntimeError("killed before the row was finished")
-
-        monkeypatch.setattr(engine.eraser, "_finish", crash)
-        with pytest.raises(RuntimeError):
-            await engine.message_edited("c", "61", "I like rowing")
-        monkeypatch.setattr(engine.eraser, "_finish", finish)
+        await crashed_before_its_row_was_finished(engine, monkeypatch,
+                                                  lambda: engine.message_edited("c", "61", "I like rowing"))
         inbox_edit = engine.storage.inbox.edit_message
 
         async def talk_during_the_edit(message_id, text):  # runs under the replay's hold on the author
@@ -180,10 +180,8 @@ async def test_a_replayed_edit_or_memory_delete_still_holds_its_person_lightly(s
         assert sorted(m.content for m in await engine.memories.list("1")) == ["I like climbing", "I like rowing"]
 
         rowing = next(m.key for m in await engine.memories.list("1") if m.content == "I like rowing")
-        monkeypatch.setattr(engine.eraser, "_finish", crash)
-        with pytest.raises(RuntimeError):
-            await engine.delete_memories("1", [rowing], by=Actor("user", "1"))
-        monkeypatch.setattr(engine.eraser, "_finish", finish)
+        await crashed_before_its_row_was_finished(
+            engine, monkeypatch, lambda: engine.delete_memories("1", [rowing], by=Actor("user", "1")))
         delete = engine.eraser.steps.delete_memories
 
         async def talk_during_the_delete(user, keys, by):
