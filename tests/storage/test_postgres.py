@@ -283,3 +283,30 @@ async def test_a_lock_connection_given_up_on_leaves_no_session_holding_its_locks
                 assert (await cur.fetchone())[0] is True  # the old session's lock went with it
                 await other.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (CHANNEL_LOCK_CLASS, "c1"))
         await old.close()
+
+
+async def test_a_pooler_that_refuses_the_options_parameter_still_gets_a_lock_connection(tmp_path, pg_backend,
+                                                                                       monkeypatch, caplog):
+    """PgBouncer refuses an ``options`` startup parameter unless told to ignore it: the lock connection then
+    goes without the server's keepalives (as before they were added), says so once, and locks still work."""
+    import psycopg
+
+    real = psycopg.AsyncConnection.connect
+    tried: list[str] = []
+
+    async def pooler(dsn, **kw):
+        tried.append(kw.get("options", ""))
+        if "tcp_keepalives" in kw.get("options", ""):
+            raise psycopg.OperationalError('unsupported startup parameter: options')
+        return await real(dsn, **kw)
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "connect", pooler)
+    async with open_storage(make_settings(tmp_path, pg_backend)) as storage:
+        async with storage.locks.channel("c1"):
+            pass
+        storage.locks._conn = None  # a second connection: the refusal is remembered, not tried again
+        async with storage.locks.channel("c2"):
+            pass
+    lock_tries = [o for o in tried if "tcp_keepalives" in o]
+    assert len(lock_tries) == 1
+    assert sum("server keepalives" in r.getMessage() for r in caplog.records) == 1

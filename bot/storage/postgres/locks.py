@@ -132,6 +132,7 @@ class PostgresLocks:
         self.sweep_seconds: float | None = max(0.5, lease_seconds / 4)
         self._conn: psycopg.AsyncConnection | None = None
         self._session: tuple[int, object] | None = None  # the lock connection's server session (pid, start)
+        self._server_keepalive_refused = False
         self._connecting = asyncio.Lock()
         # Claims carry this process's token: the engine's in-process lock means a claim row of our own
         # that we did not release (the database was away at the time) is stale, and can be taken back.
@@ -149,12 +150,29 @@ class PostgresLocks:
             # pool's check) would take another channel's answer for a closing server. Known broken, it is
             # replaced; broken unknown, the lock request fails and is asked once more (_try_lock).
             if self._conn is None or self._conn.closed or self._conn.broken:
-                conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **_lock_conn_params(self._dsn))
+                conn = await self._connect()
                 old, self._session = self._session, await _session_of(conn)
                 self._conn = conn
                 if old is not None:
                     await _end_session(conn, old)
             return self._conn
+
+    async def _connect(self) -> psycopg.AsyncConnection:
+        """A new lock connection with keepalives on both ends. A pooler that refuses the ``options`` startup
+        parameter (PgBouncer unless told to ignore it) gets the connection without the server's half, as
+        before it was added, and the log says so once."""
+        params = _lock_conn_params(self._dsn)
+        if not self._server_keepalive_refused:
+            try:
+                return await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **params)
+            except psycopg.OperationalError as exc:
+                if "options" not in str(exc).lower() and "startup parameter" not in str(exc).lower():
+                    raise
+                self._server_keepalive_refused = True
+                log.warning("the database refused the lock connection's server keepalives (a pooler?); "
+                            "connecting without them")
+        params["options"] = conninfo_to_dict(self._dsn).get("options") or ""
+        return await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **params)
 
     async def _try_lock(self, thread_id: str) -> tuple[psycopg.AsyncConnection, bool]:
         """One attempt at the channel's lock: the connection it was asked on, and whether it was granted.
