@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import AbstractSet, Any, Awaitable, Callable
 
 from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.language_models import BaseChatModel
@@ -159,7 +159,7 @@ class MemoryWriter:
 
 async def apply_results(
     repo: MemoryRepository, request: WriteRequest, result: dict, known: dict[str, str], *,
-    protected: set[str] = frozenset(),  # type: ignore[assignment]
+    protected: AbstractSet[str] = frozenset(),
 ) -> MemoryChanges:
     """Turn Trustcall's responses into one batch of store writes.
 

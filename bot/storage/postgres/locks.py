@@ -90,11 +90,11 @@ async def fence(conn: psycopg.AsyncConnection) -> None:
         raise ClaimLost(f"the claim on user {claim.user_id} ran out and was taken over")
 
 
-def _lock_conn_params(dsn: str) -> dict[str, object]:
-    """The lock connection's keepalives on both ends, and a connect timeout (the DSN's own, when it has one;
-    its ``options`` are kept, the server keepalives added after them)."""
+def _lock_conn_params(dsn: str, *, server: bool = True) -> dict[str, object]:
+    """The lock connection's keepalives (on both ends; the server's only with ``server``), and a connect
+    timeout (the DSN's own, when it has one; its ``options`` are kept, the server keepalives added after)."""
     given = conninfo_to_dict(dsn)
-    options = " ".join(str(o) for o in (given.get("options"), LOCK_CONN_SERVER_KEEPALIVE) if o)
+    options = " ".join(str(o) for o in (given.get("options"), LOCK_CONN_SERVER_KEEPALIVE if server else None) if o)
     return {**LOCK_CONN_KEEPALIVE, "options": options, "connect_timeout": given.get("connect_timeout") or LOCK_CONNECT_SECONDS}
 
 
@@ -161,18 +161,16 @@ class PostgresLocks:
         """A new lock connection with keepalives on both ends. A pooler that refuses the ``options`` startup
         parameter (PgBouncer unless told to ignore it) gets the connection without the server's half, as
         before it was added, and the log says so once."""
-        params = _lock_conn_params(self._dsn)
         if not self._server_keepalive_refused:
             try:
-                return await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **params)
+                return await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **_lock_conn_params(self._dsn))
             except psycopg.OperationalError as exc:
                 if "options" not in str(exc).lower() and "startup parameter" not in str(exc).lower():
                     raise
                 self._server_keepalive_refused = True
                 log.warning("the database refused the lock connection's server keepalives (a pooler?); "
                             "connecting without them")
-        params["options"] = conninfo_to_dict(self._dsn).get("options") or ""
-        return await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **params)
+        return await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **_lock_conn_params(self._dsn, server=False))
 
     async def _try_lock(self, thread_id: str) -> tuple[psycopg.AsyncConnection, bool]:
         """One attempt at the channel's lock: the connection it was asked on, and whether it was granted.
