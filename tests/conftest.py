@@ -266,6 +266,23 @@ async def running_engine(settings: Settings, model: BaseChatModel, **kw: Any) ->
             await engine.close()
 
 
+@asynccontextmanager
+async def real_chat_model(settings: Settings, **kw: Any) -> AsyncIterator[BaseChatModel]:
+    """The configured real client (ChatDeepSeek or ChatOpenAI) on a connection pool closed on the way out.
+
+    Without it the OpenAI SDK gives the model its own pool, closed by garbage collection on whatever event
+    loop runs then: its connections belong to a closed loop, the close fails, and asyncio logs an error in a
+    later test (a CI run failed on one, in a test that checks nothing else is logged during an outage).
+    """
+    from bot.engine.model import build_chat_model, model_http_client
+
+    pool = model_http_client()
+    try:
+        yield build_chat_model(settings, http_async_client=pool, **kw)
+    finally:
+        await pool.aclose()
+
+
 # ---------------------------------------------------------------- fault-suite figures
 FAULT_FIGURES: list[tuple[str, str, str]] = []
 _RUNNING_ON = {"backend": ""}  # the backend of the test now running, for its figures

@@ -63,8 +63,7 @@ async def test_a_model_servers_error_body_and_request_lines_stay_below_info(tmp_
     exception's text; and the client's HTTP library logs every request at INFO. Both stay out."""
     from langchain_core.messages import HumanMessage as Human
 
-    from bot.engine.model import build_chat_model
-    from tests.conftest import make_settings
+    from tests.conftest import make_settings, real_chat_model
     from tests.fakes.openai_server import FakeOpenAIServer, Reply
 
     def echoing(request: dict) -> Reply:
@@ -73,12 +72,12 @@ async def test_a_model_servers_error_body_and_request_lines_stay_below_info(tmp_
                                                        "type": "x"}})
 
     async with FakeOpenAIServer(handler=echoing) as server:
-        model = build_chat_model(make_settings(tmp_path, model={"base_url": server.base_url, "streaming": False,
-                                                                "max_retries": 0}))
-        try:
-            await model.ainvoke([Human(f"my secret is {CANARY}")])
-        except Exception as exc:  # noqa: BLE001 - logged as the chat cog does
-            logging.getLogger("cogs.chat").error("answering failed: %r", exc, exc_info=exc)
+        settings = make_settings(tmp_path, model={"base_url": server.base_url, "streaming": False, "max_retries": 0})
+        async with real_chat_model(settings) as model:
+            try:
+                await model.ainvoke([Human(f"my secret is {CANARY}")])
+            except Exception as exc:  # noqa: BLE001 - logged as the chat cog does
+                logging.getLogger("cogs.chat").error("answering failed: %r", exc, exc_info=exc)
     text = log_stream.getvalue()
     assert "Error code: 400" in text and "answering failed" in text
     assert CANARY not in text and "POST" not in text

@@ -15,10 +15,9 @@ from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
 from bot.engine.engine import create_engine
-from bot.engine.model import build_chat_model
 from bot.engine.state import Image, Incoming, Speaker
 from bot.storage import open_storage
-from tests.conftest import make_settings
+from tests.conftest import make_settings, real_chat_model
 from tests.fakes.images import png, sqlite_holding
 from tests.fakes.openai_server import FakeOpenAIServer, Reply, ToolCall
 
@@ -52,8 +51,8 @@ async def test_seed_scenario_over_http_with_chatdeepseek(tmp_path):
         settings = settings.model_copy(
             update={"secrets": settings.secrets.model_copy(update={"model_api_key": SecretStr("sk-fake-key-123")})}
         )
-        model = build_chat_model(settings)
-        assert isinstance(model, ChatDeepSeek)
+        async with real_chat_model(settings) as model:
+            assert isinstance(model, ChatDeepSeek)
         lance = Speaker(user_id="111", name="Lance", guild_id="900", channel_id="1", message_id="9")
         deltas: list[str] = []
         async with open_storage(settings) as storage:
@@ -95,8 +94,8 @@ async def test_an_image_crosses_real_http_as_an_image_part(tmp_path, provider, n
         settings = make_settings(tmp_path, model={"provider": provider, "name": name, "vision": vision,
                                                   "base_url": server.base_url, "streaming": True})
         assert settings.model.takes_images
-        model = build_chat_model(settings)
-        assert isinstance(model, ChatOpenAI if provider == "openai_compatible" else ChatDeepSeek)
+        async with real_chat_model(settings) as model:
+            assert isinstance(model, ChatOpenAI if provider == "openai_compatible" else ChatDeepSeek)
         lance = Speaker(user_id="111", name="Lance", guild_id="900", channel_id="1", message_id="9")
         image = Image("cat.png", "image/png", picture, width=32, height=32)
         async with open_storage(settings) as storage:
@@ -170,7 +169,7 @@ async def test_the_real_clients_errors_are_told_apart_as_outages_or_not(tmp_path
                 base = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
         settings = make_settings(tmp_path, model={"base_url": base, "streaming": False, "timeout_seconds": 1,
                                                   "max_retries": 0})
-        model = build_chat_model(settings)
-        with pytest.raises(Exception) as raised:
-            await model.ainvoke([HumanMessage("hello")])
+        async with real_chat_model(settings) as model:
+            with pytest.raises(Exception) as raised:
+                await model.ainvoke([HumanMessage("hello")])
         assert is_transient(raised.value) is transient, type(raised.value).__mro__
