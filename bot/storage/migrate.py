@@ -3,7 +3,8 @@
 Conversations (each thread's latest checkpoint: pruning keeps nothing older), every item of the memory
 store (memories, their history, extraction watermarks), and every row of the bot's own tables (pending
 turns with their IDs and the inbox epoch, so nothing is learned twice; preferences, usage, the embeddings
-cache, unfinished erasures, server settings). LangGraph's data goes through LangGraph's own interfaces;
+cache, unfinished erasures with what they are about, servers still to sweep, where each message's text
+reached, server settings). LangGraph's data goes through LangGraph's own interfaces;
 the bot's rows through each backend's export/import. The SQLite files are opened as the writer, so a bot
 still running on them makes this stop with one line; they are left as they were.
 """

@@ -9,6 +9,7 @@ from pathlib import Path
 from langchain_core.messages import HumanMessage
 
 from bot.engine.state import Speaker
+from bot.storage import open_storage
 from tests.conftest import ScriptedChatModel, default_script, make_settings, running_engine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +35,12 @@ async def test_a_sqlite_data_directory_moves_to_postgres_and_carries_on(tmp_path
         await engine.meter.settled()  # the last answer's usage is written just after it (policy.usage.owe)
         before_usage = sorted((r.guild_id, r.user_id, r.calls) for r in await engine.usage.totals())
         before_thread = [m.text for m in (await engine.thread_state("7"))["messages"]]
+        # What deletions and sweeps still need after the move: an unfinished job and what it is about, where
+        # a message's text reached, a server still to sweep (until 2026-12-06 none of them was copied).
+        job = await engine.storage.erasures.begin(kind="messages", user_id="42", subject='{"thread": "7"}')
+        await engine.storage.removed_guilds.mark("901", 1000.0)
+        await engine.storage.reach.reached("12", ["70"])  # Ada's message quoted in another thread
+        reach_since = await engine.storage.reach.since()
         engine.scheduler._closed = True  # leave the pending turn pending (as a stopped bot does)
         engine.scheduler.close = _noop  # type: ignore[method-assign]
     cfg = tmp_path / "config.toml"
@@ -45,6 +52,13 @@ async def test_a_sqlite_data_directory_moves_to_postgres_and_carries_on(tmp_path
     assert again.returncode == 1 and "already holds bot data" in again.stderr
 
     postgres = make_settings(tmp_path / "pg", pg_backend)
+    async with open_storage(postgres) as storage:
+        (moved,) = await storage.erasures.unfinished()
+        assert (moved.id, moved.kind, moved.subject) == (job, "messages", '{"thread": "7"}')
+        assert await storage.removed_guilds.due(2000.0) == ["901"]
+        assert await storage.reach.threads_of(["70"]) == {"12"}
+        assert await storage.reach.since() == reach_since
+        await storage.erasures.finish(job)  # not this test's to replay
     async with running_engine(postgres, ScriptedChatModel(default_script)) as engine:
         assert [m.text for m in (await engine.thread_state("7"))["messages"]] == before_thread
         assert sorted((r.guild_id, r.user_id, r.calls) for r in await engine.usage.totals()) == before_usage

@@ -18,13 +18,18 @@ INSERTS = {
                    " VALUES (%(user_id)s, %(memory_key)s, %(digest)s, %(vector)s, %(embedder)s)"),
     "usage": ("INSERT INTO bot_usage (guild_id, user_id, day, calls, prompt_tokens, completion_tokens)"
               " VALUES (%(guild_id)s, %(user_id)s, %(day)s, %(calls)s, %(prompt_tokens)s, %(completion_tokens)s)"),
-    "erasures": ("INSERT INTO bot_erasures (id, kind, user_id, guild_id, actor, actor_id, quotes, requested)"
+    "erasures": ("INSERT INTO bot_erasures (id, kind, user_id, guild_id, actor, actor_id, quotes, requested, subject)"
                  " OVERRIDING SYSTEM VALUE VALUES (%(id)s, %(kind)s, %(user_id)s, %(guild_id)s, %(actor)s,"
-                 " %(actor_id)s, %(quotes)s, %(requested)s)"),
+                 " %(actor_id)s, %(quotes)s, %(requested)s, %(subject)s)"),
     "guild_settings": ("INSERT INTO bot_guild_settings (guild_id, version, data, updated_at)"
                        " VALUES (%(guild_id)s, %(version)s, %(data)s, %(updated_at)s)"),
+    # Servers still to sweep, and where each message's text reached (a deletion after the move finds every
+    # copy): IDs only.
+    "removed_guilds": ("INSERT INTO bot_removed_guilds (guild_id, removed_at) VALUES (%(guild_id)s, %(removed_at)s)"),
+    "message_reach": ("INSERT INTO bot_message_reach (message_id, thread_id) VALUES (%(message_id)s, %(thread_id)s)"),
 }
-OWN_TABLES = ("bot_inbox", "bot_prefs", "bot_embeddings", "bot_usage", "bot_erasures", "bot_guild_settings")
+OWN_TABLES = ("bot_inbox", "bot_prefs", "bot_embeddings", "bot_usage", "bot_erasures", "bot_guild_settings",
+              "bot_removed_guilds", "bot_message_reach")
 
 
 async def holds_data(db: PgDb) -> bool:
@@ -51,3 +56,6 @@ async def import_rows(db: PgDb, rows: dict[str, list[dict]]) -> None:
             await conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'),"
                                f" GREATEST((SELECT MAX(id) FROM {table}), 1))")
         await conn.execute("UPDATE bot_meta SET value = %s WHERE key = 'epoch'", (rows["epoch"][0]["value"],))
+        for since in rows.get("reach_since", []):  # the reach rows are as complete as they were in SQLite
+            await conn.execute("INSERT INTO bot_meta (key, value) VALUES ('reach_since', %s)"
+                               " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value", (since["value"],))

@@ -11,8 +11,11 @@ TABLES = {
     "prefs": "SELECT user_id, paused, private, reactions, dm_in_servers, scope FROM prefs",
     "embeddings": "SELECT user_id, memory_key, digest, vector, embedder FROM embeddings",
     "usage": "SELECT guild_id, user_id, day, calls, prompt_tokens, completion_tokens FROM usage",
-    "erasures": "SELECT id, kind, user_id, guild_id, actor, actor_id, quotes, requested FROM erasures ORDER BY id",
+    "erasures": ("SELECT id, kind, user_id, guild_id, actor, actor_id, quotes, requested, subject FROM erasures"
+                 " ORDER BY id"),
     "guild_settings": "SELECT guild_id, version, data, updated_at FROM guild_settings",
+    "removed_guilds": "SELECT guild_id, removed_at FROM removed_guilds",
+    "message_reach": "SELECT message_id, thread_id FROM message_reach",
 }
 
 
@@ -32,4 +35,7 @@ async def export_rows(db: LedgerDb) -> dict[str, list[dict]]:
         row["dm_in_servers"] = None if row["dm_in_servers"] is None else bool(row["dm_in_servers"])
     cur = await db.conn.execute("SELECT value FROM meta WHERE key='epoch'")
     out["epoch"] = [{"value": (await cur.fetchone())[0]}]
+    # From when the reach rows are complete: the copy is exactly as complete as the original.
+    cur = await db.conn.execute("SELECT value FROM meta WHERE key='reach_since'")
+    out["reach_since"] = [{"value": row[0]} for row in [await cur.fetchone()] if row]
     return out
