@@ -54,6 +54,7 @@ class _Turn:
     on_delta: DeltaCallback | None
     learning: bool
     timeout: float | None
+    replaced: bool = False  # it stored a message over its earlier text (a turn restarted by an edit)
 
 
 class TurnRunner:
@@ -264,7 +265,10 @@ class TurnRunner:
                     raise
             if not turn.answered.done():  # pragma: no cover - the graph always runs respond
                 turn.answered.set_exception(RuntimeError("the graph produced no reply"))
-            await self._maybe_prune(turn.thread_id)
+            # A restarted turn stored its messages over their earlier text (an edit while it was answered: the
+            # cancelled run wrote the old words as it ended). Superseded checkpoints still hold them: prune now,
+            # not up to PRUNE_EVERY turns later (a quiet thread might never get there).
+            await self._maybe_prune(turn.thread_id, now=turn.replaced)
 
     async def _stream(self, turn: _Turn, tickets: dict) -> None:
         """Run the graph, streaming the answer to ``on_delta``; the answer is handed out once it exists.
@@ -288,6 +292,7 @@ class TurnRunner:
                 if turn.timeout is not None:
                     clock.reschedule(asyncio.get_running_loop().time() + turn.timeout)
                 messages, again = await self._human_messages(turn.thread_id, turn.incoming)
+                turn.replaced = bool(again)
                 durability = await self._durability(turn.thread_id)
                 # Closed here, not by the garbage collector: when this loop's body raises (a learning-queue
                 # insert in an outage, the caller's stream callback), the run's one checkpoint is written as
@@ -342,10 +347,11 @@ class TurnRunner:
         else:
             log.exception("finishing turn in thread %s failed after the reply", turn.thread_id)
 
-    async def _maybe_prune(self, thread_id: str) -> None:
-        """Prune a thread's old checkpoints every ``PRUNE_EVERY`` turns: bounded, without a write per turn."""
+    async def _maybe_prune(self, thread_id: str, *, now: bool = False) -> None:
+        """Prune a thread's old checkpoints every ``PRUNE_EVERY`` turns: bounded, without a write per turn
+        (``now``: this turn, whatever the count)."""
         turns = self._turns_since_prune.pop(thread_id, 0) + 1
-        if turns < PRUNE_EVERY:
+        if turns < PRUNE_EVERY and not now:
             if len(self._turns_since_prune) < MAX_PRUNE_COUNTERS:
                 self._turns_since_prune[thread_id] = turns
             return

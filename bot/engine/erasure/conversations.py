@@ -196,6 +196,10 @@ class ConversationEraser:
                        and message_ids & {str(i) for i in m.additional_kwargs.get("discord_ids", [])}]
             drop_summary = bool(values.get("summary")) and bool(message_ids & set(values.get("summary_sources") or []))
             if not doomed and not drop_summary:
+                if values and self.prune is not None:
+                    # Gone from the latest state, but a deletion cut short by a crash after the rewrite and
+                    # before its prune left the text in superseded checkpoints: the replay prunes them.
+                    await self.prune(thread_id)
                 return 0, []
             said = [m.text for m in messages if m.id in hit]
             await self._rewrite(thread_id, doomed, drop_summary)

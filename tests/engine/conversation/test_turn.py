@@ -30,6 +30,22 @@ async def test_a_turn_restarted_after_its_answer_was_written_queues_each_message
         assert sorted(m.content for m in await engine.list_memories("42")) == ["I like canoes", "I like kayaks"]
 
 
+async def test_a_turn_restarted_by_an_edit_leaves_the_old_text_in_no_checkpoint(settings):
+    """The cancelled attempt wrote the message's first text as it ended; the restarted turn stores the edited
+    text over it, and prunes then: no checkpoint of the thread keeps the words taken back (until 2026-12-06
+    they stayed in superseded checkpoints up to eight turns later)."""
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("c", ada("m0"), "hello")
+        first = await engine.reply("c", ada("m1"), "my door code is 4417")
+        await engine.conversations.drop_answer("c", first.message_id)  # what the cancelled caller does
+        await engine.reply_to("c", [Incoming(ada("m1"), "my door code is secret", again=True)])
+        humans = [m.text for m in (await engine.thread_state("c"))["messages"] if m.type == "human"]
+        assert humans == ["hello", "my door code is secret"]  # (and the turn has written its checkpoint)
+        config = {"configurable": {"thread_id": "c"}}
+        held = [repr((c.checkpoint, c.pending_writes)) async for c in engine.storage.checkpointer.alist(config)]
+        assert held and all("4417" not in c for c in held)
+
+
 async def test_the_usual_turn_queues_every_message(settings):
     async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
         await engine.reply_to("c", [Incoming(ada("m1"), "one"), Incoming(ada("m2"), "two")])

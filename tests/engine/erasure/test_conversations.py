@@ -35,6 +35,25 @@ async def test_erasing_an_author_in_one_server_keeps_their_other_servers_and_oth
         assert await engine.conversations.texts_of("a") == ["alice in two"]
 
 
+async def test_a_deletion_replayed_after_a_crash_before_its_prune_leaves_no_checkpoint_with_the_text(settings):
+    """The first attempt rewrote the thread and died before pruning: the replay finds nothing left to remove
+    in the latest state, and still prunes the checkpoints that hold the deleted words (until 2026-12-06 it
+    returned early and they stayed)."""
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("c1", speaker("a", "Alice", "g1", "c1", "m1"), "call me on 555 1234")
+        await engine.reply("c1", speaker("a", "Alice", "g1", "c1", "m2"), "thanks")
+        conversations = engine.conversations
+        prune, conversations.prune = conversations.prune, None  # the crash: the prune never ran
+        assert (await conversations.erase_messages("c1", {"m1"}))[0] == 2
+        conversations.prune = prune
+        config = {"configurable": {"thread_id": "c1"}}
+        assert any(["555 1234" in repr(c.checkpoint) async for c in engine.storage.checkpointer.alist(config)])
+        assert await conversations.erase_messages("c1", {"m1"}) == (0, [])  # the replay
+        held = [repr((c.checkpoint, c.pending_writes)) async for c in engine.storage.checkpointer.alist(config)]
+        assert held and all("555 1234" not in c for c in held)
+        assert _shape(await _said(engine, "c1")) == [("H", "thanks"), ("A", "thanks")]
+
+
 async def test_quotes_of_an_erased_person_are_cut_out_of_what_others_said(settings):
     async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
         await engine.reply("c1", speaker("a", "Alice", "g1", "c1", "m1"), "my locker code is nine four two one")
