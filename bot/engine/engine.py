@@ -87,7 +87,8 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         self.embeddings = embeddings
         #: What closes after everything else (the model's HTTP connection pool, which ``create_engine`` owns).
         self.closing: list[Callable[[], Awaitable[None]]] = []
-        self.semantic = SemanticIndex(embeddings, storage.vectors) if embeddings is not None else None
+        self.semantic = (SemanticIndex(embeddings, storage.vectors, read=self.memories.list)
+                         if embeddings is not None else None)
         self.graph: CompiledStateGraph = build_chat_graph(self._chat_deps(chat_model)).compile(
             checkpointer=self.checkpointer, store=self.store)
         mem = settings.memory

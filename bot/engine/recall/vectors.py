@@ -110,7 +110,13 @@ def _cosines(query: np.ndarray, vectors: list[np.ndarray | None]) -> list[float 
 class SemanticIndex:
     """Memory vectors written ahead of time, and cosine scores against one query vector at reply time."""
 
-    def __init__(self, embeddings: Embeddings, cache: VectorCache, *, batch_size: int = 64) -> None:
+    def __init__(self, embeddings: Embeddings, cache: VectorCache, *, batch_size: int = 64,
+                 read: Callable[[str], Awaitable[Sequence[StoredMemory]]] | None = None) -> None:
+        """``read(user_id)``: the person's memories as they are now. A reply that finds memories without a
+        vector indexes what ``read`` returns when the run starts, not the list the reply read: a memory
+        deleted in between (an erasure that ended before the run began, so its pause stopped nothing)
+        would otherwise get its vector written back after it was gone (without ``read``: that list)."""
+        self.read = read
         self.embeddings = embeddings
         self.embedder = embedder_name(embeddings)
         self.cache = cache
@@ -298,7 +304,8 @@ class SemanticIndex:
             v = np.frombuffer(row[1], dtype=np.float32) if row is not None and row[0] == version(m, self.embedder) else None
             vectors.append(v if v is not None and v.shape == query_vec.shape else None)
         if any(v is None for v in vectors):
-            self.index_later(user_id, memories)
+            read = self.read
+            self.index_later(user_id, memories if read is None else (lambda: read(user_id)))
         hub_vectors = vectors
         if name_vec is not None and name_vec.shape == query_vec.shape:
             raw_vectors = vectors

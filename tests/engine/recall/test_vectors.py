@@ -97,6 +97,29 @@ async def test_memories_written_without_vectors_are_indexed_off_the_reply_path(t
         assert [q for q in queries if q != "Sam"][-1].endswith("any band tonight?")  # the query: recent turns, then the message
 
 
+async def test_a_reply_indexes_the_memories_as_they_are_when_the_run_starts_not_as_the_reply_read_them(tmp_path):
+    """A reply read Sam's memories, then one of them was deleted (its erasure over before the background run
+    began, so no pause stopped it): the run indexes what is there now, and the deleted memory's vector is
+    not written back (until 2026-12-06 it was, on SQLite, and stayed on disk)."""
+    async with FakeOpenAIServer() as server:
+        server.embed = concept_vector
+        settings = make_settings(tmp_path, memory={"prompt_budget_tokens": 60, "embeddings_model": "m", "semantic": "endpoint",
+                                                   "embeddings_base_url": server.base_url})
+        async with open_storage(settings) as storage:
+            engine = create_engine(settings, storage, chat_model=ScriptedChatModel(default_script))
+            repo = MemoryRepository(storage.store)
+            await repo.apply("7", inserts=[(f, {"guild_id": "1"}) for f in FILLER])
+            read = await repo.list("7")  # what the reply read
+            doomed = read[0]
+            await repo.apply("7", deletes=[doomed.key])
+            assert await engine.semantic.relevance("7", read, "any croissant?") is not None
+            await engine.semantic.drain()
+            stored = await storage.vectors.get("7")
+            await engine.close()
+        assert doomed.key not in stored
+        assert set(stored) == {m.key for m in read[1:]}
+
+
 async def test_no_query_vector_while_everything_fits(tmp_path):
     async with FakeOpenAIServer() as server:
         server.embed = concept_vector
