@@ -132,10 +132,15 @@ async def start_work(button: discord.Interaction) -> None:
 
 async def still_allowed(button: discord.Interaction, check: Callable[[discord.Interaction], bool], refusal: str) -> bool:
     """Check a permission again on the confirming click (it may be gone since the prompt was shown); when it
-    is, the prompt becomes ``refusal`` and nothing happens."""
+    is, the prompt becomes ``refusal`` and nothing happens. A check that fails for another reason (the bot
+    was removed from the server while the prompt was open) says its own reason the same way: the click is
+    always answered, never left for Discord to report as failed."""
     try:
         check(button)
     except app_commands.MissingPermissions:
         await button.response.edit_message(content=refusal, view=None, embed=None)
+        return False
+    except app_commands.CheckFailure as failed:
+        await button.response.edit_message(content=str(failed) or refusal, view=None, embed=None)
         return False
     return True

@@ -212,6 +212,19 @@ async def test_permission_granted_then_revoked_between_display_and_use(r):
     assert len(res) == 1 and "Manage Server" in res[0].content
 
 
+async def test_apply_after_the_bot_was_removed_from_the_server_is_answered_and_changes_nothing(r):
+    """The bot is removed while the prompt is open: the click is answered with why (until 2026-12-06 the check's
+    error escaped, the click went unanswered and Discord showed "This interaction failed")."""
+    res = await settings(r, "learning", OWNER, on=False)
+    prompt = res[-1]
+    assert "Stop learning" in prompt.content
+    r.h.feed("GUILD_DELETE", {"id": str(GUILD_ID)})  # removed for good
+    await r.h.settle()
+    done = await r.h.click(button(prompt, "Apply"), prompt.message, user=OWNER)
+    assert len(done) == 1 and "not a member of this server" in done[0].content
+    assert await r.engine.guild_settings.store.get(str(GUILD_ID)) is None
+
+
 async def test_only_the_admin_who_asked_can_press_apply(r):
     grant_manage_server(r, True)
     await r.h.settle()
