@@ -109,12 +109,16 @@ class ChannelTurns(Generic[T]):
             current.start_again(again=bool(current.items))
         return removed
 
-    def restart(self, match: Callable[[T], bool]) -> bool:
+    def restart(self, match: Callable[[T], bool], delay: Callable[[int], float] = lambda _author: 0.0) -> bool:
         """Answer the turn being answered again from the start if one of its messages matches (it was
-        edited): the attempt in flight is cancelled as for a follow-up, and no wait is added."""
+        edited): the attempt in flight is cancelled as for a follow-up, and the new one waits
+        ``delay(author)`` seconds (asked only when there is a restart; 0 for an edit within the limits)."""
         current = self.current
         if current is None or current.delivered or not any(match(i) for i in current.items):
             return False
+        wait = delay(current.author_id)
+        if wait > 0:
+            current.not_before = max(current.not_before, asyncio.get_running_loop().time() + wait)
         current.start_again()
         return True
 

@@ -277,8 +277,8 @@ class Chat(commands.Cog):
                 item.content = content
                 item.attachments = item.attachments if attachments is None else attachments
                 changed = True
-        if changed and turns is not None:
-            turns.restart(lambda item: item.message.id == message_id)
+        if changed and turns is not None:  # a restart is a new model call: within the person's limits
+            turns.restart(lambda item: item.message.id == message_id, self.engine.restart_delay)
 
     def deleted(self, channel_id: int, message_ids: set[int]) -> None:
         """Deleted messages leave the turns that were waiting to answer them (or are never let in)."""

@@ -280,6 +280,13 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         """Whether a message from this person may be answered now (the per-person token bucket)."""
         return self.bucket.take(user_id)
 
+    def restart_delay(self, user_id: int | str) -> float:
+        """How long a turn restarted by the person's edit waits before its new model call: 0 when the
+        person's bucket has a token (it takes one: a restart is a new answer, like a message), else one
+        refill. Without it, editing a message being answered over and over made a model call per edit, none
+        of them charged (a cancelled call records no usage), while the channel's other turns waited."""
+        return 0.0 if self.bucket.take(user_id) else max(self.bucket.refill_seconds, 1.0)
+
     def notice_due(self, user_id: int | str) -> bool:
         """Whether the person, over a limit, should be told now (once per burst)."""
         return self.notices.due(user_id)

@@ -605,6 +605,37 @@ async def test_the_same_text_again_while_answering_does_not_start_the_answer_ove
         assert await humans(r) == ["look at https://example.com"]
 
 
+async def test_edits_that_restart_an_answer_are_within_the_persons_limits(tmp_path):
+    """A hostile member edits the message being answered over and over: each restart is a new answer, so it
+    takes a token like a message. With none left the new attempt waits a refill, and every further edit
+    meanwhile moves that wait (until 2026-12-06 each edit made a model call at once, none of them charged)."""
+    async with rig(tmp_path, chat_model=ScriptedChatModel(no_echo), limits={"burst": 2, "refill_seconds": 2.0}) as r:
+        chat = r.bot.get_cog("Chat")
+        real_quotes = chat.quotes
+        started: list[str] = []
+
+        async def slow_quotes(items):
+            started.append(items[-1].content.split("> ", 1)[-1])  # without the mention
+            await asyncio.sleep(0.5)
+            return await real_quotes(items)
+
+        chat.quotes = slow_quotes
+        said = r.mentioning(ALICE, "I like tea_0")  # the first token
+        r.h.feed("MESSAGE_CREATE", said)
+        for n in (1, 2, 3):
+            while len(started) < min(n, 2):
+                await asyncio.sleep(0.01)
+            r.h.feed("MESSAGE_UPDATE", partial_update(said, f"{r.mention()} I like tea_{n}"))
+            await asyncio.sleep(0.1)
+        # Edit 1 took the second token and started again at once; edits 2 and 3 found none: they wait.
+        await asyncio.sleep(0.5)
+        assert started == ["I like tea_0", "I like tea_1"] and r.model.chat_calls == []
+        await settle(r)  # a refill later: answered once, with the last text
+        assert started[-1] == "I like tea_3" and len(started) == 3
+        assert len(r.model.chat_calls) == 1 and len(r.h.sent_messages(GENERAL)) == 1
+        assert await humans(r) == ["I like tea_3"]
+
+
 async def test_an_edit_while_a_heard_message_is_being_recorded_is_applied_once_it_is_stored(tmp_path):
     """A message over the rate limit is recorded without an answer; edited while its text is read (a text
     attachment being downloaded, say), the edit found nothing stored yet: it is applied once the message is."""
