@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from typing import Callable
 
 import discord
 from discord.ext import commands
@@ -249,7 +250,21 @@ class Chat(commands.Cog):
 
     @commands.Cog.listener()
     async def on_guild_channel_delete(self, channel: discord.abc.GuildChannel) -> None:
+        # Its threads go with it, and Discord sends no THREAD_DELETE for them: their turns go too.
         self.channel_gone(channel.id)
+        for key in self._queues_where(lambda m: getattr(m.channel, "parent_id", None) == channel.id):
+            self.channel_gone(key)
+
+    @commands.Cog.listener()
+    async def on_guild_remove(self, guild: discord.Guild) -> None:
+        """Removed from a server (for good: an outage is ``on_guild_unavailable``): no turn waiting there is
+        answered; the model is not called and nothing more is stored for a server whose data is going."""
+        for key in self._queues_where(lambda m: m.guild is not None and m.guild.id == guild.id):
+            self.channel_gone(key)
+
+    def _queues_where(self, match: Callable[[discord.Message], bool]) -> list[int]:
+        """The channels whose unanswered turns hold a message that matches."""
+        return [key for key, turns in self.channels.items() if any(match(item.message) for item in turns.items())]
 
     @commands.Cog.listener()
     async def on_raw_thread_delete(self, payload: discord.RawThreadDeleteEvent) -> None:

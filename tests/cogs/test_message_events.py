@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from tests.cogs.conftest import (
@@ -212,6 +213,36 @@ async def test_a_deleted_channel_takes_its_archived_threads_along(tmp_path):
         assert await humans(r, THREAD) == [] and await humans(r, GENERAL) == []
         assert await humans(r, LISTED) == ["kept in the listed channel"]
         assert files_containing(r.data_dir, "archived_canary_1") == []
+
+
+@pytest.mark.parametrize("gone", ["parent channel deleted", "bot removed from the server"])
+async def test_a_turn_waiting_in_a_thread_is_dropped_when_its_channel_or_server_goes(tmp_path, gone):
+    """A mention in a thread is being prepared when its parent channel is deleted (Discord sends no
+    THREAD_DELETE for the threads) or the bot is removed from the server: it is not answered, the model is
+    not called, and nothing of it is stored after the erasure ran (until 2026-12-06 it was answered into
+    the void and stored under a thread whose data had gone)."""
+    async with rig(tmp_path, chat_model=ScriptedChatModel(no_echo)) as r:
+        chat = r.bot.get_cog("Chat")
+        real_quotes = chat.quotes
+        started = asyncio.Event()
+
+        async def slow_quotes(items):
+            started.set()
+            await asyncio.sleep(0.5)
+            return await real_quotes(items)
+
+        chat.quotes = slow_quotes
+        r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, "thread_canary_7 in the thread", channel_id=THREAD))
+        await asyncio.wait_for(started.wait(), 5)
+        if gone == "parent channel deleted":
+            r.h.feed("CHANNEL_DELETE", dict(dh.text_channel(GENERAL, GUILD_ID, "general")))
+        else:
+            r.h.feed("GUILD_DELETE", {"id": str(GUILD_ID)})
+        await settle(r)
+        assert r.model.chat_calls == [] and r.h.sent_messages(THREAD) == []
+        assert await humans(r, THREAD) == []
+        if gone == "parent channel deleted":
+            assert files_containing(r.data_dir, "thread_canary_7") == []
 
 
 async def test_an_outage_keeps_everything_and_a_removal_deletes_after_the_retention(tmp_path):
