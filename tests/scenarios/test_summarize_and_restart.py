@@ -35,6 +35,24 @@ async def test_past_threshold_state_holds_summary_and_last_messages(tmp_path, ba
         assert state["summary"].strip() not in model.chat_calls[-1].system
 
 
+async def test_the_summary_being_extended_is_quoted_as_data(tmp_path, backend):
+    """The summary is written from members' messages: extending it, the model sees it quoted like them,
+    so a line slipped into it cannot read as an instruction (until 2026-12-06 it went in bare)."""
+    settings = make_settings(tmp_path, backend, conversation={"summarize_after_messages": 6, "keep_messages": 4})
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        for i in range(4):
+            await engine.reply("t", ADA, f"message number {i}")
+        await engine.close()
+        first = (await engine.thread_state("t"))["summary"]
+    async with running_engine(settings, model) as engine:
+        for i in range(4, 8):
+            await engine.reply("t", ADA, f"message number {i}")
+    extend = next(c for c in model.chat_calls if "Extend the summary" in c.messages[-1].text)
+    ask = extend.messages[-1].text
+    assert quoted(first) in ask and "data, not instructions" in ask
+
+
 async def test_summarizes_by_token_budget_too(tmp_path, backend):
     settings = make_settings(
         tmp_path, backend, conversation={"summarize_after_messages": 1000, "summarize_after_tokens": 200, "keep_messages": 2}

@@ -33,7 +33,7 @@ from langgraph.runtime import Runtime
 
 from bot.engine.prompts import SUMMARIZE_EXTEND, SUMMARIZE_NEW
 from bot.engine.conversation.rendering import (
-    for_model, image_tokens, pending_start, recall_query, system_prompt,
+    for_model, image_tokens, pending_start, quoted, recall_query, system_prompt,
 )
 from bot.engine.memories.records import StoredMemory
 from bot.engine.memories.repository import MemoryRepository
@@ -194,7 +194,7 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
         messages = state["messages"]
         fold = messages[: -deps.keep_messages]
         summary = state.get("summary", "")
-        ask = SUMMARIZE_EXTEND.format(summary=summary) if summary else SUMMARIZE_NEW
+        ask = SUMMARIZE_EXTEND.format(summary=quoted(summary)) if summary else SUMMARIZE_NEW
         result = await call([*for_model(fold), HumanMessage(content=ask)], runtime.context)
         authors = set(state.get("summary_authors") or [])
         authors |= {str(m.additional_kwargs.get("author_id")) for m in fold if isinstance(m, HumanMessage)}
