@@ -17,6 +17,9 @@ This is the one place that decides; the chat graph and ``benchmarks/recall.py`` 
   own date ``now``), memories dated inside it gain, and that phrase is left out of the words and the vector
   compared (it has become dates; left in, "last month" matches every memory that says "last week"); a "when"
   question prefers facts whose text carries a time;
+- dispositions: a question about what the person would do or like ("would she enjoy ...", "is he up for
+  ...") prefers memories near a few general sentences about what a person is like (a fear, an allergy, a
+  budget, what they like or want): those decide it, and rarely share its words (``recall.dispositions``);
 - second round: the centre of the first round's few best memories' vectors is a second query (no second
   embedding); memories near it gain a little, since an answer's other facts sit near the one that matched;
 - coverage: an answer often needs facts that share nothing with the question (her sister's name, then the
@@ -39,6 +42,7 @@ from datetime import datetime
 from typing import Literal, Sequence
 
 from bot.engine.memories.records import StoredMemory
+from bot.engine.recall.dispositions import asks_about_disposition
 from bot.engine.recall.lexical import bm25_scores, estimate_tokens
 from bot.engine.recall.temporal import without_time
 from bot.engine.recall.boosts import best_with_strength, conversation_cosines, coverage_boost, temporal_boost
@@ -46,8 +50,6 @@ from bot.engine.recall.vectors import Relevance, SemanticIndex
 from bot.engine.recall.weights import DEFAULT_WEIGHTS, Weights
 
 Mode = Literal["lexical", "semantic", "fused"]
-
-
 
 
 @dataclass(frozen=True)
@@ -286,6 +288,10 @@ def score_memories(
     cover = coverage_boost(memories, scores, speaker, weights)
     if near is not None:
         cover = [c + f for c, f in zip(cover, near)]
+    if relevance is not None and relevance.disposition is not None and weights.disposition and mode != "lexical":
+        # Last, like the second round: what the person is like does not choose the seeds that lend their score.
+        like = _scaled(damped(relevance.disposition, None, weights))  # a memory without a vector: the median
+        cover = [c + weights.disposition * d for c, d in zip(cover, like)]
     return [s + c for s, c in zip(scores, cover)]
 
 
@@ -321,7 +327,8 @@ async def choose_memories(
         return Selection(ordered, block_tokens(ordered), len(memories), "all")
     query = third_person(query, speaker)
     found = (await index.relevance(user_id, memories, without_time(query, now), about=speaker, name_share=weights.name,
-                                   hub_name_share=weights.hub_name)
+                                   hub_name_share=weights.hub_name,
+                                   dispositions=bool(weights.disposition) and asks_about_disposition(query))
              if index is not None and mode != "lexical" else None)
     method = mode if found is not None else "lexical"
     scores = score_memories(memories, query, found, mode=method, weights=weights, now=now, speaker=speaker)

@@ -36,6 +36,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from bot.engine.memories.records import StoredMemory
+from bot.engine.recall.dispositions import PROTOTYPES
 from bot.engine.stores import VectorCache
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,7 @@ class SemanticIndex:
         # (person, name) -> (its vector, or None after a failure, and when to try again): see ``relevance``
         self._names: OrderedDict[tuple[str, str], tuple[np.ndarray | None, float]] = OrderedDict()
         self._erasures = 0  # how many holds ``paused`` has begun: a name embedded across one is not kept
+        self._dispositions: np.ndarray | None = None  # see ``_disposition_centre``
 
     def _failed(self, exc: BaseException) -> None:
         self.failures += 1
@@ -262,7 +264,7 @@ class SemanticIndex:
 
     async def relevance(self, user_id: str, memories: Sequence[StoredMemory], query: str, *,
                         about: str | None = None, name_share: float = 0.0,
-                        hub_name_share: float | None = None) -> Relevance | None:
+                        hub_name_share: float | None = None, dispositions: bool = False) -> Relevance | None:
         """The query's cosine with each memory, each memory's hubness, and the vectors for a second round.
 
         Embeds one text, the query; everything else is matrix products over the stored vectors (about a
@@ -277,6 +279,9 @@ class SemanticIndex:
         is measured. With more of the name in, centrality partly measures how much of a memory is the
         person's name: a short fact that names them ("Kolja joined a chess club") sits nearer the centre of
         their memories than a long sentence of chatter, and would be damped as a hub although it is specific.
+
+        ``dispositions``: also each memory's cosine with the centre of the disposition sentences
+        (``recall.dispositions``: embedded once per index, on the first question that asks for it).
         """
         if not memories or not query.strip():
             return None
@@ -313,7 +318,21 @@ class SemanticIndex:
             hub_vectors = vectors
             if hub_name_share is not None and hub_name_share != name_share:
                 _, hub_vectors = without_name(query_vec, raw_vectors, name_vec, min(max(hub_name_share, 0.0), 0.9))
-        return Relevance(vectors, _cosines(query_vec, vectors), _hubness(hub_vectors))
+        centre = await self._disposition_centre() if dispositions else None
+        disposition = _cosines(centre, vectors) if centre is not None and centre.shape == query_vec.shape else None
+        return Relevance(vectors, _cosines(query_vec, vectors), _hubness(hub_vectors), disposition)
+
+    async def _disposition_centre(self) -> np.ndarray | None:
+        """The centre of the disposition sentences' vectors, embedded once (None while the embedder fails:
+        the question is ranked without it, and the next one tries again)."""
+        if self._dispositions is None:
+            try:
+                vectors = await self.embeddings.aembed_documents(list(PROTOTYPES))
+                self._dispositions = unit(np.sum([unit(v) for v in vectors], axis=0))
+            except Exception as exc:  # noqa: BLE001 - an optional signal: the choice goes on without it
+                log.debug("the disposition sentences could not be embedded: %r", exc)
+                return None
+        return self._dispositions
 
     async def _name_vector(self, user_id: str, name: str) -> np.ndarray:
         """The unit vector of a person's name alone, embedded once per person and name (raises what the
@@ -386,10 +405,11 @@ class Relevance:
     """
 
     def __init__(self, vectors: list[np.ndarray | None], cosines: list[float | None],
-                 hubness: list[float | None]) -> None:
+                 hubness: list[float | None], disposition: list[float | None] | None = None) -> None:
         self.vectors = vectors
         self.cosines = cosines
         self.hubness = hubness
+        self.disposition = disposition  # each memory's cosine with the disposition sentences (when asked)
 
     def near(self, seeds: Sequence[int], weights: Sequence[float] | None = None) -> list[float | None] | None:
         """Each memory's cosine with the (weighted) centre of the seed memories' vectors (None: no seed has one)."""

@@ -27,6 +27,7 @@ class Weights:
     rare: int = 200  # a name is rare when at most one memory in this many (and at least 2) names it
     mate: float = 0.25  # plus this much of the best cosine among those learned with it (2026-12-06, second)
     conversation: float = 0.5  # a memory's vector plus this much of the mean of those learned with it (2026-12-06)
+    disposition: float = 0.2  # a "would she ..." question: near the disposition sentences (2026-12-07)
 
 
 DEFAULT_WEIGHTS = Weights()

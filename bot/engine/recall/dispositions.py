@@ -1,0 +1,48 @@
+"""Questions about what a person would do or like, and the facts that answer them.
+
+"Would Egon enjoy the seafood place?", "Is Priyanka up for a kayaking trip?", "What should the host leave
+off the menu?": the answer is what the person is like (an allergy, a fear, an injury, a diet, a tight
+budget; what they like, want or believe), and it rarely shares words or meaning with the question. What
+does share them are episodes: "crewed on a friend's yacht" wins for the kayaking trip over "has been
+terrified of deep water since childhood", which decides it.
+
+So when a message asks such a question (a yes/no or "should" question: :func:`asks_about_disposition`),
+memories near the centre of a few general sentences about dispositions gain a little
+(``Weights.disposition``; ``SemanticIndex.relevance(dispositions=True)`` measures it). The sentences name
+the kinds of fact, in general words, never the hard set's own wording; the kinds were chosen for what
+such questions turn on in conversations (health, fears, diet, money, likes, plans, beliefs), and the
+weight on the hard set's tune split (docs/decisions.md, issue 20, item 29).
+"""
+
+from __future__ import annotations
+
+import re
+
+#: General sentences about what a person is like (the centre of their vectors is the direction measured).
+PROTOTYPES = (
+    "A person has a health condition",
+    "A person has a fear",
+    "A person has a dietary restriction",
+    "A person has a tight budget",
+    "A person has an injury",
+    "A person dislikes something",
+    "A person wants to become something",
+    "A person believes in something",
+    "A person likes something",
+)
+
+_START = r"(?:^|[.!?]\s+|\n)\s*[¿¡]?\s*"
+_ASKS = re.compile(
+    # English yes/no questions, at the start of a sentence: "Would she ...", "Is he up for ...", "Do I ..."
+    _START + r"(?:would|could|should|might|will|can|is|are|am|does|do)\b"
+    # ... and "what should", "is likely to", "up for", anywhere
+    + r"|\b(?:should|likely|up for)\b"
+    # Spanish and German ones the embedded model half understands: "¿Le gustaría ...?", "Würde sie ...?"
+    + "|" + _START + r"(?:le gustar[ií]a|podr[ií]a|deber[ií]a|w[üu]rde|k[öo]nnte|sollte|w[äa]re)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_about_disposition(query: str) -> bool:
+    """Whether the message asks what someone would do, like or manage (see the module docstring)."""
+    return bool(_ASKS.search(query))
