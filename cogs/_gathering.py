@@ -112,13 +112,15 @@ class ChannelTurns(Generic[T]):
     def restart(self, match: Callable[[T], bool], delay: Callable[[int], float] = lambda _author: 0.0) -> bool:
         """Answer the turn being answered again from the start if one of its messages matches (it was
         edited): the attempt in flight is cancelled as for a follow-up, and the new one waits
-        ``delay(author)`` seconds (asked only when there is a restart; 0 for an edit within the limits)."""
+        ``delay(author)`` seconds. Asked only when an attempt is in flight: an edit while the turn waits to
+        start again costs no new model call (the next attempt reads the latest text anyway)."""
         current = self.current
         if current is None or current.delivered or not any(match(i) for i in current.items):
             return False
-        wait = delay(current.author_id)
-        if wait > 0:
-            current.not_before = max(current.not_before, asyncio.get_running_loop().time() + wait)
+        if current.attempt is not None and not current.attempt.done():
+            wait = delay(current.author_id)
+            if wait > 0:
+                current.not_before = max(current.not_before, asyncio.get_running_loop().time() + wait)
         current.start_again()
         return True
 

@@ -10,6 +10,8 @@ from typing import Callable, Sequence
 import discord
 from discord import app_commands
 
+from cogs._installs import NOT_A_MEMBER
+
 CONFIRM_TIMEOUT = 60.0
 
 
@@ -141,6 +143,8 @@ async def still_allowed(button: discord.Interaction, check: Callable[[discord.In
         await button.response.edit_message(content=refusal, view=None, embed=None)
         return False
     except app_commands.CheckFailure as failed:
-        await button.response.edit_message(content=str(failed) or refusal, view=None, embed=None)
+        gone = button.guild_id is not None and button.client.get_guild(button.guild_id) is None
+        reason = NOT_A_MEMBER if gone else str(failed) or refusal  # removed meanwhile: not "a user install"
+        await button.response.edit_message(content=reason, view=None, embed=None)
         return False
     return True

@@ -46,6 +46,7 @@ from bot.settings import Settings
 log = logging.getLogger(__name__)
 
 ERASURE_POLL_SECONDS = 2.0  # how often the journal is checked for wipes requested by another process
+MAX_RESTART_DELAY = 30.0  # the longest an edit's restart waits for the person's next token (see restart_delay)
 
 __all__ = ["ChatEngine", "Reply", "TurnResult", "create_engine"]
 
@@ -281,11 +282,12 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         return self.bucket.take(user_id)
 
     def restart_delay(self, user_id: int | str) -> float:
-        """How long a turn restarted by the person's edit waits before its new model call: 0 when the
-        person's bucket has a token (it takes one: a restart is a new answer, like a message), else one
-        refill. Without it, editing a message being answered over and over made a model call per edit, none
-        of them charged (a cancelled call records no usage), while the channel's other turns waited."""
-        return 0.0 if self.bucket.take(user_id) else max(self.bucket.refill_seconds, 1.0)
+        """How long a turn restarted by the person's edit waits before its new model call: it takes a token
+        from the person's bucket (a restart is a new answer, like a message), now or the next one to come,
+        and waits until then, at most ``MAX_RESTART_DELAY`` (the channel's other turns wait behind it).
+        Without it, editing a message being answered over and over made a model call per edit, none of them
+        charged (a cancelled call records no usage)."""
+        return min(self.bucket.reserve(user_id), MAX_RESTART_DELAY)
 
     def notice_due(self, user_id: int | str) -> bool:
         """Whether the person, over a limit, should be told now (once per burst)."""

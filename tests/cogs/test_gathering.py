@@ -117,6 +117,18 @@ def test_token_bucket_allows_a_burst_then_refills():
     assert TokenBucket(0, 10.0).take(1) is True  # burst 0: no limit
 
 
+def test_a_reservation_takes_the_next_token_and_says_when_it_comes():
+    now = [0.0]
+    bucket = TokenBucket(2, 10.0, clock=lambda: now[0])
+    assert [bucket.reserve(1), bucket.reserve(1)] == [0.0, 0.0]  # the burst
+    assert bucket.reserve(1) == 10.0  # the next token, in one refill
+    assert bucket.reserve(1) == 20.0  # reserved again: paid for, so the wait moves further out
+    assert bucket.take(1) is False  # and messages wait for the debt too
+    now[0] = 25.0
+    assert bucket.take(1) is False and bucket.reserve(1) == 5.0
+    assert TokenBucket(0, 10.0).reserve(1) == 0.0  # burst 0: no limit
+
+
 async def test_a_full_channel_records_the_message_and_says_so(tmp_path):
     gate = threading.Event()
 

@@ -638,8 +638,9 @@ async def test_the_same_text_again_while_answering_does_not_start_the_answer_ove
 
 async def test_edits_that_restart_an_answer_are_within_the_persons_limits(tmp_path):
     """A hostile member edits the message being answered over and over: each restart is a new answer, so it
-    takes a token like a message. With none left the new attempt waits a refill, and every further edit
-    meanwhile moves that wait (until 2026-12-06 each edit made a model call at once, none of them charged)."""
+    takes a token like a message. With none left the new attempt waits for the next one; an edit while it
+    waits costs nothing, the attempt reads the latest text (until 2026-12-06 each edit made a model call at
+    once, none of them charged)."""
     async with rig(tmp_path, chat_model=ScriptedChatModel(no_echo), limits={"burst": 2, "refill_seconds": 2.0}) as r:
         chat = r.bot.get_cog("Chat")
         real_quotes = chat.quotes
@@ -658,7 +659,8 @@ async def test_edits_that_restart_an_answer_are_within_the_persons_limits(tmp_pa
                 await asyncio.sleep(0.01)
             r.h.feed("MESSAGE_UPDATE", partial_update(said, f"{r.mention()} I like tea_{n}"))
             await asyncio.sleep(0.1)
-        # Edit 1 took the second token and started again at once; edits 2 and 3 found none: they wait.
+        # Edit 1 took the second token and started again at once; edit 2 reserved the next (2 s away), and
+        # edit 3 came while the turn waited for it.
         await asyncio.sleep(0.5)
         assert started == ["I like tea_0", "I like tea_1"] and r.model.chat_calls == []
         await settle(r)  # a refill later: answered once, with the last text

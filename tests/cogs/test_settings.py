@@ -222,6 +222,7 @@ async def test_apply_after_the_bot_was_removed_from_the_server_is_answered_and_c
     await r.h.settle()
     done = await r.h.click(button(prompt, "Apply"), prompt.message, user=OWNER)
     assert len(done) == 1 and "not a member of this server" in done[0].content
+    assert "user-installed" not in done[0].content  # it was added to the server; it has been removed
     assert await r.engine.guild_settings.store.get(str(GUILD_ID)) is None
 
 

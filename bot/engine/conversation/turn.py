@@ -130,13 +130,14 @@ class TurnRunner:
         if not incoming:
             return
         async with self.locks.channel(thread_id), self.scopes.turn():
-            messages, again = await self._human_messages(thread_id, incoming)
+            messages, again, rewritten = await self._human_messages(thread_id, incoming)
             config = {"configurable": {"thread_id": thread_id}}
             await self.graph.aupdate_state(config, {"messages": messages}, as_node="summarize")  # routes to END
             self._remember_stored(thread_id)
             if learning:
                 await self._queue_for_learning(thread_id, incoming, None, tickets, again=again)
-            await self._maybe_prune(thread_id)  # a flood of heard messages must not pile up checkpoints
+            # A flood of heard messages must not pile up checkpoints; a text stored over must leave none.
+            await self._maybe_prune(thread_id, now=rewritten)
         await self._mark_erased_elsewhere(tickets)
         await self._forget_erased(thread_id, incoming, tickets)  # an erasure that began meanwhile
 
@@ -198,15 +199,20 @@ class TurnRunner:
         snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread_id}})
         return dict(snapshot.values)
 
-    async def _human_messages(self, thread_id: str, incoming: list[Incoming]) -> tuple[list[HumanMessage], set[str]]:
+    async def _human_messages(self, thread_id: str,
+                              incoming: list[Incoming]) -> tuple[list[HumanMessage], set[str], bool]:
         """The turn's messages for the thread, and the Discord IDs of those already waiting unanswered there
-        (a turn restarted to take in follow-ups): their stored message is replaced, not added twice."""
+        (a turn restarted to take in follow-ups): their stored message is replaced, not added twice; and
+        whether any of those stored texts differs from the new one (an edit restarted the turn)."""
         waiting: dict[str, str] = {}
+        texts: dict[str, object] = {}
         if len(incoming) > 1 or not incoming[0].answer or incoming[0].again:
             stored = (await self._read_state(thread_id)).get("messages", [])
             for m in stored[pending_start(stored):]:
                 if m.additional_kwargs.get("message_id"):
                     waiting[str(m.additional_kwargs["message_id"])] = m.id
+                    texts[str(m.additional_kwargs["message_id"])] = m.content
+        rewritten = any(i.speaker.message_id in texts and texts[i.speaker.message_id] != i.text for i in incoming)
         out = []
         for item in incoming:
             sp = item.speaker
@@ -221,7 +227,7 @@ class TurnRunner:
                 id=waiting.get(sp.message_id) if sp.message_id else None,
                 additional_kwargs=meta,
             ))
-        return out, {i.speaker.message_id for i in incoming if i.speaker.message_id in waiting}
+        return out, {i.speaker.message_id for i in incoming if i.speaker.message_id in waiting}, rewritten
 
     async def _run(self, turn: _Turn) -> None:
         tickets = self._open_tickets(turn.incoming)  # an erasure from now on means: don't learn from that person
@@ -291,8 +297,7 @@ class TurnRunner:
             async with asyncio.timeout(None) as clock:
                 if turn.timeout is not None:
                     clock.reschedule(asyncio.get_running_loop().time() + turn.timeout)
-                messages, again = await self._human_messages(turn.thread_id, turn.incoming)
-                turn.replaced = bool(again)
+                messages, again, turn.replaced = await self._human_messages(turn.thread_id, turn.incoming)
                 durability = await self._durability(turn.thread_id)
                 # Closed here, not by the garbage collector: when this loop's body raises (a learning-queue
                 # insert in an outage, the caller's stream callback), the run's one checkpoint is written as

@@ -41,6 +41,17 @@ class TokenBucket:
         self._remember(user_id, tokens - 1.0 if allowed else tokens, now)
         return allowed
 
+    def reserve(self, user_id: int | str) -> float:
+        """Take a token for the person, now or the next one to come: how many seconds until it is theirs
+        (0: now). The level may go below zero: each reservation is paid for, so reserving again and again
+        only moves the wait further out. For work that must happen but may wait (a restart after an edit)."""
+        if self.burst <= 0 or self.refill_seconds <= 0:
+            return 0.0
+        now = self.clock()
+        tokens = self._tokens(user_id, now) - 1.0
+        self._remember(user_id, tokens, now)
+        return 0.0 if tokens >= 0 else -tokens * self.refill_seconds
+
     def _remember(self, user_id: int | str, tokens: float, now: float) -> None:
         if user_id not in self._level and len(self._level) >= self.max_people:
             full = [u for u in self._level if self._tokens(u, now) >= self.burst]

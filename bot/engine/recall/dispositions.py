@@ -33,10 +33,11 @@ PROTOTYPES = (
 
 _START = r"(?:^|[.!?]\s+|\n)\s*[¿¡]?\s*"
 _ASKS = re.compile(
-    # English yes/no questions, at the start of a sentence: "Would she ...", "Is he up for ...", "Do I ..."
-    _START + r"(?:would|could|should|might|will|can|is|are|am|does|do)\b"
-    # ... and "what should", "is likely to", "up for", anywhere
-    + r"|\b(?:should|likely|up for)\b"
+    # English yes/no questions about someone, at the start of a sentence: "Would she ...", "Is he up for
+    # ...", "Do I ..."; not a request to the bot ("Can you remind me ...", "Do you remember ...")
+    _START + r"(?:would|could|should|might|can|is|are|am|does|do)\b(?!\s+you\b)"
+    # ... and "what should", "which food should", "is likely to", "up for", anywhere
+    + r"|\b(?:what|which|where|how)(?:\s+\w+){0,2}\s+should\b|\b(?:likely|up for)\b"
     # Spanish and German ones the embedded model half understands: "¿Le gustaría ...?", "Würde sie ...?"
     + "|" + _START + r"(?:le gustar[ií]a|podr[ií]a|deber[ií]a|w[üu]rde|k[öo]nnte|sollte|w[äa]re)\b",
     re.IGNORECASE,

@@ -131,6 +131,7 @@ class SemanticIndex:
         self._names: OrderedDict[tuple[str, str], tuple[np.ndarray | None, float]] = OrderedDict()
         self._erasures = 0  # how many holds ``paused`` has begun: a name embedded across one is not kept
         self._dispositions: np.ndarray | None = None  # see ``_disposition_centre``
+        self._dispositions_retry = 0.0  # monotonic time before which a failed embedding is not tried again
 
     def _failed(self, exc: BaseException) -> None:
         self.failures += 1
@@ -323,13 +324,17 @@ class SemanticIndex:
         return Relevance(vectors, _cosines(query_vec, vectors), _hubness(hub_vectors), disposition)
 
     async def _disposition_centre(self) -> np.ndarray | None:
-        """The centre of the disposition sentences' vectors, embedded once (None while the embedder fails:
-        the question is ranked without it, and the next one tries again)."""
+        """The centre of the disposition sentences' vectors, embedded once, by the first question that asks
+        for it (nine short sentences). None while the embedder fails: the question is ranked without it,
+        and the sentences are asked for again ``NAME_RETRY_SECONDS`` later, not on every question."""
         if self._dispositions is None:
+            if time.monotonic() < self._dispositions_retry:
+                return None
             try:
                 vectors = await self.embeddings.aembed_documents(list(PROTOTYPES))
                 self._dispositions = unit(np.sum([unit(v) for v in vectors], axis=0))
             except Exception as exc:  # noqa: BLE001 - an optional signal: the choice goes on without it
+                self._dispositions_retry = time.monotonic() + NAME_RETRY_SECONDS
                 log.debug("the disposition sentences could not be embedded: %r", exc)
                 return None
         return self._dispositions

@@ -26,6 +26,10 @@ async def test_a_turn_restarted_after_its_answer_was_written_queues_each_message
         assert sorted(str(t.origin.get("message_id")) for t in pending) == ["m1", "m2"]
         humans = [m for m in (await engine.thread_state("c"))["messages"] if m.type == "human"]
         assert [m.text for m in humans] == ["I like kayaks", "I like canoes"]  # stored once each, too
+        # The same text stored again: no pruning on the spot (that is for an edit's old words), so a follow-up
+        # does not add a prune to every gathered turn.
+        checkpoints = [c async for c in engine.storage.checkpointer.alist({"configurable": {"thread_id": "c"}})]
+        assert len(checkpoints) > 1
         await engine.flush_learning()
         assert sorted(m.content for m in await engine.list_memories("42")) == ["I like canoes", "I like kayaks"]
 

@@ -34,7 +34,8 @@ BUDGET = block_tokens(BOATS) + line_tokens(FEAR)  # the boat trips and one more 
 
 @pytest.mark.parametrize("question", [
     "Would Sam enjoy a jazz cruise?", "Is Sam up for a kayaking trip?", "Could I join a ski weekend right now?",
-    "What should the host leave off the menu when Sam comes?", "Is Sam likely to book a cruise soon?",
+    "What should the host leave off the menu when Sam comes?", "Which food should Sam keep off the plate?",
+    "Is Sam likely to book a cruise soon?",
     "Do I like crowded parties?", "¿Le gustaría a Sam un crucero?", "Würde Sam gern segeln?",
     "That sounds fun.\nWould Sam come along?",
 ])
@@ -46,6 +47,8 @@ def test_questions_about_what_someone_would_do_are_told(question):
     "When did I go camping?", "What did Sam buy last month?", "Where does Ottilie live?",
     "Was arbeitet Sam jetzt?", "How has Sam's career changed?", "Which jazz concert did we go to?",
     "I would love a croissant",  # "would" inside a sentence is not a question about them
+    "Can you remind me where Ottilie lives?", "Do you remember my sister's name?",  # asking the bot to recall
+    "I should buy milk.", "Will said hi.",
 ])
 def test_other_questions_are_not(question):
     assert not asks_about_disposition(question)
@@ -71,3 +74,22 @@ async def test_a_would_question_brings_in_what_the_person_is_like_and_others_do_
     assert embed.documents == documents + len(PROTOTYPES)
     other = await choose_memories(memories, "Which yacht trip was it?", BUDGET, user_id="u", index=index)
     assert FEAR.key not in {m.key for m in other.memories}  # not asked what they are like: no prior
+
+
+async def test_sentences_that_fail_to_embed_leave_the_prior_out_and_are_not_asked_for_on_every_question():
+    class NoSentences(TraitEmbeddings):
+        asked = 0
+
+        def embed_documents(self, texts):
+            if list(texts) == list(PROTOTYPES):
+                NoSentences.asked += 1
+                raise ConnectionError("rate limited")
+            return super().embed_documents(texts)
+
+    index = SemanticIndex(NoSentences(), MemoryVectorCache())
+    memories = FILLER + BOATS + [FEAR]
+    await index.index("u", memories)
+    for asked in ("Would Sam enjoy a kayak trip?", "Could Sam come on the cruise?"):
+        chosen = await choose_memories(memories, asked, BUDGET, user_id="u", index=index)
+        assert chosen.method == "fused" and FEAR.key not in {m.key for m in chosen.memories}
+    assert NoSentences.asked == 1
