@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from contextlib import asynccontextmanager
 
 from pydantic import SecretStr
 
@@ -75,7 +76,10 @@ async def test_a_failing_embeddings_provider_falls_back_with_one_log_line(tmp_pa
     assert len(lines) == 1
 
 
-async def test_memories_written_without_vectors_are_indexed_off_the_reply_path(tmp_path):
+@asynccontextmanager
+async def sam_with_filler_and_no_vectors(tmp_path):
+    """An engine on an embeddings endpoint (the fake server), and Sam (user 7) with the filler memories,
+    none of them indexed yet: (server, storage, engine)."""
     async with FakeOpenAIServer() as server:
         server.embed = concept_vector
         settings = make_settings(tmp_path, memory={"prompt_budget_tokens": 60, "embeddings_model": "m", "semantic": "endpoint",
@@ -83,10 +87,15 @@ async def test_memories_written_without_vectors_are_indexed_off_the_reply_path(t
         async with open_storage(settings) as storage:
             engine = create_engine(settings, storage, chat_model=ScriptedChatModel(default_script))
             await MemoryRepository(storage.store).apply("7", inserts=[(f, {"guild_id": "1"}) for f in FILLER])
-            for q in ("any croissant?", "any band tonight?"):
-                await engine.reply("t", Speaker(user_id="7", name="Sam"), q)
-                await engine.semantic.drain()
-            await engine.close()
+            yield server, storage, engine
+
+
+async def test_memories_written_without_vectors_are_indexed_off_the_reply_path(tmp_path):
+    async with sam_with_filler_and_no_vectors(tmp_path) as (server, _storage, engine):
+        for q in ("any croissant?", "any band tonight?"):
+            await engine.reply("t", Speaker(user_id="7", name="Sam"), q)
+            await engine.semantic.drain()
+        await engine.close()
         documents = [r for r in server.embedding_requests if isinstance(r["input"], list) and len(r["input"]) > 1]
         # Indexed once, in the background after the first reply found them without vectors; never again.
         assert len(documents) == 1 and len(documents[0]["input"]) == len(FILLER)
@@ -101,21 +110,15 @@ async def test_a_reply_indexes_the_memories_as_they_are_when_the_run_starts_not_
     """A reply read Sam's memories, then one of them was deleted (its erasure over before the background run
     began, so no pause stopped it): the run indexes what is there now, and the deleted memory's vector is
     not written back (until 2026-12-06 it was, on SQLite, and stayed on disk)."""
-    async with FakeOpenAIServer() as server:
-        server.embed = concept_vector
-        settings = make_settings(tmp_path, memory={"prompt_budget_tokens": 60, "embeddings_model": "m", "semantic": "endpoint",
-                                                   "embeddings_base_url": server.base_url})
-        async with open_storage(settings) as storage:
-            engine = create_engine(settings, storage, chat_model=ScriptedChatModel(default_script))
-            repo = MemoryRepository(storage.store)
-            await repo.apply("7", inserts=[(f, {"guild_id": "1"}) for f in FILLER])
-            read = await repo.list("7")  # what the reply read
-            doomed = read[0]
-            await repo.apply("7", deletes=[doomed.key])
-            assert await engine.semantic.relevance("7", read, "any croissant?") is not None
-            await engine.semantic.drain()
-            stored = await storage.vectors.get("7")
-            await engine.close()
+    async with sam_with_filler_and_no_vectors(tmp_path) as (_server, storage, engine):
+        repo = MemoryRepository(storage.store)
+        read = await repo.list("7")  # what the reply read
+        doomed = read[0]
+        await repo.apply("7", deletes=[doomed.key])
+        assert await engine.semantic.relevance("7", read, "any croissant?") is not None
+        await engine.semantic.drain()
+        stored = await storage.vectors.get("7")
+        await engine.close()
         assert doomed.key not in stored
         assert set(stored) == {m.key for m in read[1:]}
 
