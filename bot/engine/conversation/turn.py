@@ -15,7 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable, Coroutine
 
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.graph.state import CompiledStateGraph
 
 from bot.engine.concurrency import InflightTurns, Locks
@@ -204,15 +204,14 @@ class TurnRunner:
         """The turn's messages for the thread, and the Discord IDs of those already waiting unanswered there
         (a turn restarted to take in follow-ups): their stored message is replaced, not added twice; and
         whether any of those stored texts differs from the new one (an edit restarted the turn)."""
-        waiting: dict[str, str] = {}
-        texts: dict[str, object] = {}
+        waiting: dict[str, BaseMessage] = {}  # Discord message ID -> its stored message
         if len(incoming) > 1 or not incoming[0].answer or incoming[0].again:
             stored = (await self._read_state(thread_id)).get("messages", [])
             for m in stored[pending_start(stored):]:
                 if m.additional_kwargs.get("message_id"):
-                    waiting[str(m.additional_kwargs["message_id"])] = m.id
-                    texts[str(m.additional_kwargs["message_id"])] = m.content
-        rewritten = any(i.speaker.message_id in texts and texts[i.speaker.message_id] != i.text for i in incoming)
+                    waiting[str(m.additional_kwargs["message_id"])] = m
+        rewritten = any(i.speaker.message_id in waiting and waiting[i.speaker.message_id].content != i.text
+                        for i in incoming)
         out = []
         for item in incoming:
             sp = item.speaker
@@ -224,7 +223,7 @@ class TurnRunner:
                 meta["parent_id"] = sp.parent_id
             out.append(HumanMessage(
                 content=item.text,
-                id=waiting.get(sp.message_id) if sp.message_id else None,
+                id=waiting[sp.message_id].id if sp.message_id in waiting else None,
                 additional_kwargs=meta,
             ))
         return out, {i.speaker.message_id for i in incoming if i.speaker.message_id in waiting}, rewritten

@@ -302,8 +302,8 @@ class Eraser(JournalReplay):
     async def erase_thread(self, thread_id: str, *, threads: bool = False) -> bool:
         """A channel or thread was deleted: its stored conversation goes, and its pending turns (journaled).
         ``threads``: a channel, whose threads go too (see ``ConversationEraser.threads_in_channel``)."""
-        return await self._simple(THREAD, lambda: self.steps.thread(thread_id, threads=threads),
-                                  subject=json.dumps({"thread": thread_id, "threads": threads}))
+        return bool(await self._simple(THREAD, lambda: self.steps.thread(thread_id, threads=threads),
+                                       subject=json.dumps({"thread": thread_id, "threads": threads})))
 
     @counted
     async def erase_guild(self, guild_id: str, *, still_due: Callable[[], Awaitable[bool]] | None = None,
@@ -316,22 +316,27 @@ class Eraser(JournalReplay):
         after it: waiting for the lock can take long (another erasure, another process sweeping the same
         server), and a server that added the bot back meanwhile keeps everything.
         """
-        async with self._exclusive():
+        async def ready() -> bool:
             if still_due is not None and not await still_due():
                 log.info("server %s added the bot back before its data was deleted", guild_id)
-                return None
+                return False
             if first is not None:
                 await first()
-            job_id = await self.storage.erasures.begin(kind=GUILD, user_id="", guild_id=str(guild_id))
-            async with self._journaled(job_id, compact_now=True):
-                memories = await self.steps.guild(str(guild_id))
-        log.info("deleted what was kept from server %s: %d memories", guild_id, memories)
+            return True
+
+        memories = await self._simple(GUILD, lambda: self.steps.guild(str(guild_id)), guild_id=str(guild_id),
+                                      compact_now=True, ready=ready)
+        if memories is not None:
+            log.info("deleted what was kept from server %s: %d memories", guild_id, memories)
         return memories
 
     async def _simple(self, kind: str, step: Callable[[], Awaitable[T]], *, compact_now: bool = False,
-                      **row: str) -> T:
-        """Journal a removal named by IDs only, run its step, finish the row."""
+                      ready: Callable[[], Awaitable[bool]] | None = None, **row: str) -> T | None:
+        """Journal a removal named by IDs only, run its step, finish the row. ``ready`` runs first, under
+        the erasure lock and before anything is journaled: False, and nothing is done (None)."""
         async with self._exclusive():
+            if ready is not None and not await ready():
+                return None
             job_id = await self.storage.erasures.begin(kind=kind, user_id="", **row)
             async with self._journaled(job_id, compact_now=compact_now):
                 return await step()
