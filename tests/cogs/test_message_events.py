@@ -586,6 +586,31 @@ async def test_an_edit_while_the_answer_gathers_its_context_is_what_gets_answere
         assert files_containing(r.data_dir, "tea_before_edit") == []
 
 
+async def test_an_edit_while_the_model_is_answering_leaves_the_old_text_in_no_file(tmp_path):
+    """Later than the gathering: the model is already answering the first text. The cancelled attempt writes
+    it as it ends; the restarted turn stores the new text over it and prunes, and the edit's own erasure
+    compacts: no file keeps the old words."""
+    answering = asyncio.Event()
+
+    def slow_first_answer(call: Call):
+        if not call.is_extraction and "Summarize" not in call.messages[-1].text and not answering.is_set():
+            answering.set()
+            time.sleep(1.0)  # the model's thread; the turn's task is cancelled meanwhile
+        return no_echo(call)
+
+    async with rig(tmp_path, chat_model=ScriptedChatModel(slow_first_answer)) as r:
+        said = r.mentioning(ALICE, "I like tea_before_edit")
+        r.h.feed("MESSAGE_CREATE", said)
+        await asyncio.wait_for(answering.wait(), 5)
+        r.h.feed("MESSAGE_UPDATE", partial_update(said, f"{r.mention()} I like coffee_after_edit"))
+        await settle(r)
+        assert await humans(r) == ["I like coffee_after_edit"]
+        assert len(r.h.sent_messages(GENERAL)) == 1
+        await r.engine.scheduler.flush()
+        assert await contents(r, ALICE) == ["I like coffee_after_edit"]
+        assert files_containing(r.data_dir, "tea_before_edit") == []
+
+
 async def test_a_file_removed_while_the_answer_gathers_its_context_is_neither_answered_nor_kept(tmp_path):
     """Someone sends a text file by mistake and removes it a second later (same text, fewer attachments):
     the turn starts again without the file, so its words are neither answered, stored nor learned."""
