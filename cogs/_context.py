@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import replace
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Container
 
 import discord
 
@@ -131,17 +131,27 @@ def _same_place(ref: discord.MessageReference, message: discord.Message) -> bool
 
 
 async def reply_chain(bot: discord.Client, message: discord.Message, depth: int, *,
-                      images: Callable[[discord.Message], Awaitable[tuple]] | None = None) -> list[Quote]:
+                      images: Callable[[discord.Message], Awaitable[tuple]] | None = None,
+                      deleted: Container[int] = ()) -> list[Quote]:
     """The message replied to and the chain above it, oldest first (at most ``depth`` messages).
 
     ``images(message)`` gives the images of the message replied to (not of the ones above it): they are
     shown with its quote, for this answer only.
+
+    Each message is read as it is now: discord.py's cached copy first (it follows edits), and the copy the
+    reply's payload carried (``ref.resolved``, frozen when the reply arrived) only when the cache has none.
+    A message in ``deleted`` (deleted since, which removes it from the cache but not from that frozen copy)
+    ends the chain: its author took it back, and quoting it would put it in the prompt and the stored answer.
     """
     chain: list[Quote] = []
     ref = message.reference
     while ref is not None and ref.message_id is not None and len(chain) < depth and _same_place(ref, message):
-        resolved = ref.resolved if isinstance(ref.resolved, discord.Message) else None
-        if resolved is None and not isinstance(ref.resolved, discord.DeletedReferencedMessage):
+        if ref.message_id in deleted or isinstance(ref.resolved, discord.DeletedReferencedMessage):
+            break
+        resolved = _cached(bot, ref.message_id)
+        if resolved is None:
+            resolved = ref.resolved if isinstance(ref.resolved, discord.Message) else None
+        if resolved is None:
             resolved = await _fetch(bot, ref.channel_id, ref.message_id)
         if resolved is None or resolved.channel.id != message.channel.id:
             break

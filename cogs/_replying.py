@@ -151,6 +151,8 @@ class ReplyWriter:
                 else:
                     await self.first.edit(content=shown, allowed_mentions=NO_PINGS)
                 self._shown = text
+            except discord.NotFound:  # someone deleted the preview: the next one (or the answer) is a new reply
+                self.first, self._shown = None, ""
             except discord.HTTPException:
                 log.warning("a streaming edit failed; the final text will still be sent", exc_info=True)
             self._last_edit = time.monotonic()
@@ -162,18 +164,35 @@ class ReplyWriter:
             self._flusher.cancel()
 
     async def finish(self, text: str) -> list[discord.Message]:
-        """Send (or complete) the final answer: every part at most 2,000 characters."""
+        """Send (or complete) the final answer: every part at most 2,000 characters; the parts sent.
+
+        A preview someone deleted meanwhile (a moderator, a clean-up bot) is not the end of the answer: it
+        is sent again as a new reply. A later part that fails ends the sending there (logged), and the parts
+        already out are returned, so they are recorded as the answer's messages (a deletion of the question
+        can then take them back); only a first part that cannot be sent at all raises.
+        """
         self._stop_streaming()
         async with self._lock:
             parts = split_message(text) or ["(no answer)"]
             sent: list[discord.Message] = []
             if self.first is not None:
-                await self.first.edit(content=parts[0], allowed_mentions=NO_PINGS)
+                try:
+                    await self.first.edit(content=parts[0], allowed_mentions=NO_PINGS)
+                    sent.append(self.first)
+                except discord.NotFound:
+                    log.info("the streamed preview in channel %s was deleted: the answer is sent again",
+                             self.trigger.channel.id)
+                    self.first = None
+            if self.first is None:
+                self.first = await reply_to(self.trigger, parts[0])
                 sent.append(self.first)
-            else:
-                sent.append(await reply_to(self.trigger, parts[0]))
             for part in parts[1:]:
-                sent.append(await self.trigger.channel.send(part, allowed_mentions=NO_PINGS))
+                try:
+                    sent.append(await self.trigger.channel.send(part, allowed_mentions=NO_PINGS))
+                except discord.HTTPException:
+                    log.warning("part %d of %d of an answer in channel %s could not be sent", len(sent) + 1,
+                                len(parts), self.trigger.channel.id, exc_info=True)
+                    break
             return sent
 
     async def discard(self) -> None:

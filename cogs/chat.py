@@ -146,7 +146,8 @@ class Chat(commands.Cog):
             quotes += carried_quotes(item.message)  # forwarded messages and polls in what is answered
             if item.message.reference is not None and self.config.reply_chain_depth:
                 quotes += await reply_chain(self.bot, item.message, self.config.reply_chain_depth,
-                                            images=lambda m: self.inputs.quoted_images(self.bot, m))
+                                            images=lambda m: self.inputs.quoted_images(self.bot, m),
+                                            deleted=self._deleted)
         quotes += await channel_context(self.bot, first, count=self.config.channel_context_messages,
                                         tokens=self.config.channel_context_tokens)
         own = {str(i.message.id) for i in items}
@@ -279,7 +280,8 @@ class Chat(commands.Cog):
         stored the message there is nothing of it to edit. A message being recorded without an answer
         (``hear``) is checked again once stored. The same text again (a link preview, a pin) changes nothing;
         the same text with a file removed (``attachments``: the IDs now, None when the update does not say)
-        starts the turn again too, without the file (discord.py has updated the cached message by then).
+        starts the turn again too, without the file (taken out of the turn's message here: discord.py updates
+        only a message it still holds in its cache).
         """
         self.starters.forget_message(message_id)
         if message_id in self._hearing:
@@ -290,7 +292,13 @@ class Chat(commands.Cog):
             if item.message.id == message_id and (item.content != content or (
                     attachments is not None and attachments != item.attachments)):
                 item.content = content
-                item.attachments = item.attachments if attachments is None else attachments
+                if attachments is not None:
+                    item.attachments = attachments
+                    # The turn reads ``item.message``: discord.py updates it only while it is still cached
+                    # (1,000 messages for the whole process), so the removed file goes from it here too.
+                    # An edit can only remove files, never add one, so filtering the old list is enough.
+                    kept = set(attachments)
+                    item.message.attachments = [a for a in item.message.attachments if a.id in kept]
                 changed = True
         if changed and turns is not None:  # a restart is a new model call: within the person's limits
             turns.restart(lambda item: item.message.id == message_id, self.engine.restart_delay)

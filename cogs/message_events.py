@@ -64,7 +64,8 @@ def not_an_edit(payload: discord.RawMessageUpdateEvent) -> bool:
     after = payload.message
     if before.edited_at is not None and before.edited_at == after.edited_at:
         return True
-    return before.content == after.content and [a.id for a in before.attachments] == [a.id for a in after.attachments]
+    same_files = "attachments" not in payload.data or [a.id for a in before.attachments] == [a.id for a in after.attachments]
+    return before.content == after.content and same_files
 
 
 class MessageEvents(commands.Cog):
@@ -134,6 +135,32 @@ class MessageEvents(commands.Cog):
         self._retrying.add(task)
         task.add_done_callback(self._retrying.discard)
 
+    async def _with_files(self, payload: discord.RawMessageUpdateEvent) -> discord.Message:
+        """The edited message with the files it has now.
+
+        An update without an ``attachments`` key says nothing about them, but discord.py builds
+        ``payload.message`` with none: read as is, the files' text would look removed, be erased from the
+        stored message and learned again. They are then the cached copy's (an update without the key did not
+        change them), or, for a message no longer cached, the message as Discord has it now. When even that
+        cannot be read, the update is applied as it came: of the two mistakes, forgetting a file's text is
+        the one that keeps nothing a member may have meant to take back.
+        """
+        message = payload.message
+        if "attachments" in payload.data:
+            return message
+        before = payload.cached_message
+        if before is not None:
+            message.attachments = list(before.attachments)
+            return message
+        try:
+            current = await self.bot.get_partial_messageable(payload.channel_id).fetch_message(payload.message_id)
+        except Exception as exc:  # noqa: BLE001 - gone, no access, an outage: applied without its files
+            log.info("the files of edited message %s could not be read (%s): applied without them",
+                     payload.message_id, type(exc).__name__)
+            return message
+        message.attachments = list(current.attachments)
+        return message
+
     @commands.Cog.listener()
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
         content = payload.data.get("content")
@@ -153,8 +180,9 @@ class MessageEvents(commands.Cog):
         edited = payload.message.edited_at
         stamp = edited.timestamp() if edited else None
         number = self._heard_change(payload.message_id)  # newer than any edit still waiting for the database
+        message = await self._with_files(payload)
         try:
-            text = await self.inputs.build(me, payload.message, content, strict=True)
+            text = await self.inputs.build(me, message, content, strict=True)
         except DownloadFailed:  # judged again at its next update; a stub text would read as an edit
             log.warning("the update of message %s was not applied: an attachment could not be downloaded",
                         payload.message_id)

@@ -301,6 +301,28 @@ async def test_a_message_deleted_while_its_answer_streams_leaves_no_half_answer(
         assert len(r.h.sent_messages(GENERAL)) == 1  # and nothing else was sent
 
 
+async def test_a_streamed_preview_deleted_by_someone_else_does_not_lose_the_answer(tmp_path):
+    """A moderator (or a clean-up bot) deletes the half-written preview: the final edit of it fails with
+    Unknown Message, and the answer goes out as a new reply instead of being lost without a word."""
+    async with rig(tmp_path, chat_model=SlowStreamer(default_script), model={"streaming": True}) as r:
+        said = r.mentioning(ALICE, "stream please")
+        r.h.feed("MESSAGE_CREATE", said)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 10
+        while not r.h.sent_messages(GENERAL) and loop.time() < end:
+            await asyncio.sleep(0.05)
+        (preview,) = r.h.sent_messages(GENERAL)
+        gone = int(preview.message["id"])
+        r.h.messages.pop(gone)  # deleted on Discord: editing it now answers 404 Unknown Message
+        r.h.feed("MESSAGE_DELETE", {"id": str(gone), "channel_id": str(GENERAL), "guild_id": str(GUILD_ID)})
+        await r.h.settle(timeout=20, quiet=0.5)
+        sent = r.h.sent_messages(GENERAL)
+        assert len(sent) == 2
+        final = r.h.messages[int(sent[1].message["id"])]["content"]
+        assert "word19" in final and not final.endswith("▌")
+        assert str(sent[1].json["message_reference"]["message_id"]) == said["id"]  # a reply to the question
+
+
 async def test_a_channel_that_refuses_typing_still_gets_the_answer(r):
     def refuse(call):
         raise dh.http_error(403, 50013, "Missing Permissions")

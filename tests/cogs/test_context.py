@@ -216,6 +216,28 @@ async def test_a_deleted_or_edited_thread_starter_is_never_shown_from_the_cache(
         assert "meet on friday" not in r.model.chat_calls[-1].prompt_text
 
 
+async def test_a_reply_quotes_the_message_as_it_is_now_not_as_its_payload_froze_it(tmp_path):
+    """``referenced_message`` is a copy made when the reply arrived; discord.py never updates it. A reply
+    whose turn is answered after the message it quotes was edited or deleted (a queue, a gathering window,
+    a restart) shows the edited text, and nothing of a deleted one."""
+    async with rig(tmp_path) as r:
+        edited = r.msg(BOB, "bob said: my locker code is 2231")
+        deleted = r.msg(CAROL, "carol said: my locker code is 7788")
+        for said in (edited, deleted):
+            r.h.feed("MESSAGE_CREATE", said)
+        r.h.feed("MESSAGE_UPDATE", {**edited, "content": "bob said: the locker is by the door",
+                                    "edited_timestamp": "2026-12-02T12:00:00+00:00"})
+        r.h.feed("MESSAGE_DELETE", {"id": deleted["id"], "channel_id": str(GENERAL), "guild_id": str(GUILD_ID)})
+        await r.h.settle()
+        await r.h.send_message(r.mentioning(ALICE, "where is it?", referenced_message=edited))
+        prompt = r.model.chat_calls[-1].prompt_text
+        assert "the locker is by the door" in prompt and "2231" not in prompt
+        await r.h.send_message(r.mentioning(ALICE, "and hers?", referenced_message=deleted))
+        prompt = r.model.chat_calls[-1].prompt_text
+        assert "7788" not in prompt and "carol said" not in prompt
+        assert "and hers?" in prompt
+
+
 FORUM = 930
 
 

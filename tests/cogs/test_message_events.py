@@ -546,10 +546,11 @@ async def test_an_answer_whose_message_was_deleted_meanwhile_is_still_posted(tmp
         assert "message_reference" not in sent[0].response  # posted without the reference: it was gone
 
 
-async def update_while_gathering(r, said: dict, content: str | dict) -> int:
+async def update_while_gathering(r, said: dict, content: str | dict, *, uncached: bool = False) -> int:
     """Send ``said``; while its answer gathers context (a channel-history or reply-chain fetch taking half a
     second), Discord sends a MESSAGE_UPDATE with ``content`` (a partial update; or ``content`` is the whole
-    payload to send). Returns how many times context was gathered."""
+    payload to send). Returns how many times context was gathered. ``uncached``: discord.py's message cache
+    has dropped the message by then (a busy bot: 1,000 messages for the whole process)."""
     chat = r.bot.get_cog("Chat")
     real_quotes = chat.quotes
     started = asyncio.Event()
@@ -565,6 +566,8 @@ async def update_while_gathering(r, said: dict, content: str | dict) -> int:
     chat.quotes = slow_quotes
     r.h.feed("MESSAGE_CREATE", said)
     await asyncio.wait_for(started.wait(), 5)
+    if uncached:
+        forget_cache(r)
     r.h.feed("MESSAGE_UPDATE", content if isinstance(content, dict) else partial_update(said, content))
     await settle(r)
     return gathered
@@ -611,16 +614,18 @@ async def test_an_edit_while_the_model_is_answering_leaves_the_old_text_in_no_fi
         assert files_containing(r.data_dir, "tea_before_edit") == []
 
 
-async def test_a_file_removed_while_the_answer_gathers_its_context_is_neither_answered_nor_kept(tmp_path):
+@pytest.mark.parametrize("uncached", [False, True], ids=["cached", "uncached"])
+async def test_a_file_removed_while_the_answer_gathers_its_context_is_neither_answered_nor_kept(tmp_path, uncached):
     """Someone sends a text file by mistake and removes it a second later (same text, fewer attachments):
-    the turn starts again without the file, so its words are neither answered, stored nor learned."""
+    the turn starts again without the file, so its words are neither answered, stored nor learned. Also
+    when discord.py no longer holds the message (it then updates no copy the turn could read)."""
     async with rig(tmp_path, chat_model=ScriptedChatModel(no_echo)) as r:
         url = "https://cdn.discordapp.com/attachments/1/2/wrong.txt"
         r.h.cdn[url] = b"wrongfile_canary_words"
         wrong = dh.attachment(dh.snowflake(), "wrong.txt", size=22, url=url, content_type="text/plain")
         said = r.mentioning(ALICE, "I like tea_with_a_file", attachments=[wrong])
         removed = {**said, "attachments": [], "edited_timestamp": dh.discord.utils.utcnow().isoformat()}
-        assert await update_while_gathering(r, said, removed) == 2  # started again
+        assert await update_while_gathering(r, said, removed, uncached=uncached) == 2  # started again
         assert all("wrongfile_canary_words" not in c.prompt_text for c in r.model.chat_calls[1:])
         assert "wrongfile_canary_words" not in " ".join(await humans(r))
         await r.engine.scheduler.flush()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import pytest
+
 from langchain_core.messages import HumanMessage
 
 from tests.cogs.conftest import ALICE, GENERAL, GUILD_ID, THREAD, rig
@@ -260,3 +262,29 @@ async def test_a_pin_after_a_restart_with_the_cdn_down_does_not_take_back_an_att
         await settle(r)
         await r.engine.scheduler.flush()
         assert await snapshot(r, ALICE) == before
+
+
+@pytest.mark.parametrize("uncached", [False, True], ids=["cached", "uncached"])
+async def test_an_edit_that_does_not_list_the_files_keeps_their_words(tmp_path, uncached):
+    """An update without an ``attachments`` key says nothing about the files, but discord.py builds the
+    edited message with none: read as is, the file's words looked taken back (erased from the stored message,
+    its memory with them). The files are then the cached copy's, or the message's as Discord has it now."""
+    async with rig(tmp_path, ScriptedChatModel(no_echo)) as r:
+        r.h.cdn[NOTES_URL] = b"I like marmalade"
+        files = [dh.attachment(dh.snowflake(), "notes.txt", size=16, url=NOTES_URL, content_type="text/plain")]
+        said = r.mentioning(ALICE, "I like tea", attachments=files)
+        await r.h.send_message(said)
+        await r.engine.scheduler.flush()
+        r.h.messages[int(said["id"])] = said  # Discord holds the message (a GET of it answers it)
+        if uncached:
+            forget_cache(r)
+        without_files = {k: v for k, v in edited(said, f"{r.mention()} I like green tea").items()
+                         if k != "attachments"}
+        r.h.feed("MESSAGE_UPDATE", without_files)
+        await settle(r)
+        await r.engine.scheduler.flush()
+        stored = (await snapshot(r, ALICE))[2][0]
+        assert any("green tea" in t and "marmalade" in t for t in stored), stored
+        assert any("marmalade" in m for m in await contents(r, ALICE))
+        fetched = r.h.calls_to("GET", "/channels/{channel_id}/messages/{message_id}")
+        assert bool(fetched) == uncached  # only a message no longer cached is asked for

@@ -270,10 +270,15 @@ class ExtractionScheduler:
         """
         for key in [k for k in self._timers if k[1] == user_id]:
             self._timers.pop(key).cancel()
-        async with self.locks.person(user_id, kind=kind, wait=True):
-            yield
-        for scope, _user in await self._pending_by_scope(user_id):
-            self._schedule(scope, user_id, self.quiet_seconds)
+        try:
+            async with self.locks.person(user_id, kind=kind, wait=True):
+                yield
+        finally:  # an erasure that failed inside (it is retried) must not leave their other turns unscheduled
+            try:
+                for scope, _user in await self._pending_by_scope(user_id):
+                    self._schedule(scope, user_id, self.quiet_seconds)
+            except Exception:  # noqa: BLE001 - not over what the erasure raised; they speak, or restart, again
+                log.warning("could not schedule the remaining extraction of a person after a hold", exc_info=True)
 
     async def flush(self) -> None:
         """Extract everything pending now (used at shutdown and by tests and the console)."""

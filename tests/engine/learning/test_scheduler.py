@@ -60,3 +60,22 @@ async def test_a_long_backlog_is_split_into_bounded_calls_and_all_of_it_learned(
         assert await engine.inbox.pending() == []
     assert len(model.extraction_calls) > 1
     assert learned == {f"I like item {i}" for i in range(30)}
+
+
+async def test_a_hold_that_fails_inside_still_schedules_what_the_person_has_left(settings):
+    """An erasure that raises inside the person's hold (a database error; it is retried) cancelled their
+    extraction timers and never set them again: their waiting turns sat until they spoke again."""
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        scheduler = engine.scheduler
+        await engine.reply("c1", speaker(1, 1), "I like held things")
+        assert any(k[1] == "1" for k in scheduler._timers)
+        try:
+            async with scheduler.hold("1"):
+                assert not any(k[1] == "1" for k in scheduler._timers)  # stopped meanwhile
+                raise RuntimeError("the database went away")
+        except RuntimeError:
+            pass
+        assert any(k[1] == "1" for k in scheduler._timers)  # and set again
+        await scheduler.flush()
+        assert [m.content for m in await engine.memories.list("1")] == ["I like held things"]
