@@ -101,11 +101,15 @@ class JournalReplay:
 
     async def _run_job(self, job: ErasureJob) -> None:
         if job.kind == EDIT:
-            plan = json.loads(job.subject or "{}")
-            await self.steps.edit(plan)  # (its holds are taken inside)
+            recorded = json.loads(job.subject or "{}")
+            plan = await self.steps.still_held(recorded)  # deleted or wiped meanwhile: not brought back
+            if plan is not None:
+                await self.steps.edit(plan)  # (its holds are taken inside)
             if job.quotes:  # the taken-back words, gathered before the first run changed anything
-                await self.steps.cut_taken_back(plan["thread"], QuoteRule.from_bytes(job.quotes), job.user_id or None)
-            await self.steps.learn_again(plan)
+                await self.steps.cut_taken_back(recorded["thread"], QuoteRule.from_bytes(job.quotes),
+                                                job.user_id or None)
+            if plan is not None:
+                await self.steps.learn_again(plan)
             await self._finish(job.id)
             return
         if job.kind == MEMORIES:

@@ -372,6 +372,35 @@ class ErasureSteps:
             log.info("an edit of message %s erased %d memories learned from its old text", message_id, erased)
         return erased
 
+    async def still_held(self, plan: dict[str, Any]) -> dict[str, Any] | None:
+        """An edit's plan as a replay may still apply it (read under the erasure lock); None: nothing left.
+
+        A journaled edit that failed (a database outage) is run again seconds or minutes later. Meanwhile
+        the message may have been deleted, or a person who had learned from it wiped: both erase everything
+        the edit would touch, and the plan's ``learn_again`` would queue the text once more, to be learned
+        after the removal said it was done. So a replay learns again only for whoever still holds something
+        of the message (its row in their learning queue, a memory that cites it and was not deleted with it),
+        or while a conversation still holds it; when nothing holds it, nothing of the plan is applied.
+
+        The cost: a replay of an edit whose first run had already erased the memories learned only from the
+        old text, of a message no longer in any conversation or queue, does not learn it again (the memory
+        is lost, not leaked).
+        """
+        message_id, thread_id = plan["message"], plan["thread"]
+        rows = [t for t in await self.storage.inbox.every_turn() if str(t.origin.get("message_id")) == message_id]
+        said, in_thread = ([], False)
+        if self.conversations is not None:
+            said, in_thread = await self.conversations.texts_of_messages(thread_id, {message_id})
+        stored = bool(said or in_thread)
+        relearn = {}
+        for user, info in plan["relearn"].items():
+            cites = any(message_id in m.live_message_ids() for m in await self.memories.list(user))
+            if stored or cites or any(t.user_id == user for t in rows):
+                relearn[user] = info
+        if not (stored or rows or relearn):
+            return None
+        return {**plan, "relearn": relearn}
+
     async def learn_again(self, plan: dict[str, Any]) -> int:
         """Queue the edited message once more for whoever had learned from it (after the holds: a shared
         database refuses new turns of a person being erased); idempotent. Returns how many were queued."""

@@ -81,6 +81,36 @@ async def test_an_edit_queued_again_and_then_crashed_is_not_queued_twice(setting
         assert [m.content for m in await engine.memories.list("1")] == ["I like coffee_once"]
 
 
+@pytest.mark.parametrize("removal", ["message deleted", "author wiped"])
+async def test_an_edit_retried_after_its_message_was_removed_brings_nothing_back(settings, monkeypatch, removal):
+    """An edit fails half-way (a database outage) and is retried from the journal later. Meanwhile the
+    message is deleted, or its author wipes everything: the retry must not queue the edited text again, to
+    be learned after the removal said it was done."""
+    old, new = "okapi_old_text_3141", "narwhal_new_text_2718"
+    async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
+        await engine.reply("c", ann("801"), f"I like {old}")
+        await engine.scheduler.flush()
+
+        async def outage(*_a, **_k):
+            raise RuntimeError("the database went away mid-edit")
+
+        monkeypatch.setattr(engine.storage.inbox, "edit_message", outage)
+        with pytest.raises(RuntimeError):
+            await engine.message_edited("c", "801", f"I like {new}")
+        monkeypatch.undo()
+        assert len(await engine.storage.erasures.unfinished()) == 1
+        if removal == "message deleted":
+            await engine.messages_deleted("c", {"801"})
+        else:
+            await engine.erase_person("1")
+        assert await engine.eraser.resume() == 1  # the retry ran, and finished the row
+        assert await engine.storage.erasures.unfinished() == []
+        assert all(new not in t.human and old not in t.human for t in await engine.storage.inbox.every_turn())
+        await engine.scheduler.flush()
+        assert await engine.memories.list("1") == []
+    assert _files_with(settings, new) == [] and _files_with(settings, old) == []
+
+
 async def test_the_persons_delete_is_a_journaled_job_finished_after_a_crash(settings, monkeypatch):
     async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
         await engine.reply("c", ann("701"), "I like hand_delete_canary")
