@@ -185,7 +185,11 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
             history = for_model(state["messages"], summary=state.get("summary", ""), quotes=quotes,
                                 speaker=speaker, images={k: tuple(_refused(i) for i in v) for k, v in images.items()})
             reply = await call([system, *history], speaker)
-        answers = [m.id for m in state["messages"][pending_start(state["messages"]):]]
+        # What this answer answers: the messages since the last answer, but not those only heard (over a
+        # limit, a full queue): the deletion of one of those takes its words out of this answer (the quote
+        # rule), not the whole answer to someone else (docs/decisions.md, review fixes, seventh session).
+        answers = [m.id for m in state["messages"][pending_start(state["messages"]):]
+                   if not m.additional_kwargs.get("heard")]
         answer = AIMessage(content=reply.text, id=reply.id, additional_kwargs={"answers": answers})
         runtime.stream_writer({"summarize": needs_summary([*state["messages"], answer], deps)})  # what route decides
         return {"messages": [answer], "guild_id": speaker.guild_id, "parent_id": speaker.parent_id}

@@ -221,6 +221,8 @@ class TurnRunner:
                 meta["sent_at"] = sp.sent_at
             if sp.parent_id:  # a thread's channel, for a thread only heard (no answer wrote the state's)
                 meta["parent_id"] = sp.parent_id
+            if not item.answer:  # stored without an answer (a limit): a later answer to someone else is not its
+                meta["heard"] = True
             out.append(HumanMessage(
                 content=item.text,
                 id=waiting[sp.message_id].id if sp.message_id in waiting else None,

@@ -77,6 +77,25 @@ async def test_deleting_a_message_takes_its_answer_and_nothing_else(settings):
         assert _shape(await _said(engine, "c1")) == [("H", "second"), ("A", "second")]
 
 
+async def test_deleting_a_message_only_heard_keeps_the_next_answer_to_someone_else(settings):
+    """Bob's message over his limit is stored without an answer; Alice is answered next. Bob deletes his
+    message: it goes, and Alice's question and its answer stay (the answer recorded every message since the
+    last one as answered, so the deletion took Alice's answer with it, and on Discord too with
+    ``/settings delete-replies``)."""
+    from bot.engine.state import Incoming
+
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.hear("c1", [Incoming(speaker("b", "Bob", "g1", "c1", "m1"), "bob over his limit", answer=False)])
+        reply = await engine.reply("c1", speaker("a", "Alice", "g1", "c1", "m2"), "alice asks")
+        await engine.attach_sent("c1", reply, ["d1"])
+        assert await engine.conversations.replies_to("c1", {"m1"}) == []
+        assert await engine.conversations.replies_to("c1", {"m2"}) == ["d1"]
+        count, said = await engine.conversations.erase_messages("c1", {"m1"})
+        assert (count, said) == (1, ["bob over his limit"])
+        assert [kind for kind, _ in await _said(engine, "c1")] == ["H", "A"]
+        assert (await _said(engine, "c1"))[0] == ("H", "alice asks")
+
+
 async def test_a_deleted_bot_reply_leaves_alone_and_the_question_stays(settings):
     async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
         reply = await engine.reply("c1", speaker("a", "Alice", "g1", "c1", "m1"), "question")
