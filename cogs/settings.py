@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import discord
 from discord import app_commands
@@ -113,6 +113,8 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         kind = "thread" if channel.type in THREADS else "channel"
         if real is None or not real.permissions_for(guild.me).view_channel:
             return f"I can't see that {kind}; give me access to it first. Nothing was changed."
+        if not self._member_sees(interaction, channel, real):
+            return f"You can't see that {kind} yourself: pick one you can see. Nothing was changed."
         perms = real.permissions_for(guild.me)
         # In a forum or media channel the bot answers inside its posts (threads): that is Send Messages in Threads.
         in_threads = isinstance(real, (discord.Thread, discord.ForumChannel))
@@ -120,6 +122,18 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         if post and not can_post:
             return f"I can see that {kind} but I'm not allowed to send messages there. Nothing was changed."
         return None
+
+    @staticmethod
+    def _member_sees(interaction: discord.Interaction, channel: AnyChannel, real: Any) -> bool:
+        """Whether the admin can see the channel: Manage Server is not access to every channel, and a
+        channel's ID can be sent from a modified client without the picker; settings for a channel they
+        cannot read (answering everything there, instructions for the bot) are not theirs to change.
+        Discord resolves the option with the admin's permissions in it; the cache is asked otherwise."""
+        given = getattr(channel, "permissions", None)
+        if isinstance(given, discord.Permissions):
+            return given.view_channel
+        member = interaction.user
+        return not isinstance(member, discord.Member) or real.permissions_for(member).view_channel
 
     def _operator_channels_here(self, guild: discord.Guild) -> frozenset[str]:
         return frozenset(c for c in self.bot.engine.operator_defaults().respond_channels if guild.get_channel_or_thread(int(c)))

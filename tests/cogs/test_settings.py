@@ -197,6 +197,20 @@ async def test_bad_channels_are_refused_and_change_nothing(tmp_path):
         assert await r.engine.guild_settings.store.get(str(GUILD_ID)) is None
 
 
+async def test_an_admin_cannot_change_a_channel_hidden_from_them(tmp_path):
+    """Manage Server is not access to every channel: an admin who cannot see #staff (a channel ID can be sent
+    from a modified client without the picker) changes nothing there; one who can, can."""
+    hidden_from_mods = dh.overwrite(MOD_ROLE, deny=discord.Permissions(view_channel=True).value)
+    async with rig(tmp_path) as r:
+        grant_manage_server(r, True)
+        r.h.feed("CHANNEL_CREATE", dh.text_channel(CLOSED_CHANNEL, GUILD_ID, "staff", [hidden_from_mods]))
+        res = await settings(r, "answer-all", MOD, channel=channel(CLOSED_CHANNEL, name="staff"), on=True)
+        assert len(res) == 1 and res[0].ephemeral and "can't see that channel yourself" in res[0].content
+        assert await r.engine.guild_settings.store.get(str(GUILD_ID)) is None
+        _prompt, done = await apply(r, "answer-all", MOD, channel=channel(GENERAL, name="general"), on=True)
+        assert str(GENERAL) in (await r.engine.guild_policy(GUILD_ID)).respond_channels
+
+
 async def test_permission_granted_then_revoked_between_display_and_use(r):
     grant_manage_server(r, True)
     await r.h.settle()
