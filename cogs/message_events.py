@@ -273,8 +273,14 @@ class MessageEvents(commands.Cog):
     async def _thread_gone(self, channel_id: int, guild_id: int | None, *, threads: bool) -> None:
         try:
             await self.engine.channel_deleted(str(channel_id), threads=threads)
-        except Exception:  # noqa: BLE001
-            log.exception("deleting the conversation of channel %s failed", channel_id)
+        except Exception as exc:  # noqa: BLE001
+            if self.engine.outages(exc):  # Discord sends the deletion once: wait the outage out, as for messages
+                log.warning("deleting the conversation of channel %s waits for the database (%s)", channel_id,
+                            type(exc).__name__)
+                self._retry_later(f"deleting the conversation of channel {channel_id}",
+                                  lambda: self.engine.channel_deleted(str(channel_id), threads=threads))
+            else:
+                log.exception("deleting the conversation of channel %s failed", channel_id)
         if guild_id is None:
             return
         try:  # the channel's own /settings instructions go with it

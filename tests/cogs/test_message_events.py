@@ -378,14 +378,14 @@ async def test_settings_show_and_reset_delete_replies(tmp_path):
         assert not policy.delete_replies and policy.sources["delete_replies"] == "operator"
 
 
-def down_for(calls: int, real):
-    """``real`` failing its next ``calls`` calls the way an unreachable database does."""
+def down_for(calls: int, real, error: Exception | None = None):
+    """``real`` failing its next ``calls`` calls the way an unreachable database does (or with ``error``)."""
     left = {"n": calls}
 
     async def call(*args, **kwargs):
         if left["n"] > 0:
             left["n"] -= 1
-            raise ConnectionError("database unreachable")
+            raise error or ConnectionError("database unreachable")
         return await real(*args, **kwargs)
     call.left = left
     return call
@@ -420,6 +420,40 @@ async def test_a_delete_and_an_edit_during_a_database_outage_are_applied_when_it
         assert deleted.left["n"] == 0 and edited.left["n"] == 0  # both failed first and were tried again
         assert await humans(r) == ["I like sailing"]
         assert "okapi_outage_1" not in " ".join(await contents(r, ALICE))
+
+
+async def test_a_deletion_that_lost_the_erasure_lock_and_a_thread_deleted_in_an_outage_are_retried(
+        tmp_path, monkeypatch):
+    """A deletion gives way when the global erasure lock's connection is lost (``ErasureLockLost``) before
+    its journal row is written, and a thread's deletion can meet an outage: Discord sends either once, so
+    both are tried again until they are done, not logged and dropped."""
+    import cogs.message_events as events
+    from bot.engine.stores.locks import ErasureLockLost
+
+    async with rig(tmp_path) as r:
+        gone = r.mentioning(ALICE, "I like okapi_lock_lost")
+        await r.h.send_message(gone)
+        await r.h.send_message(r.mentioning(ALICE, "I like threadbare_canary", channel_id=THREAD))
+        await r.engine.scheduler.flush()
+        deleted = down_for(1, r.engine.messages_deleted, ErasureLockLost("the erasure lock went with its connection"))
+        thread_gone = down_for(1, r.engine.channel_deleted)
+        monkeypatch.setattr(r.engine, "messages_deleted", deleted)
+        monkeypatch.setattr(r.engine, "channel_deleted", thread_gone)
+        monkeypatch.setattr(events, "RETRY_FIRST_DELAY", 0.01)
+        r.h.feed("MESSAGE_DELETE", delete(gone))
+        r.h.feed("THREAD_DELETE", {"id": str(THREAD), "guild_id": str(GUILD_ID), "parent_id": str(GENERAL),
+                                   "type": 11})
+        cog = r.bot.get_cog("MessageEvents")
+        for _ in range(100):
+            if len(cog._retrying) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert len(cog._retrying) == 2  # both waiting, not dropped
+        await asyncio.wait_for(asyncio.gather(*cog._retrying), 20)
+        await settle(r)
+        assert deleted.left["n"] == 0 and thread_gone.left["n"] == 0
+        assert await humans(r) == []
+        assert (await r.engine.thread_state(str(THREAD))).get("messages") in (None, [])
 
 
 async def test_of_two_edits_waiting_for_the_database_the_newer_one_is_what_stays(tmp_path, monkeypatch):

@@ -20,10 +20,14 @@ class ClaimLost(Exception):
     work over: nothing of this run was written, and the other process does it."""
 
 
-class ErasureLockLost(Exception):
+class ErasureLockLost(ConnectionError):
     """The global erasure lock went with its database connection while this erasure waited for a person:
     another process's erasure may hold that person and wait for one of ours, so this one gives way (its
-    holds are released, its journal row stays and it is resumed later)."""
+    holds are released, its journal row stays and it is resumed later).
+
+    A ``ConnectionError``, so every caller reads it as the outage it is: an erasure that gave way before
+    its journal row was written (a deletion, an edit: their holds come first) has nothing to resume it,
+    and Discord sends the event once; the events cog tries such an outage again (``_retry_later``)."""
 
 
 class CrossProcessLocks(Protocol):
