@@ -132,7 +132,7 @@ def _same_place(ref: discord.MessageReference, message: discord.Message) -> bool
 
 async def reply_chain(bot: discord.Client, message: discord.Message, depth: int, *,
                       images: Callable[[discord.Message], Awaitable[tuple]] | None = None,
-                      deleted: Container[int] = ()) -> list[Quote]:
+                      deleted: Container[int] = (), edited: Container[int] = ()) -> list[Quote]:
     """The message replied to and the chain above it, oldest first (at most ``depth`` messages).
 
     ``images(message)`` gives the images of the message replied to (not of the ones above it): they are
@@ -142,6 +142,7 @@ async def reply_chain(bot: discord.Client, message: discord.Message, depth: int,
     reply's payload carried (``ref.resolved``, frozen when the reply arrived) only when the cache has none.
     A message in ``deleted`` (deleted since, which removes it from the cache but not from that frozen copy)
     ends the chain: its author took it back, and quoting it would put it in the prompt and the stored answer.
+    One in ``edited`` (edited since) that the cache no longer holds is read from Discord, not from the copy.
     """
     chain: list[Quote] = []
     ref = message.reference
@@ -149,7 +150,7 @@ async def reply_chain(bot: discord.Client, message: discord.Message, depth: int,
         if ref.message_id in deleted or isinstance(ref.resolved, discord.DeletedReferencedMessage):
             break
         resolved = _cached(bot, ref.message_id)
-        if resolved is None:
+        if resolved is None and ref.message_id not in edited:
             resolved = ref.resolved if isinstance(ref.resolved, discord.Message) else None
         if resolved is None:
             resolved = await _fetch(bot, ref.channel_id, ref.message_id)

@@ -111,6 +111,7 @@ class ReplyWriter:
         self._flusher: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         self._done = False
+        self.deleted: discord.Message | None = None  # the preview, once someone deleted it (see ``finish``)
         if adopt is not None:
             # A turn started again with follow-ups: its new answer streams into the preview already shown
             # (a reply to the message it was first written for), instead of leaving a half answer behind.
@@ -151,8 +152,9 @@ class ReplyWriter:
                 else:
                     await self.first.edit(content=shown, allowed_mentions=NO_PINGS)
                 self._shown = text
-            except discord.NotFound:  # someone deleted the preview: the next one (or the answer) is a new reply
-                self.first, self._shown = None, ""
+            except discord.NotFound:  # someone deleted the preview: the answer is not posted again (``finish``)
+                self.deleted = self.first
+                self._done = True
             except discord.HTTPException:
                 log.warning("a streaming edit failed; the final text will still be sent", exc_info=True)
             self._last_edit = time.monotonic()
@@ -166,24 +168,26 @@ class ReplyWriter:
     async def finish(self, text: str) -> list[discord.Message]:
         """Send (or complete) the final answer: every part at most 2,000 characters; the parts sent.
 
-        A preview someone deleted meanwhile (a moderator, a clean-up bot) is not the end of the answer: it
-        is sent again as a new reply. A later part that fails ends the sending there (logged), and the parts
-        already out are returned, so they are recorded as the answer's messages (a deletion of the question
-        can then take them back); only a first part that cannot be sent at all raises.
+        A preview someone deleted meanwhile (a moderator, a clean-up bot) is the answer deleted, as deleting
+        the finished reply would be: nothing is posted again, nothing is returned, and ``deleted`` is the
+        preview (the caller takes the answer out of the stored conversation, as that deletion does). A later
+        part that fails ends the sending there (logged), and the parts already out are returned, so they are
+        recorded as the answer's messages; only a first part that cannot be sent at all raises.
         """
         self._stop_streaming()
         async with self._lock:
             parts = split_message(text) or ["(no answer)"]
             sent: list[discord.Message] = []
+            if self.deleted is not None:
+                return sent
             if self.first is not None:
                 try:
                     await self.first.edit(content=parts[0], allowed_mentions=NO_PINGS)
-                    sent.append(self.first)
                 except discord.NotFound:
-                    log.info("the streamed preview in channel %s was deleted: the answer is sent again",
-                             self.trigger.channel.id)
-                    self.first = None
-            if self.first is None:
+                    self.deleted = self.first
+                    return sent
+                sent.append(self.first)
+            else:
                 self.first = await reply_to(self.trigger, parts[0])
                 sent.append(self.first)
             for part in parts[1:]:

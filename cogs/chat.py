@@ -69,6 +69,7 @@ class Chat(commands.Cog):
         self.starters = StarterCache()
         self._hearing: dict[int, str] = {}  # messages being recorded without an answer -> their latest text
         self._deleted: dict[int, None] = {}  # recently deleted message IDs (bounded), for out-of-order events
+        self._edited: dict[int, None] = {}  # recently edited message IDs (bounded): a reply's copy of one is stale
         self._heard: dict[int, None] = {}  # recently answered message IDs (bounded): a replayed create is not
         # answered twice (a gateway RESUME can deliver a MESSAGE_CREATE this process already handled)
 
@@ -147,7 +148,7 @@ class Chat(commands.Cog):
             if item.message.reference is not None and self.config.reply_chain_depth:
                 quotes += await reply_chain(self.bot, item.message, self.config.reply_chain_depth,
                                             images=lambda m: self.inputs.quoted_images(self.bot, m),
-                                            deleted=self._deleted)
+                                            deleted=self._deleted, edited=self._edited)
         quotes += await channel_context(self.bot, first, count=self.config.channel_context_messages,
                                         tokens=self.config.channel_context_tokens)
         own = {str(i.message.id) for i in items}
@@ -236,6 +237,11 @@ class Chat(commands.Cog):
     @commands.Cog.listener()
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
         content = payload.data.get("content")
+        if content is not None and payload.data.get("edited_timestamp"):
+            self._edited.pop(payload.message_id, None)
+            self._edited[payload.message_id] = None
+            while len(self._edited) > DELETED_REMEMBERED:
+                del self._edited[next(iter(self._edited))]
         if content is not None:
             files = payload.data.get("attachments")  # absent from a partial update: unchanged
             self.edited(payload.channel_id, payload.message_id, content,
@@ -353,6 +359,15 @@ class Chat(commands.Cog):
             sent = await writer.finish(reply.text)
         except discord.HTTPException:
             log.exception("sending the reply to message %s failed", last.id)
+            return
+        if writer.deleted is not None:  # someone deleted the half-written answer: it goes as a deleted reply does
+            log.info("the answer to message %s was deleted while it was written; it is not kept", last.id)
+            channel = str(last.channel.id)
+            try:
+                await self.engine.attach_sent(channel, reply, [str(writer.deleted.id)])
+                await self.engine.messages_deleted(channel, {str(writer.deleted.id)})
+            except Exception:  # noqa: BLE001 - the answer stays stored, as if its deletion had been missed
+                log.exception("taking back the deleted answer to message %s failed", last.id)
             return
         await self.engine.attach_sent(str(last.channel.id), reply, [str(m.id) for m in sent])
         if any(i.message.id in self._deleted for i in items):

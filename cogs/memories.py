@@ -18,8 +18,8 @@ from discord import app_commands
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from bot.engine import (MAX_CONTENT, MAX_IMPORT_BYTES, Actor, ImportRefused, StoredMemory, bm25_scores, export_file,
-                        parse_import)
+from bot.engine import (MAX_CONTENT, MAX_HISTORY, MAX_IMPORT_BYTES, Actor, ImportRefused, StoredMemory, bm25_scores,
+                        export_file, parse_import)
 from cogs import _memory_format as fmt
 from cogs._installs import NOT_A_MEMBER, bot_in_server, memory_place
 from cogs.views import PagerView, confirm, start_work
@@ -46,14 +46,23 @@ async def reply(interaction: discord.Interaction, content: str | None = None, **
     await interaction.followup.send(content, ephemeral=True, **kwargs)
 
 
-async def refused_write(bot: MemoryBot, interaction: discord.Interaction, adding: int | None = None) -> bool:
-    """Tell the person why a remember/import cannot happen now (rate limit, cap); True if refused."""
-    engine = bot.engine
-    user = str(interaction.user.id)
-    wait = engine.memory_command_wait(user)
+async def over_the_rate(bot: MemoryBot, interaction: discord.Interaction) -> bool:
+    """Over ``limits.memory_commands_per_hour``: told so, True. Otherwise this attempt is counted."""
+    wait = bot.engine.memory_command_wait(str(interaction.user.id))
     if wait > 0:
         await reply(interaction, f"You've added memories {bot.settings.limits.memory_commands_per_hour} "
                     f"times in the last hour; try again in {max(1, round(wait / 60))} minutes. Nothing was changed.")
+        return True
+    return False
+
+
+async def refused_write(bot: MemoryBot, interaction: discord.Interaction, adding: int | None = None, *,
+                        counted: bool = False) -> bool:
+    """Tell the person why a remember/import cannot happen now (rate limit, cap); True if refused.
+    ``counted``: the rate limit was asked (and this attempt counted) already (:func:`over_the_rate`)."""
+    engine = bot.engine
+    user = str(interaction.user.id)
+    if not counted and await over_the_rate(bot, interaction):
         return True
     cap = bot.settings.memory.max_per_person
     have = await engine.count_memories(user)
@@ -88,6 +97,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
     def __init__(self, bot: MemoryBot) -> None:
         self.bot = bot
         self.engine = bot.engine
+        self._importing = asyncio.Semaphore(1)  # import files read and checked one at a time (their memory)
         super().__init__()
 
     def actor(self, interaction: discord.Interaction) -> Actor:
@@ -178,7 +188,11 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
             return
         # The place it was learned stays (a DM fact edited in a server stays a DM fact); the source is you.
         origin = {**found.origin, "source": "user"}
-        await self.engine.edit_memory(interaction.user.id, found.key, text.strip(), origin, by=self.actor(interaction))
+        if not await self.engine.edit_memory(interaction.user.id, found.key, text.strip(), origin,
+                                             by=self.actor(interaction)):
+            # Gone between the lookup and the edit (the memory cap, a deleted message, another command).
+            await self.reply(interaction, f"`{found.short_id}` was deleted a moment ago; nothing was changed.")
+            return
         await self.reply(interaction, f"Updated `{found.short_id}`: {fmt.clip(text)}")
 
     @app_commands.command(name="delete")
@@ -196,8 +210,10 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         if not ok:
             return
         await start_work(button)
-        await self.engine.delete_memories(interaction.user.id, [found.key], by=self.actor(interaction))
-        await button.edit_original_response(content=f"Deleted `{found.short_id}`: {fmt.clip(found.content)}", view=None)
+        changes = await self.engine.delete_memories(interaction.user.id, [found.key], by=self.actor(interaction))
+        said = (f"Deleted `{found.short_id}`: {fmt.clip(found.content)}" if changes.deleted
+                else f"`{found.short_id}` was already gone: nothing else was deleted.")
+        await button.edit_original_response(content=said, view=None)
 
     @edit.autocomplete("memory")
     @delete.autocomplete("memory")
@@ -252,17 +268,29 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
     async def import_(self, interaction: discord.Interaction, file: discord.Attachment) -> None:
         """Bring back memories from a /memories export file (asks first if it would change any you have)."""
         await interaction.response.defer(ephemeral=True, thinking=True)
+        # Counted before the file is read: a refused file costs the bot as much as an accepted one.
+        if await over_the_rate(self.bot, interaction):
+            return
         try:
             if file.size > MAX_IMPORT_BYTES:
                 raise ImportRefused(f"the file is larger than {MAX_IMPORT_BYTES // 1_000_000} MB")
-            # Validating a large file takes a second or two: off the event loop, which serves everyone.
-            memories, history = await asyncio.to_thread(parse_import, await file.read(), str(interaction.user.id))
+            # Validating a large file takes a second or two: off the event loop, which serves everyone; and
+            # one file at a time in this process, so several imports at once cannot add up their memory.
+            async with self._importing:
+                memories, history = await asyncio.to_thread(parse_import, await file.read(), str(interaction.user.id))
         except ImportRefused as exc:
             await self.reply(interaction, f"I can't import that file: {exc}. Nothing was changed.")
             return
         current = {m.key: m for m in await self.engine.list_memories(interaction.user.id)}
-        if await refused_write(self.bot, interaction, adding=len(set(current) | {m["id"] for m in memories})):
+        if await refused_write(self.bot, interaction, adding=len(set(current) | {m["id"] for m in memories}),
+                               counted=True):
             return
+        if history:  # the change log has no cap of its own: new entries from file after file would pile up
+            logged = {e.key for e in await self.engine.memory_history(interaction.user.id)}
+            if len(logged | {h["key"] for h in history}) > MAX_HISTORY:
+                await self.reply(interaction, f"That would bring your change log over {MAX_HISTORY:,} entries. "
+                                 "Nothing was changed.")
+                return
         # Bringing back an old export over memories corrected since is a removal of the corrections: asked
         # first, listing what would change. An import that only adds (the usual case: after a wipe, or on
         # another bot) goes ahead without a question.

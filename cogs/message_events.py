@@ -181,6 +181,8 @@ class MessageEvents(commands.Cog):
         stamp = edited.timestamp() if edited else None
         number = self._heard_change(payload.message_id)  # newer than any edit still waiting for the database
         message = await self._with_files(payload)
+        if not self._is_newest(payload.message_id, number):  # a newer change came while its files were read
+            return
         try:
             text = await self.inputs.build(me, message, content, strict=True)
         except DownloadFailed:  # judged again at its next update; a stub text would read as an edit

@@ -10,7 +10,8 @@ from bot.engine.engine import ChatEngine, Reply, TurnResult, create_engine
 from bot.engine.erasure.eraser import request_erasure
 from bot.engine.errors import ImportRefused, SettingRefused, StorageUnavailable, is_transient
 from bot.engine.learning.extraction import WriteRequest
-from bot.engine.memories.export import MAX_CONTENT, MAX_IMPORT_BYTES, export_file, export_memories, parse_import
+from bot.engine.memories.export import (MAX_CONTENT, MAX_HISTORY, MAX_IMPORT_BYTES, export_file, export_memories,
+                                        parse_import)
 from bot.engine.memories.records import Actor, HistoryEntry, StoredMemory
 from bot.engine.memories.repository import MemoryRepository
 from bot.engine.policy.limits import TokenBucket
@@ -26,7 +27,7 @@ from bot.engine.state import Image, Incoming, Quote, Speaker
 from bot.engine.stores import Prefs, ServerSettings, Storage
 
 __all__ = [
-    "DEFAULT_WEIGHTS", "MAX_CONTENT", "MAX_IMPORT_BYTES",
+    "DEFAULT_WEIGHTS", "MAX_CONTENT", "MAX_HISTORY", "MAX_IMPORT_BYTES",
     "OPERATOR", "Actor", "ChatEngine", "Edit", "GuildPolicy", "HistoryEntry", "Image", "ImportRefused",
     "Incoming", "LocalMiniLM", "MemoryRepository", "MemoryVectorCache", "Mode", "Prefs", "Quote", "Reply", "SemanticIndex",
     "ServerSettings", "SettingRefused", "Speaker", "Storage", "StorageUnavailable", "StoredMemory", "TokenBucket", "TurnResult", "Weights",

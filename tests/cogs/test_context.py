@@ -232,6 +232,10 @@ async def test_a_reply_quotes_the_message_as_it_is_now_not_as_its_payload_froze_
         await r.h.send_message(r.mentioning(ALICE, "where is it?", referenced_message=edited))
         prompt = r.model.chat_calls[-1].prompt_text
         assert "the locker is by the door" in prompt and "2231" not in prompt
+        forget_cache(r)  # no longer cached: read from Discord, not from the reply's copy
+        await r.h.send_message(r.mentioning(ALICE, "sure?", referenced_message=edited))
+        prompt = r.model.chat_calls[-1].prompt_text
+        assert "the locker is by the door" in prompt and "2231" not in prompt
         await r.h.send_message(r.mentioning(ALICE, "and hers?", referenced_message=deleted))
         prompt = r.model.chat_calls[-1].prompt_text
         assert "7788" not in prompt and "carol said" not in prompt

@@ -223,3 +223,28 @@ async def test_a_confirmed_action_that_fails_leaves_no_live_button_behind(r, mon
     assert r.h.messages[int(prompt.message["id"])]["components"] == []
     assert any("Something went wrong" in (c.content or "") for c in r.h.calls if c.body)
     assert len(await r.engine.memories.list(str(ALICE["id"]))) == 1
+
+
+async def test_a_memory_gone_before_the_edit_or_the_delete_lands_is_not_reported_done(r, monkeypatch):
+    """The memory went between the lookup and the change (the memory cap, a deleted message, another
+    command): "Updated" or "Deleted" would tell the member something happened that did not."""
+    from bot.engine.memories.records import Actor
+
+    (key,) = await seed(r, ALICE, ["Alice likes tea"])
+    res = await r.h.invoke_slash("memories delete", user=ALICE, channel_id=GENERAL, options={"memory": key})
+    await r.engine.delete_memories(str(ALICE["id"]), [key], by=Actor("user", str(ALICE["id"])))  # meanwhile
+    done = await click_erasure(r, button(res[-1], "Delete"), res[-1].message, user=ALICE)
+    assert any("already gone" in c.content for c in done if c.content), [c.content for c in done]
+
+    (key,) = await seed(r, ALICE, ["Alice rides a bike"])
+    real_edit = r.engine.edit_memory
+
+    async def gone_meanwhile(user_id, k, text, origin, *, by):
+        await r.engine.delete_memories(str(user_id), [k], by=by)
+        return await real_edit(user_id, k, text, origin, by=by)
+
+    monkeypatch.setattr(r.engine, "edit_memory", gone_meanwhile)
+    res = await r.h.invoke_slash("memories edit", user=ALICE, channel_id=GENERAL,
+                                 options={"memory": key, "text": "Alice rides a red bike"})
+    assert "deleted a moment ago" in res[-1].content and "Updated" not in res[-1].content
+    assert await r.engine.memories.list(str(ALICE["id"])) == []

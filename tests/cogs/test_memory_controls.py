@@ -232,3 +232,30 @@ async def test_a_bad_import_is_refused_with_a_reason_and_changes_nothing(r):
         res = await import_file(r, ALICE, data)
         assert reason in res[-1].content and "Nothing was changed" in res[-1].content, res[-1].content
     assert [m.content for m in await r.engine.memories.list(str(ALICE["id"]))] == ["keep me"]
+
+
+async def test_refused_imports_count_against_the_hourly_limit_and_the_change_log_has_a_cap(tmp_path, monkeypatch):
+    """A refused file costs the bot as much as an accepted one (it is read and checked): it counts against
+    ``memory_commands_per_hour`` too. And a file's change-log entries under new keys, import after import,
+    cannot grow a person's change log without end."""
+    import sys
+
+    async with rig(tmp_path, limits={"memory_commands_per_hour": 2}) as r:
+        for _ in range(2):
+            res = await import_file(r, ALICE, b"not json at all")
+            assert "not valid JSON" in res[-1].content
+        res = await import_file(r, ALICE, b"not json at all")
+        assert "try again in" in res[-1].content and "Nothing was changed" in res[-1].content
+
+    async with rig(tmp_path / "second") as r:
+        await seed(r, ALICE, ["keep me"])
+        mine = json.loads((await r.h.invoke_slash("memories export", user=ALICE, channel_id=GENERAL))[-1].files[0].data)
+        assert mine["history"]
+        # the module the bot loaded (discord.py loads an extension as a fresh module object)
+        monkeypatch.setattr(sys.modules["cogs.memories"], "MAX_HISTORY", len(mine["history"]))
+        res = await import_file(r, ALICE, json.dumps(mine).encode())  # the same keys: no growth, accepted
+        assert "Imported 1 memories" in res[-1].content, res[-1].content
+        grown = dict(mine, history=[dict(h, key=h["key"] + "-again") for h in mine["history"]])
+        res = await import_file(r, ALICE, json.dumps(grown).encode())
+        assert "change log over" in res[-1].content and "Nothing was changed" in res[-1].content
+        assert len(await r.engine.memory_history(str(ALICE["id"]))) == len(mine["history"])

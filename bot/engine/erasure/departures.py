@@ -33,7 +33,9 @@ async def servers_with_data(conversations: ConversationEraser | None, memories: 
     for user in await people(memories):
         for memory in await memories.list(user):
             found |= memory.places()
-    return {g for g in found if g and g not in ("dm", "None")}
+    # Only snowflakes: a server ID some older import stored unchecked ("x", "²") cannot be asked about, and
+    # one such ID made the whole sweep of servers that removed the bot fail (``int()`` of it).
+    return {g for g in found if g.isascii() and g.isdigit() and len(g) <= 20}
 
 
 async def absent_at_ready(

@@ -270,15 +270,26 @@ class ExtractionScheduler:
         """
         for key in [k for k in self._timers if k[1] == user_id]:
             self._timers.pop(key).cancel()
+        failed = False
         try:
             async with self.locks.person(user_id, kind=kind, wait=True):
                 yield
-        finally:  # an erasure that failed inside (it is retried) must not leave their other turns unscheduled
-            try:
-                for scope, _user in await self._pending_by_scope(user_id):
-                    self._schedule(scope, user_id, self.quiet_seconds)
-            except Exception:  # noqa: BLE001 - not over what the erasure raised; they speak, or restart, again
-                log.warning("could not schedule the remaining extraction of a person after a hold", exc_info=True)
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            # A light hold (a deleted message, an edit) that failed inside must not leave the person's other
+            # turns unscheduled: they wait for nothing. A failed wipe does: its rows are still being erased,
+            # and its journal replay, once it succeeds, ends a hold like this one that schedules them.
+            if not failed or kind != ERASURE:
+                try:
+                    for scope, _user in await self._pending_by_scope(user_id):
+                        self._schedule(scope, user_id, self.quiet_seconds)
+                except Exception:  # noqa: BLE001 - not over what the hold's body raised; logged
+                    if not failed:
+                        raise
+                    log.warning("could not schedule the remaining extraction of a person after a hold",
+                                exc_info=True)
 
     async def flush(self) -> None:
         """Extract everything pending now (used at shutdown and by tests and the console)."""

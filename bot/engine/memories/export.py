@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import zlib
 from datetime import datetime, timezone
 from typing import Annotated, Any, Sequence
@@ -28,6 +29,14 @@ MAX_MEMORIES = 5000
 MAX_CONTENT = 2000
 MAX_SOURCES = 200  # per memory: every message that patched it, de-duplicated (years of a busy fact)
 MAX_ALL_SOURCES = 25_000  # per file: bounds the message index one import writes in its one batch
+MAX_HISTORY = MAX_MEMORIES * 20  # change-log entries a file may bring, and a person may hold after an import
+# What ``json.loads`` may build, counted on the bytes before it runs: a real export at the caps above holds
+# about 240,000 objects and lists (a memory, its origin, its sources; two a change-log entry) and 1.4 million
+# commas. A 25 KB gzip of "[[],[],..." unpacks to 25 MB of empty lists, which Python builds into about half a
+# gigabyte; counting first refuses it with a reason, in milliseconds (brackets and commas inside texts count
+# too, which only errs on the side of refusing a file no export looks like).
+MAX_CONTAINERS = 400_000
+MAX_COMMAS = 2_000_000
 
 
 
@@ -76,7 +85,28 @@ TimeText = Annotated[str, Field(max_length=64), AfterValidator(_aware_text)]
 # Provenance holds plain values only (IDs, a source kind, a time, a flag, a count): a file nesting objects
 # in it is refused before anything is read deeper, and nothing a file says is stored as structure.
 Scalar = Annotated[str, Field(max_length=100)] | int | bool | None
-Provenance = Annotated[dict[Annotated[str, Field(max_length=32)], Scalar], Field(max_length=16)]
+_SNOWFLAKE = re.compile(r"[0-9]{1,20}")  # ASCII digits only: "²" passes str.isdigit() and fails int()
+
+
+def _discord_ids(provenance: dict[str, Any]) -> dict[str, Any]:
+    """A Discord ID a file states is a Discord ID (a snowflake; a server may also be ``dm``), or empty.
+
+    The bot turns them into numbers to ask Discord about (whether it is still in a server, what a channel
+    is called): one ``"guild_id": "x"`` stopped the start-up sweep of servers that removed the bot for every
+    server, and made the person's own listings fail.
+    """
+    for key in ("guild_id", "channel_id", "message_id"):
+        value = provenance.get(key)
+        if value is None or value == "" or (key == "guild_id" and value == "dm"):
+            continue
+        text = str(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else value
+        if not isinstance(text, str) or not _SNOWFLAKE.fullmatch(text):
+            raise ValueError(f"{key} is not a Discord ID")
+    return provenance
+
+
+Provenance = Annotated[dict[Annotated[str, Field(max_length=32)], Scalar], Field(max_length=16),
+                       AfterValidator(_discord_ids)]
 
 
 class _Strict(BaseModel):
@@ -110,7 +140,7 @@ class _Document(_Strict):
     user_id: str
     exported_at: str
     memories: list[_Memory] = Field(max_length=MAX_MEMORIES)
-    history: list[_Entry] = Field(default_factory=list, max_length=MAX_MEMORIES * 20)
+    history: list[_Entry] = Field(default_factory=list, max_length=MAX_HISTORY)
 
 
 def export_file(document: dict, limit: int = UPLOAD_LIMIT) -> tuple[bytes, str] | None:
@@ -152,6 +182,8 @@ def parse_import(data: bytes, user_id: str) -> tuple[list[dict], list[dict]]:
     if len(data) > MAX_IMPORT_BYTES:
         raise ImportRefused(f"the file is larger than {MAX_IMPORT_BYTES // 1_000_000} MB")
     data = _unpacked(data)
+    if data.count(b"{") + data.count(b"[") > MAX_CONTAINERS or data.count(b",") > MAX_COMMAS:
+        raise ImportRefused("the file holds far more entries than an export can")
     try:
         raw = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -34,11 +34,13 @@ class PostgresVectors:
         # while an erasure of the person holds its claim: the pause of the semantic index is one process's,
         # and another process's background indexing (started before a wipe or an edit, from a list read
         # before it) would otherwise write erased or replaced text's vectors back after the removal said it
-        # was done. The text is a parameter of the comparison, never written. ``FOR SHARE``: the memory's
-        # row is locked until this commits, so a deletion or a rewrite committing meanwhile either comes first
-        # (this then re-reads the row: gone or other text, no vector) or waits, and then drops the vector this
-        # wrote. Under READ COMMITTED the check alone could see the row as it was before, and the vector be
-        # written after the deletion or rewrite had dropped the memory's.
+        # was done. The text is a parameter of the comparison, never written. ``FOR SHARE SKIP LOCKED``: the
+        # memory's row is locked until this commits, so a deletion or a rewrite committing later waits and
+        # then drops the vector this wrote; one not yet committed holds the row, which is then skipped (no
+        # vector: a vector is a cache, made again by the next reply that finds none). Under READ COMMITTED
+        # the check alone saw the row as it was before such a change, and the vector was written after the
+        # change had dropped the memory's. Skipping rather than waiting also cannot deadlock with a batch
+        # of memory writes that locks the same rows in another order.
         prefix = ".".join(namespace(user_id))  # LangGraph's store keeps a namespace as its dotted text
         same_text = " AND (%(text)s::text IS NULL OR value->>'content' = %(text)s::text)"
         texts = texts or {}
@@ -48,12 +50,12 @@ class PostgresVectors:
                     "INSERT INTO bot_embeddings (user_id, memory_key, digest, vector, embedder)"
                     " SELECT %(user)s, %(key)s, %(digest)s, %(vector)s, %(embedder)s"
                     " WHERE EXISTS (SELECT 1 FROM store WHERE prefix = %(prefix)s AND key = %(key)s" + same_text +
-                    " FOR SHARE)"
+                    " FOR SHARE SKIP LOCKED)"
                     " AND NOT " + PostgresLocks.erasing_clause() +
                     " ON CONFLICT (user_id, memory_key) DO UPDATE SET digest = EXCLUDED.digest, vector = EXCLUDED.vector,"
                     " embedder = EXCLUDED.embedder",
                     [{"user": user_id, "key": k, "digest": d, "vector": v, "embedder": embedder, "prefix": prefix,
-                      "text": texts.get(k)} for k, d, v in sorted(rows)],  # rows locked in key order
+                      "text": texts.get(k)} for k, d, v in rows],
                 )
 
     @shielded

@@ -41,6 +41,18 @@ async def test_a_server_gone_during_a_restart_is_swept_after_the_retention_and_n
         assert await r.engine.storage.removed_guilds.due(time.time() + 1) == []
 
 
+async def test_a_server_id_an_older_import_stored_unchecked_does_not_stop_the_sweep(tmp_path):
+    """Imports did not check IDs: a source naming server "x" (or "²") made the READY sweep fail at int() for
+    every server, so no server that removed the bot while it was offline was ever marked."""
+    async with rig(tmp_path) as r:
+        await seed(r, ALICE, ["Alice said this in a server that removed the bot"], guild="999")
+        await seed(r, ALICE, ["an unchecked import"], guild="x")
+        await seed(r, ALICE, ["another unchecked import"], guild="\u00b2")
+    async with rig(tmp_path) as r:
+        await r.h.settle()
+        assert await r.engine.storage.removed_guilds.due(time.time() + 1) == ["999"]
+
+
 async def test_a_server_that_adds_the_bot_back_during_a_sweep_keeps_its_data(tmp_path):
     """The sweep reads the servers due once, then erases them one by one (each can take a while): one that
     adds the bot back meanwhile is no longer due, and what was learned there stays."""

@@ -62,20 +62,28 @@ async def test_a_long_backlog_is_split_into_bounded_calls_and_all_of_it_learned(
     assert learned == {f"I like item {i}" for i in range(30)}
 
 
-async def test_a_hold_that_fails_inside_still_schedules_what_the_person_has_left(settings):
-    """An erasure that raises inside the person's hold (a database error; it is retried) cancelled their
-    extraction timers and never set them again: their waiting turns sat until they spoke again."""
+async def test_a_light_hold_that_fails_inside_still_schedules_what_the_person_has_left(settings):
+    """A message deletion or an edit that raises inside the person's light hold (a database error; it is
+    retried) cancelled their extraction timers and never set them again: their waiting turns sat until they
+    spoke again. A failed wipe does not set them again: its rows are still being erased, and its replay
+    schedules them once it succeeds."""
+    from bot.engine.stores.locks import ERASURE, EXTRACTION
+
     model = ScriptedChatModel(default_script)
     async with running_engine(settings, model) as engine:
         scheduler = engine.scheduler
         await engine.reply("c1", speaker(1, 1), "I like held things")
-        assert any(k[1] == "1" for k in scheduler._timers)
-        try:
-            async with scheduler.hold("1"):
-                assert not any(k[1] == "1" for k in scheduler._timers)  # stopped meanwhile
-                raise RuntimeError("the database went away")
-        except RuntimeError:
-            pass
-        assert any(k[1] == "1" for k in scheduler._timers)  # and set again
+        for kind, set_again in ((ERASURE, False), (EXTRACTION, True)):
+            assert any(k[1] == "1" for k in scheduler._timers)
+            try:
+                async with scheduler.hold("1", kind=kind):
+                    assert not any(k[1] == "1" for k in scheduler._timers)  # stopped meanwhile
+                    raise RuntimeError("the database went away")
+            except RuntimeError:
+                pass
+            assert any(k[1] == "1" for k in scheduler._timers) is set_again, kind
+            if not set_again:  # what the wipe's successful replay does as its hold ends
+                async with scheduler.hold("1"):
+                    pass
         await scheduler.flush()
         assert [m.content for m in await engine.memories.list("1")] == ["I like held things"]

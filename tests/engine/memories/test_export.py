@@ -80,10 +80,32 @@ def test_a_source_naming_a_message_is_kept_but_marked_as_the_files_word():
     ({"sources": [{"message_id": "1", "x": [[[]]]}]}, "sources.0.x"),
     ({"sources": [{"message_id": str(i)} for i in range(201)]}, "sources"),
     ({"created_at": "yesterday"}, "created_at"),
+    # IDs the bot turns into numbers: one "x" stopped the start-up sweep of servers for every server
+    ({"origin": {"guild_id": "x"}}, "origin"),
+    ({"sources": [{"message_id": "1", "guild_id": "\u00b2"}]}, "sources.0"),  # "²".isdigit() is True
+    ({"sources": [{"message_id": "12a", "guild_id": "dm"}]}, "sources.0"),
+    ({"origin": {"guild_id": "dm", "channel_id": -5}}, "origin"),
 ])
 def test_provenance_holds_plain_values_only(bad, says):
     with pytest.raises(ImportRefused, match=says):
         parse_import(_doc(**bad), "7")
+
+
+def test_discord_ids_as_exports_write_them_are_accepted():
+    memories, _ = parse_import(_doc(origin={"guild_id": 900, "channel_id": "901", "message_id": ""},
+                                    sources=[{"message_id": "555", "guild_id": "dm", "channel_id": None}]), "7")
+    assert memories[0]["origin"]["guild_id"] == 900
+
+
+def test_a_file_of_millions_of_tiny_entries_is_refused_before_it_is_parsed():
+    """A 25 KB gzip of "[[],[],..." unpacks to 25 MB of empty lists, which ``json.loads`` builds into about
+    half a gigabyte: counted on the bytes first, it is refused without being built."""
+    bomb = gzip.compress(b"[" + b"[]," * 8_000_000 + b"[]]")
+    assert len(bomb) < 100_000
+    with pytest.raises(ImportRefused, match="far more entries than an export"):
+        parse_import(bomb, "7")
+    with pytest.raises(ImportRefused, match="far more entries than an export"):
+        parse_import(gzip.compress(b"[" + b"1," * 3_000_000 + b"1]"), "7")
 
 
 def test_a_file_nesting_thousands_deep_is_refused_with_a_reason():
