@@ -14,6 +14,7 @@ from cogs._installs import NotInstalledHere
 log = logging.getLogger(__name__)
 
 GENERIC = "Something went wrong on my side. It has been logged; please try again later."
+EXPIRED = "This prompt has expired (I restarted since it was shown): nothing was done. Run the command again."
 
 
 def _permission_names(perms: list[str]) -> str:
@@ -43,6 +44,24 @@ class Errors(commands.Cog):
     def __init__(self, bot: MemoryBot) -> None:
         self.bot = bot
         self._previous = bot.tree.on_error
+        self.started = discord.utils.utcnow()  # prompts older than this process have no live view
+
+    @commands.Cog.listener()
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        """A button of a prompt shown before this process started (a restart, a deploy): its view died with
+        the old process, discord.py finds none and answers nothing, and Discord shows "This interaction
+        failed" without saying whether anything was deleted. It is told that nothing was done. Every view
+        here lives in the process that showed it (none is persistent), so a prompt this process showed is
+        its own view's to answer, or was edited to say it timed out."""
+        message = interaction.message
+        if interaction.type is not discord.InteractionType.component or message is None:
+            return
+        if discord.utils.snowflake_time(message.id) >= self.started:
+            return
+        try:
+            await interaction.response.send_message(EXPIRED, ephemeral=True)
+        except discord.HTTPException:
+            log.debug("could not answer a button of an expired prompt", exc_info=True)
 
     async def cog_load(self) -> None:
         self.bot.tree.on_error = self.on_app_command_error

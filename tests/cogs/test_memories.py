@@ -248,3 +248,23 @@ async def test_a_memory_gone_before_the_edit_or_the_delete_lands_is_not_reported
                                  options={"memory": key, "text": "Alice rides a red bike"})
     assert "deleted a moment ago" in res[-1].content and "Updated" not in res[-1].content
     assert await r.engine.memories.list(str(ALICE["id"])) == []
+
+
+async def test_a_prompt_shown_before_a_restart_says_it_expired_and_does_nothing(tmp_path):
+    """The bot restarts while a Wipe prompt is on screen: its view died with the old process, and the click
+    got Discord's "This interaction failed" with no word on whether anything was erased."""
+    from cogs.errors import EXPIRED
+    from tests.cogs.conftest import rig
+
+    async with rig(tmp_path) as r:
+        await seed(r, ALICE, ["Alice likes tea"])
+        res = await r.h.invoke_slash("memories wipe", user=ALICE, channel_id=GENERAL)
+        prompt, wipe = res[-1], button(res[-1], "Wipe")
+    async with rig(tmp_path) as r:  # restarted
+        answered = await r.h.click(wipe, prompt.message, user=ALICE)
+        assert len(answered) == 1 and answered[0].ephemeral and answered[0].content == EXPIRED
+        assert [m.content for m in await r.engine.memories.list(str(ALICE["id"]))] == ["Alice likes tea"]
+        fresh = await r.h.invoke_slash("memories wipe", user=ALICE, channel_id=GENERAL)  # this process's own
+        done = await click_erasure(r, button(fresh[-1], "Wipe"), fresh[-1].message, user=ALICE)
+        assert not any(c.content == EXPIRED for c in done)
+        assert await r.engine.memories.list(str(ALICE["id"])) == []
