@@ -285,14 +285,20 @@ class SlowStreamer(ScriptedChatModel):
             yield chunk
 
 
+async def preview_on_screen(r) -> dict:
+    """Ask for a slowly streamed answer and wait until its first preview is on screen; the question's payload."""
+    said = r.mentioning(ALICE, "stream please")
+    r.h.feed("MESSAGE_CREATE", said)
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 10
+    while not r.h.sent_messages(GENERAL) and loop.time() < end:
+        await asyncio.sleep(0.05)
+    return said
+
+
 async def test_a_message_deleted_while_its_answer_streams_leaves_no_half_answer(tmp_path):
     async with rig(tmp_path, chat_model=SlowStreamer(default_script), model={"streaming": True}) as r:
-        said = r.mentioning(ALICE, "stream please")
-        r.h.feed("MESSAGE_CREATE", said)
-        loop = asyncio.get_running_loop()
-        end = loop.time() + 10
-        while not r.h.sent_messages(GENERAL) and loop.time() < end:
-            await asyncio.sleep(0.05)
+        said = await preview_on_screen(r)
         preview = r.h.sent_messages(GENERAL)
         assert preview and preview[0].content.endswith("▌")  # the half answer is on screen
         r.h.feed("MESSAGE_DELETE", {"id": said["id"], "channel_id": str(GENERAL), "guild_id": str(GUILD_ID)})
@@ -307,12 +313,7 @@ async def test_a_streamed_preview_deleted_by_someone_else_is_the_answer_deleted(
     what deleting the finished reply is: not posted again, and taken out of the stored conversation (the
     question stays)."""
     async with rig(tmp_path, chat_model=SlowStreamer(default_script), model={"streaming": True}) as r:
-        said = r.mentioning(ALICE, "stream please")
-        r.h.feed("MESSAGE_CREATE", said)
-        loop = asyncio.get_running_loop()
-        end = loop.time() + 10
-        while not r.h.sent_messages(GENERAL) and loop.time() < end:
-            await asyncio.sleep(0.05)
+        await preview_on_screen(r)
         (preview,) = r.h.sent_messages(GENERAL)
         gone = int(preview.message["id"])
         r.h.messages.pop(gone)  # deleted on Discord: editing it now answers 404 Unknown Message
