@@ -189,9 +189,10 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         assert guild is not None
         policy = await self.bot.engine.guild_policy(guild.id)
         used = await self.bot.engine.tokens_today(str(guild.id))
-        await interaction.followup.send(embed=self.render(guild, policy, used), ephemeral=True)
+        await interaction.followup.send(embed=self.render(guild, policy, used, interaction.user), ephemeral=True)
 
-    def render(self, guild: discord.Guild, p: GuildPolicy, used_today: int) -> discord.Embed:
+    def render(self, guild: discord.Guild, p: GuildPolicy, used_today: int,
+               viewer: discord.User | discord.Member | None = None) -> discord.Embed:
         def src(name: str) -> str:
             return " *(operator default)*" if p.sources.get(name) == OPERATOR else " *(set here)*"
 
@@ -216,6 +217,15 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         embed.add_field(name="Each member's daily budget", value=_tokens(p.member_daily_tokens) + src("member_daily_tokens"),
                         inline=False)
         personas = sorted(p.channel_personas.items())  # set by the server only, for its own channels
+        # A channel the admin cannot see keeps its instructions to those who can (the cache decides; an
+        # archived thread it does not hold is shown, as it was set by someone who could see it).
+        seen = [(c, t) for c, t in personas if not isinstance(viewer, discord.Member)
+                or (ch := guild.get_channel_or_thread(int(c))) is None or ch.permissions_for(viewer).view_channel]
+        hidden = len(personas) - len(seen)
+        personas = seen
+        if hidden and not personas:
+            embed.add_field(name="Channel instructions (after the server's)",
+                            value=f"{hidden} in channels you can't see.", inline=False)
         if personas:
             listing, shown = "", 0
             for c, t in personas:
@@ -225,6 +235,8 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
                 listing, shown = listing + line, shown + 1
             if shown < len(personas):
                 listing += f"…and {len(personas) - shown} more."
+            if hidden:
+                listing += f"\n({hidden} more in channels you can't see.)"
             embed.add_field(name="Channel instructions (after the server's)", value=listing.strip(), inline=False)
         embed.add_field(name="Deletes its reply when the message is deleted",
                         value=_onoff(p.delete_replies) + src("delete_replies"))
@@ -360,6 +372,11 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
             if setting.value not in ("persona", "channel_personas"):
                 await interaction.response.send_message(
                     "Only instructions can be reset for one channel. Nothing was changed.", ephemeral=True)
+                return
+            real = interaction.guild.get_channel_or_thread(channel.id) if interaction.guild else None
+            if real is not None and not self._member_sees(interaction, channel, real):
+                await interaction.response.send_message(
+                    "You can't see that channel yourself: pick one you can see. Nothing was changed.", ephemeral=True)
                 return
             await self._propose(interaction, f"Remove the instructions of <#{channel.id}>?",
                                 channel_persona(str(channel.id), None),

@@ -209,6 +209,18 @@ async def test_an_admin_cannot_change_a_channel_hidden_from_them(tmp_path):
         assert await r.engine.guild_settings.store.get(str(GUILD_ID)) is None
         _prompt, done = await apply(r, "answer-all", MOD, channel=channel(GENERAL, name="general"), on=True)
         assert str(GENERAL) in (await r.engine.guild_policy(GUILD_ID)).respond_channels
+        # Instructions the owner set for #staff: not shown to the admin who can't see it, nor removable by them.
+        await apply(r, "instructions", text="Staff rule: staff_only_canary.", channel=channel(CLOSED_CHANNEL, name="staff"))
+        await apply(r, "instructions", text="General rule.", channel=channel(GENERAL, name="general"))
+        shown = (await settings(r, "show", MOD))[-1].embeds[0]
+        field = next(f for f in shown["fields"] if f["name"].startswith("Channel instructions"))
+        assert "General rule." in field["value"] and "staff_only_canary" not in field["value"]
+        assert "1 more in channels you can't see" in field["value"]
+        owners = (await settings(r, "show"))[-1].embeds[0]
+        assert any("staff_only_canary" in f["value"] for f in owners["fields"])
+        res = await settings(r, "reset", MOD, setting="persona", channel=channel(CLOSED_CHANNEL, name="staff"))
+        assert len(res) == 1 and "can't see that channel yourself" in res[0].content
+        assert str(CLOSED_CHANNEL) in (await r.engine.guild_policy(GUILD_ID)).channel_personas
 
 
 async def test_permission_granted_then_revoked_between_display_and_use(r):
