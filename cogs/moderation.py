@@ -11,7 +11,8 @@ permissions on subcommands; it needs Manage Messages both as a default permissio
 in the client) and as a real check on every invocation (the client-side setting can be overridden),
 and that check wants it server-wide (from roles), not from one channel's overwrite. It is checked again
 when Purge is pressed (as ``/settings`` does): a moderator demoted while the prompt was on screen purges nothing.
-It is a server-install command only: as a user-installed app (or in a server the bot is not in) it is
+A moderator purges only members below them in the role hierarchy (``outranks``), as Discord's own
+member actions require. It is a server-install command only: as a user-installed app (or in a server the bot is not in) it is
 refused (``cogs._installs``). The "Purge memories" user menu (``cogs.context_menus``) runs the same checks
 and the same :func:`purge`.
 """
@@ -54,6 +55,21 @@ def has_server_wide_manage_messages(interaction: discord.Interaction) -> bool:
     return True
 
 
+def outranks(moderator: discord.abc.User, target: discord.abc.User, guild: discord.Guild) -> bool:
+    """Whether ``moderator`` may purge ``target`` here: Discord's rule for acting on a member (kick, ban,
+    timeout) is that your highest role is above theirs, and the owner is above everyone. A purge erases for
+    good what the bot learned about someone, so a helper role with Manage Messages cannot purge an admin or
+    the owner. Anyone may purge themselves; someone no longer in the server has no rank to respect."""
+    if target.id == moderator.id or guild.owner_id == moderator.id:
+        return True
+    if target.id == guild.owner_id:
+        return False
+    member = target if isinstance(target, discord.Member) else guild.get_member(target.id)
+    if member is None:
+        return True
+    return isinstance(moderator, discord.Member) and moderator.top_role > member.top_role
+
+
 class Moderation(commands.Cog):
     """Moderator tools."""
 
@@ -81,6 +97,11 @@ async def purge(bot: MemoryBot, interaction: discord.Interaction, member: discor
     """
     guild = bot.get_guild(interaction.guild_id or 0)
     assert guild is not None  # the checks: in a server the bot is in
+    if not outranks(interaction.user, member, guild):
+        await interaction.followup.send(f"{member.mention}'s highest role is not below yours: only someone above "
+                                        "them (or the server owner) can purge their memories. Nothing was removed.",
+                                        ephemeral=True)
+        return
     # Every memory this server contributed to, not only those last changed here (see bot.engine.erasure.memories).
     memories = [m for m in await bot.engine.list_memories(member.id) if str(guild.id) in m.places()]
     ok, button = await confirm(

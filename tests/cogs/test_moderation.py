@@ -86,3 +86,24 @@ async def test_a_moderator_demoted_while_the_prompt_is_shown_purges_nothing(r):
     done = await click_erasure(r, button(prompt, "Purge"), prompt.message, user=MOD)
     assert any("no longer have the Manage Messages permission" in (c.content or "") for c in done)
     assert [m.content for m in await r.engine.memories.list(str(BOB["id"]))] == ["Bob likes tea"]
+
+
+async def test_a_moderator_purges_only_members_below_them(r):
+    """As for Discord's own member actions: not the owner, not someone of equal or higher rank; themselves,
+    and members below them, yes."""
+    from tests.cogs.conftest import OWNER
+
+    peer = dh.user(811, "peer", global_name="Peer Mod")
+    r.h.feed("GUILD_MEMBER_ADD", {**dh.member(peer, roles=[MOD_ROLE]), "guild_id": str(GUILD_ID)})
+    for target in (OWNER, peer):
+        await seed(r, target, ["something learned"])
+        res = await r.h.invoke_slash("purge-memories", user=MOD, channel_id=GENERAL,
+                                     options={"member": dh.member(target, roles=[MOD_ROLE] if target is peer else [])})
+        assert res[-1].ephemeral and "not below yours" in res[-1].content, res[-1].content
+        assert not res[-1].components  # no Purge button to press
+        assert len(await r.engine.memories.list(str(target["id"]))) == 1
+    res = await r.h.invoke_slash("purge-memories", user=OWNER, channel_id=GENERAL, options={"member": peer})
+    assert "Remove the 1 memories" in res[-1].content  # the owner is above everyone
+    await seed(r, MOD, ["the mod's own"])
+    res = await r.h.invoke_slash("purge-memories", user=MOD, channel_id=GENERAL, options={"member": MOD})
+    assert "Remove the 1 memories" in res[-1].content
