@@ -370,6 +370,12 @@ class Chat(commands.Cog):
                 log.exception("taking back the deleted answer to message %s failed", last.id)
             return
         await self.engine.attach_sent(str(last.channel.id), reply, [str(m.id) for m in sent])
+        gone = {str(m.id) for m in sent if m.id in self._deleted}
+        if gone:  # a part deleted before it was attached: its deletion found nothing to take back then
+            try:
+                await self.engine.messages_deleted(str(last.channel.id), gone)
+            except Exception:  # noqa: BLE001 - the answer stays stored, as if its deletion had been missed
+                log.exception("taking back the deleted answer to message %s failed", last.id)
         if any(i.message.id in self._deleted for i in items):
             await self._take_back(last, sent)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 import discord
 from discord import app_commands
@@ -14,6 +15,7 @@ from cogs._installs import NotInstalledHere
 log = logging.getLogger(__name__)
 
 GENERIC = "Something went wrong on my side. It has been logged; please try again later."
+EXPIRED_MARGIN_SECONDS = 60
 EXPIRED = "This prompt has expired (I restarted since it was shown): nothing was done. Run the command again."
 
 
@@ -44,7 +46,10 @@ class Errors(commands.Cog):
     def __init__(self, bot: MemoryBot) -> None:
         self.bot = bot
         self._previous = bot.tree.on_error
-        self.started = discord.utils.utcnow()  # prompts older than this process have no live view
+        # Prompts older than this process have no live view. The margin covers a host clock ahead of
+        # Discord's: a live prompt read as expired would be answered twice (the view and this), while one a
+        # moment older than the process merely gets Discord's "This interaction failed" as before.
+        self.started = discord.utils.utcnow() - timedelta(seconds=EXPIRED_MARGIN_SECONDS)
 
     @commands.Cog.listener()
     async def on_interaction(self, interaction: discord.Interaction) -> None:

@@ -97,7 +97,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
     def __init__(self, bot: MemoryBot) -> None:
         self.bot = bot
         self.engine = bot.engine
-        self._importing = asyncio.Semaphore(1)  # import files read and checked one at a time (their memory)
+        self._importing = asyncio.Lock()  # one import at a time in this process (see ``import_``)
         super().__init__()
 
     def actor(self, interaction: discord.Interaction) -> Actor:
@@ -271,13 +271,17 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         # Counted before the file is read: a refused file costs the bot as much as an accepted one.
         if await over_the_rate(self.bot, interaction):
             return
+        # One import at a time in this process, from reading the file to writing it (or the prompt's answer):
+        # a parsed file is held all that while, so several at once would add up their memory.
+        async with self._importing:
+            await self._import(interaction, file)
+
+    async def _import(self, interaction: discord.Interaction, file: discord.Attachment) -> None:
         try:
             if file.size > MAX_IMPORT_BYTES:
                 raise ImportRefused(f"the file is larger than {MAX_IMPORT_BYTES // 1_000_000} MB")
-            # Validating a large file takes a second or two: off the event loop, which serves everyone; and
-            # one file at a time in this process, so several imports at once cannot add up their memory.
-            async with self._importing:
-                memories, history = await asyncio.to_thread(parse_import, await file.read(), str(interaction.user.id))
+            # Validating a large file takes a second or two: off the event loop, which serves everyone.
+            memories, history = await asyncio.to_thread(parse_import, await file.read(), str(interaction.user.id))
         except ImportRefused as exc:
             await self.reply(interaction, f"I can't import that file: {exc}. Nothing was changed.")
             return

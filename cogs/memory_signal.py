@@ -35,7 +35,7 @@ class MemorySignal(commands.Cog):
         if not prefs.reactions:
             return
         channel_id, message_id = str(request.origin.get("channel_id", "")), str(request.origin.get("message_id", ""))
-        if not (channel_id.isdigit() and message_id.isdigit()):
+        if not (channel_id.isascii() and channel_id.isdigit() and message_id.isascii() and message_id.isdigit()):
             return
         channel = self.bot.get_channel(int(channel_id))
         if channel is None:

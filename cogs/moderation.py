@@ -55,7 +55,7 @@ def has_server_wide_manage_messages(interaction: discord.Interaction) -> bool:
     return True
 
 
-def outranks(moderator: discord.abc.User, target: discord.abc.User, guild: discord.Guild) -> bool:
+def outranks(moderator: discord.abc.User, target: discord.abc.Snowflake, guild: discord.Guild) -> bool:
     """Whether ``moderator`` may purge ``target`` here: Discord's rule for acting on a member (kick, ban,
     timeout) is that your highest role is above theirs, and the owner is above everyone. A purge erases for
     good what the bot learned about someone, so a helper role with Manage Messages cannot purge an admin or
@@ -68,6 +68,18 @@ def outranks(moderator: discord.abc.User, target: discord.abc.User, guild: disco
     if member is None:
         return True
     return isinstance(moderator, discord.Member) and moderator.top_role > member.top_role
+
+
+async def _as_now(guild: discord.Guild, target: discord.abc.User) -> discord.abc.Snowflake:
+    """The member as Discord has them now (their roles may have changed since the command resolved them),
+    or just their ID when they are no longer in the server (or Discord cannot say: the roles from the command
+    then stand)."""
+    try:
+        return await guild.fetch_member(target.id)
+    except discord.NotFound:
+        return discord.Object(target.id)
+    except discord.HTTPException:
+        return target
 
 
 class Moderation(commands.Cog):
@@ -115,6 +127,10 @@ async def purge(bot: MemoryBot, interaction: discord.Interaction, member: discor
         return
     if not await still_allowed(button, has_server_wide_manage_messages,
                                "You no longer have the Manage Messages permission: nothing was removed."):
+        return
+    if not outranks(button.user, await _as_now(guild, member), guild):  # roles changed while the prompt was shown
+        await button.response.edit_message(content=f"{member.mention}'s highest role is no longer below yours: "
+                                           "nothing was removed.", view=None)
         return
     await start_work(button)  # answered now: erasing every conversation can take longer than 3 seconds
     result = await bot.engine.erase_person(

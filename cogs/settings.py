@@ -123,6 +123,14 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
             return f"I can see that {kind} but I'm not allowed to send messages there. Nothing was changed."
         return None
 
+    def _hidden_instructions(self, interaction: discord.Interaction, p: GuildPolicy) -> int:
+        """How many channels with their own instructions the admin cannot see (by the cache)."""
+        guild, viewer = interaction.guild, interaction.user
+        if guild is None or not isinstance(viewer, discord.Member):
+            return 0
+        return sum(1 for c in p.channel_personas if (ch := guild.get_channel_or_thread(int(c))) is not None
+                   and not ch.permissions_for(viewer).view_channel)
+
     @staticmethod
     def _member_sees(interaction: discord.Interaction, channel: AnyChannel, real: Any) -> bool:
         """Whether the admin can see the channel: Manage Server is not access to every channel, and a
@@ -133,7 +141,7 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         if isinstance(given, discord.Permissions):
             return given.view_channel
         member = interaction.user
-        return not isinstance(member, discord.Member) or real.permissions_for(member).view_channel
+        return real is None or not isinstance(member, discord.Member) or real.permissions_for(member).view_channel
 
     def _operator_channels_here(self, guild: discord.Guild) -> frozenset[str]:
         return frozenset(c for c in self.bot.engine.operator_defaults().respond_channels if guild.get_channel_or_thread(int(c)))
@@ -374,7 +382,7 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
                     "Only instructions can be reset for one channel. Nothing was changed.", ephemeral=True)
                 return
             real = interaction.guild.get_channel_or_thread(channel.id) if interaction.guild else None
-            if real is not None and not self._member_sees(interaction, channel, real):
+            if not self._member_sees(interaction, channel, real):
                 await interaction.response.send_message(
                     "You can't see that channel yourself: pick one you can see. Nothing was changed.", ephemeral=True)
                 return
@@ -382,6 +390,14 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
                                 channel_persona(str(channel.id), None),
                                 lambda p: f"the instructions of <#{channel.id}>: removed")
             return
+        if setting.value == "channel_personas" and interaction.guild is not None:
+            policy = await self.bot.engine.guild_policy(interaction.guild.id)
+            if hidden := self._hidden_instructions(interaction, policy):
+                await interaction.response.send_message(
+                    f"{hidden} of the channels with their own instructions are ones you can't see: remove the "
+                    "others one channel at a time, or ask someone who can see them. Nothing was changed.",
+                    ephemeral=True)
+                return
         await self._propose(interaction, f"Put {label} back to this bot's default?", reset(setting.value),
                             lambda p: f"{label}: back to the default")
 

@@ -325,6 +325,26 @@ async def test_a_streamed_preview_deleted_by_someone_else_is_the_answer_deleted(
         assert "word19" not in " ".join(m.text for m in state["messages"])
 
 
+async def test_a_reply_deleted_before_it_was_attached_to_its_answer_is_still_taken_back(tmp_path, monkeypatch):
+    """A clean-up bot deletes the reply in the moment between sending it and recording its ID with the
+    answer: the deletion found no answer carrying that ID, and the answer stayed stored for good."""
+    async with rig(tmp_path) as r:
+        real_attach = r.engine.attach_sent
+
+        async def deleted_first(channel, reply, ids):
+            for i in ids:
+                r.h.messages.pop(int(i), None)
+                r.h.feed("MESSAGE_DELETE", {"id": str(i), "channel_id": channel, "guild_id": str(GUILD_ID)})
+            await asyncio.sleep(0.3)  # the deletion is handled first, and finds nothing attached yet
+            return await real_attach(channel, reply, ids)
+
+        monkeypatch.setattr(r.engine, "attach_sent", deleted_first)
+        await r.h.send_message(r.mentioning(ALICE, "hello there"))
+        await r.h.settle(timeout=20, quiet=0.5)
+        state = await r.engine.thread_state(str(GENERAL))
+        assert [type(m).__name__ for m in state["messages"]] == ["HumanMessage"]
+
+
 async def test_a_channel_that_refuses_typing_still_gets_the_answer(r):
     def refuse(call):
         raise dh.http_error(403, 50013, "Missing Permissions")

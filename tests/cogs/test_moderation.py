@@ -107,3 +107,16 @@ async def test_a_moderator_purges_only_members_below_them(r):
     await seed(r, MOD, ["the mod's own"])
     res = await r.h.invoke_slash("purge-memories", user=MOD, channel_id=GENERAL, options={"member": MOD})
     assert "Remove the 1 memories" in res[-1].content
+
+
+async def test_a_member_raised_above_the_moderator_while_the_prompt_is_shown_is_not_purged(r):
+    await seed(r, ALICE, ["Alice likes tea"])
+    res = await r.h.invoke_slash("purge-memories", user=MOD, channel_id=GENERAL, options={"member": ALICE})
+    assert "Remove the 1 memories" in res[-1].content
+    admins = 907
+    r.h.feed("GUILD_ROLE_CREATE", {"guild_id": str(GUILD_ID), "role": dh.role(admins, "Admins", 0, position=2)})
+    alice = next(m for m in r.h.guilds[GUILD_ID]["members"] if m["user"]["id"] == ALICE["id"])
+    alice["roles"] = [str(admins)]  # Discord's state now (the bot caches no members; it asks on the click)
+    done = await click_erasure(r, button(res[-1], "Purge"), res[-1].message, user=MOD)
+    assert any("no longer below yours" in (c.content or "") for c in done), [c.content for c in done]
+    assert len(await r.engine.memories.list(str(ALICE["id"]))) == 1

@@ -220,6 +220,8 @@ async def test_an_admin_cannot_change_a_channel_hidden_from_them(tmp_path):
         assert any("staff_only_canary" in f["value"] for f in owners["fields"])
         res = await settings(r, "reset", MOD, setting="persona", channel=channel(CLOSED_CHANNEL, name="staff"))
         assert len(res) == 1 and "can't see that channel yourself" in res[0].content
+        res = await settings(r, "reset", MOD, setting="channel_personas")  # every channel's at once
+        assert len(res) == 1 and "ones you can't see" in res[0].content
         assert str(CLOSED_CHANNEL) in (await r.engine.guild_policy(GUILD_ID)).channel_personas
 
 

@@ -285,11 +285,9 @@ class ExtractionScheduler:
                 try:
                     for scope, _user in await self._pending_by_scope(user_id):
                         self._schedule(scope, user_id, self.quiet_seconds)
-                except Exception:  # noqa: BLE001 - not over what the hold's body raised; logged
-                    if not failed:
-                        raise
-                    log.warning("could not schedule the remaining extraction of a person after a hold",
-                                exc_info=True)
+                except Exception:  # noqa: BLE001 - the erasure itself is done (or raised): logged, not raised
+                    log.warning("could not schedule the remaining extraction of a person after a hold "
+                                "(it is scheduled when they speak again, or at the next start)", exc_info=True)
 
     async def flush(self) -> None:
         """Extract everything pending now (used at shutdown and by tests and the console)."""

@@ -89,19 +89,19 @@ _SNOWFLAKE = re.compile(r"[0-9]{1,20}")  # ASCII digits only: "²" passes str.is
 
 
 def _discord_ids(provenance: dict[str, Any]) -> dict[str, Any]:
-    """A Discord ID a file states is a Discord ID (a snowflake; a server may also be ``dm``), or empty.
+    """A server a file names is a Discord server ID (a snowflake), ``dm``, or none.
 
-    The bot turns them into numbers to ask Discord about (whether it is still in a server, what a channel
-    is called): one ``"guild_id": "x"`` stopped the start-up sweep of servers that removed the bot for every
-    server, and made the person's own listings fail.
+    The bot turns server IDs into numbers to ask Discord about (whether it is still in a server, which
+    shard owns it): one ``"guild_id": "x"`` stopped the start-up sweep of servers that removed the bot for
+    every server. Channel and message IDs stay as written: the console's own are ``console:...`` and
+    ``console-N``, and every place that reads one as a number checks it first (``cogs._memory_format``).
     """
-    for key in ("guild_id", "channel_id", "message_id"):
-        value = provenance.get(key)
-        if value is None or value == "" or (key == "guild_id" and value == "dm"):
-            continue
-        text = str(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else value
-        if not isinstance(text, str) or not _SNOWFLAKE.fullmatch(text):
-            raise ValueError(f"{key} is not a Discord ID")
+    value = provenance.get("guild_id")
+    if value is None or value == "" or value == "dm":
+        return provenance
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else value
+    if not isinstance(text, str) or not _SNOWFLAKE.fullmatch(text):
+        raise ValueError("guild_id is not a Discord server ID")
     return provenance
 
 
