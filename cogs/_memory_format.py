@@ -10,25 +10,19 @@ from typing import Sequence
 
 import discord
 
-from bot.engine import HistoryEntry, Prefs, StoredMemory
+from bot.engine import HistoryEntry, Prefs, StoredMemory, is_snowflake
 
 PAGE_SIZE = 10
 SHOWN_CHARS = 300
 
 
-def _snowflake(value: object) -> bool:
-    """A Discord ID: ASCII digits only ("²" passes ``str.isdigit`` and then fails ``int``)."""
-    text = str(value)
-    return text.isascii() and text.isdigit() and len(text) <= 20
-
-
 def jump_url(origin: dict) -> str | None:
     """A link to the message a memory came from, when it came from a Discord message."""
     channel, message = origin.get("channel_id"), origin.get("message_id")
-    if not (_snowflake(channel) and _snowflake(message)):
+    if not (is_snowflake(channel) and is_snowflake(message)):
         return None
     guild = origin.get("guild_id")
-    return f"https://discord.com/channels/{guild if _snowflake(guild) else '@me'}/{channel}/{message}"
+    return f"https://discord.com/channels/{guild if is_snowflake(guild) else '@me'}/{channel}/{message}"
 
 
 def clip(text: str, limit: int = SHOWN_CHARS) -> str:
@@ -41,13 +35,13 @@ def where(client: discord.Client, origin: dict) -> str:
     gid = str(origin.get("guild_id", ""))
     if gid == "dm":
         place = "a DM"
-    elif not _snowflake(gid):
+    elif not is_snowflake(gid):
         place = {"user": "your own words", "import": "an import"}.get(str(origin.get("source")), "elsewhere")
     else:
         guild = client.get_guild(int(gid))
         place = guild.name if guild else f"server {gid}"
         cid = str(origin.get("channel_id", ""))
-        channel = guild.get_channel_or_thread(int(cid)) if guild and _snowflake(cid) else None
+        channel = guild.get_channel_or_thread(int(cid)) if guild and is_snowflake(cid) else None
         if channel is not None:
             place += f" \u203a #{channel.name}"
     link = jump_url(origin)

@@ -360,23 +360,20 @@ class Chat(commands.Cog):
         except discord.HTTPException:
             log.exception("sending the reply to message %s failed", last.id)
             return
-        if writer.deleted is not None:  # someone deleted the half-written answer: it goes as a deleted reply does
-            log.info("the answer to message %s was deleted while it was written; it is not kept", last.id)
-            channel = str(last.channel.id)
+        # Someone deleted the half-written answer (``writer.deleted``), or a part of it before it was attached
+        # here: those deletions found no answer carrying the ID, so it is attached and deleted now, as a
+        # deleted reply is.
+        shown = [writer.deleted] if writer.deleted is not None else sent
+        channel = str(last.channel.id)
+        await self.engine.attach_sent(channel, reply, [str(m.id) for m in shown])
+        gone = {str(m.id) for m in shown if m is writer.deleted or m.id in self._deleted}
+        if gone:
+            log.info("the answer to message %s was deleted as it was sent; it is not kept", last.id)
             try:
-                await self.engine.attach_sent(channel, reply, [str(writer.deleted.id)])
-                await self.engine.messages_deleted(channel, {str(writer.deleted.id)})
+                await self.engine.messages_deleted(channel, gone)
             except Exception:  # noqa: BLE001 - the answer stays stored, as if its deletion had been missed
                 log.exception("taking back the deleted answer to message %s failed", last.id)
-            return
-        await self.engine.attach_sent(str(last.channel.id), reply, [str(m.id) for m in sent])
-        gone = {str(m.id) for m in sent if m.id in self._deleted}
-        if gone:  # a part deleted before it was attached: its deletion found nothing to take back then
-            try:
-                await self.engine.messages_deleted(str(last.channel.id), gone)
-            except Exception:  # noqa: BLE001 - the answer stays stored, as if its deletion had been missed
-                log.exception("taking back the deleted answer to message %s failed", last.id)
-        if any(i.message.id in self._deleted for i in items):
+        if sent and any(i.message.id in self._deleted for i in items):
             await self._take_back(last, sent)
 
     async def _take_back(self, last: discord.Message, sent: list[discord.Message]) -> None:

@@ -11,7 +11,7 @@ import discord
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from bot.engine import WriteRequest
+from bot.engine import WriteRequest, is_snowflake
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class MemorySignal(commands.Cog):
         if not prefs.reactions:
             return
         channel_id, message_id = str(request.origin.get("channel_id", "")), str(request.origin.get("message_id", ""))
-        if not (channel_id.isascii() and channel_id.isdigit() and message_id.isascii() and message_id.isdigit()):
+        if not (is_snowflake(channel_id) and is_snowflake(message_id)):
             return
         channel = self.bot.get_channel(int(channel_id))
         if channel is None:

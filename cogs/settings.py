@@ -123,13 +123,14 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
             return f"I can see that {kind} but I'm not allowed to send messages there. Nothing was changed."
         return None
 
-    def _hidden_instructions(self, interaction: discord.Interaction, p: GuildPolicy) -> int:
-        """How many channels with their own instructions the admin cannot see (by the cache)."""
-        guild, viewer = interaction.guild, interaction.user
-        if guild is None or not isinstance(viewer, discord.Member):
-            return 0
-        return sum(1 for c in p.channel_personas if (ch := guild.get_channel_or_thread(int(c))) is not None
-                   and not ch.permissions_for(viewer).view_channel)
+    @staticmethod
+    def _hidden_from(viewer: discord.abc.User | None, guild: discord.Guild, channel_ids: Iterable[str]) -> set[str]:
+        """Which of these channels the admin cannot see, by the cache (a channel it does not hold, such as an
+        archived thread, counts as seen: it was set by someone who could see it)."""
+        if not isinstance(viewer, discord.Member):
+            return set()
+        return {c for c in channel_ids if (ch := guild.get_channel_or_thread(int(c))) is not None
+                and not ch.permissions_for(viewer).view_channel}
 
     @staticmethod
     def _member_sees(interaction: discord.Interaction, channel: AnyChannel, real: Any) -> bool:
@@ -225,12 +226,10 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         embed.add_field(name="Each member's daily budget", value=_tokens(p.member_daily_tokens) + src("member_daily_tokens"),
                         inline=False)
         personas = sorted(p.channel_personas.items())  # set by the server only, for its own channels
-        # A channel the admin cannot see keeps its instructions to those who can (the cache decides; an
-        # archived thread it does not hold is shown, as it was set by someone who could see it).
-        seen = [(c, t) for c, t in personas if not isinstance(viewer, discord.Member)
-                or (ch := guild.get_channel_or_thread(int(c))) is None or ch.permissions_for(viewer).view_channel]
-        hidden = len(personas) - len(seen)
-        personas = seen
+        # A channel the admin cannot see keeps its instructions to those who can.
+        unseen = self._hidden_from(viewer, guild, p.channel_personas)
+        hidden = len(unseen)
+        personas = [(c, t) for c, t in personas if c not in unseen]
         if hidden and not personas:
             embed.add_field(name="Channel instructions (after the server's)",
                             value=f"{hidden} in channels you can't see.", inline=False)
@@ -392,7 +391,7 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
             return
         if setting.value == "channel_personas" and interaction.guild is not None:
             policy = await self.bot.engine.guild_policy(interaction.guild.id)
-            if hidden := self._hidden_instructions(interaction, policy):
+            if hidden := len(self._hidden_from(interaction.user, interaction.guild, policy.channel_personas)):
                 await interaction.response.send_message(
                     f"{hidden} of the channels with their own instructions are ones you can't see: remove the "
                     "others one channel at a time, or ask someone who can see them. Nothing was changed.",

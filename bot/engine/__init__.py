@@ -12,7 +12,7 @@ from bot.engine.errors import ImportRefused, SettingRefused, StorageUnavailable,
 from bot.engine.learning.extraction import WriteRequest
 from bot.engine.memories.export import (MAX_CONTENT, MAX_HISTORY, MAX_IMPORT_BYTES, export_file, export_memories,
                                         parse_import)
-from bot.engine.memories.records import Actor, HistoryEntry, StoredMemory
+from bot.engine.memories.records import Actor, HistoryEntry, StoredMemory, is_snowflake
 from bot.engine.memories.repository import MemoryRepository
 from bot.engine.policy.limits import TokenBucket
 from bot.engine.policy.server_settings import OPERATOR, Edit, GuildPolicy, channel_listed, channel_persona, reset, set_field
@@ -33,6 +33,6 @@ __all__ = [
     "ServerSettings", "SettingRefused", "Speaker", "Storage", "StorageUnavailable", "StoredMemory", "TokenBucket", "TurnResult", "Weights",
     "WriteRequest", "bm25_scores", "channel_listed", "channel_persona", "choose_memories", "create_engine", "estimate_tokens",
     "export_file", "export_memories",
-    "is_transient", "local_embedder", "local_model_installed", "memory_line", "parse_import", "request_erasure", "reset",
+    "is_snowflake", "is_transient", "local_embedder", "local_model_installed", "memory_line", "parse_import", "request_erasure", "reset",
     "asks_about_disposition", "score_memories", "set_field", "side_thread", "third_person", "without_time",
 ]

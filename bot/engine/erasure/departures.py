@@ -17,6 +17,7 @@ from typing import Awaitable, Callable, Iterable
 
 from bot.engine.erasure.conversations import ConversationEraser
 from bot.engine.erasure.memories import people
+from bot.engine.memories.records import is_snowflake
 from bot.engine.memories.repository import MemoryRepository
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ async def servers_with_data(conversations: ConversationEraser | None, memories: 
             found |= memory.places()
     # Only snowflakes: a server ID some older import stored unchecked ("x", "²") cannot be asked about, and
     # one such ID made the whole sweep of servers that removed the bot fail (``int()`` of it).
-    return {g for g in found if g.isascii() and g.isdigit() and len(g) <= 20}
+    return {g for g in found if is_snowflake(g)}
 
 
 async def absent_at_ready(

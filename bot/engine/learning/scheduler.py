@@ -270,24 +270,27 @@ class ExtractionScheduler:
         """
         for key in [k for k in self._timers if k[1] == user_id]:
             self._timers.pop(key).cancel()
-        failed = False
         try:
             async with self.locks.person(user_id, kind=kind, wait=True):
                 yield
         except BaseException:
-            failed = True
-            raise
-        finally:
             # A light hold (a deleted message, an edit) that failed inside must not leave the person's other
             # turns unscheduled: they wait for nothing. A failed wipe does: its rows are still being erased,
             # and its journal replay, once it succeeds, ends a hold like this one that schedules them.
-            if not failed or kind != ERASURE:
-                try:
-                    for scope, _user in await self._pending_by_scope(user_id):
-                        self._schedule(scope, user_id, self.quiet_seconds)
-                except Exception:  # noqa: BLE001 - the erasure itself is done (or raised): logged, not raised
-                    log.warning("could not schedule the remaining extraction of a person after a hold "
-                                "(it is scheduled when they speak again, or at the next start)", exc_info=True)
+            if kind != ERASURE:
+                await self._resume(user_id)
+            raise
+        await self._resume(user_id)
+
+    async def _resume(self, user_id: str) -> None:
+        """Schedule the person's remaining turns after a hold; a failure is logged, never raised out of an
+        erasure that is done (or that raised something of its own)."""
+        try:
+            for scope, _user in await self._pending_by_scope(user_id):
+                self._schedule(scope, user_id, self.quiet_seconds)
+        except Exception:  # noqa: BLE001
+            log.warning("could not schedule the remaining extraction of a person after a hold "
+                        "(it is scheduled when they speak again, or at the next start)", exc_info=True)
 
     async def flush(self) -> None:
         """Extract everything pending now (used at shutdown and by tests and the console)."""

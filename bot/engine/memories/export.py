@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 import zlib
 from datetime import datetime, timezone
 from typing import Annotated, Any, Sequence
@@ -16,7 +15,7 @@ from typing import Annotated, Any, Sequence
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from bot.engine.errors import ImportRefused
-from bot.engine.memories.records import HistoryEntry, StoredMemory, as_utc
+from bot.engine.memories.records import HistoryEntry, StoredMemory, as_utc, is_snowflake
 
 FORMAT = "remembering-bot.memories"
 EXPORT_VERSION = 2
@@ -85,10 +84,7 @@ TimeText = Annotated[str, Field(max_length=64), AfterValidator(_aware_text)]
 # Provenance holds plain values only (IDs, a source kind, a time, a flag, a count): a file nesting objects
 # in it is refused before anything is read deeper, and nothing a file says is stored as structure.
 Scalar = Annotated[str, Field(max_length=100)] | int | bool | None
-_SNOWFLAKE = re.compile(r"[0-9]{1,20}")  # ASCII digits only: "²" passes str.isdigit() and fails int()
-
-
-def _discord_ids(provenance: dict[str, Any]) -> dict[str, Any]:
+def _server_id(provenance: dict[str, Any]) -> dict[str, Any]:
     """A server a file names is a Discord server ID (a snowflake), ``dm``, or none.
 
     The bot turns server IDs into numbers to ask Discord about (whether it is still in a server, which
@@ -97,16 +93,13 @@ def _discord_ids(provenance: dict[str, Any]) -> dict[str, Any]:
     ``console-N``, and every place that reads one as a number checks it first (``cogs._memory_format``).
     """
     value = provenance.get("guild_id")
-    if value is None or value == "" or value == "dm":
-        return provenance
-    text = str(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else value
-    if not isinstance(text, str) or not _SNOWFLAKE.fullmatch(text):
+    if value not in (None, "", "dm") and not is_snowflake(value):
         raise ValueError("guild_id is not a Discord server ID")
     return provenance
 
 
 Provenance = Annotated[dict[Annotated[str, Field(max_length=32)], Scalar], Field(max_length=16),
-                       AfterValidator(_discord_ids)]
+                       AfterValidator(_server_id)]
 
 
 class _Strict(BaseModel):

@@ -65,6 +65,14 @@ EXTRACTION = Actor("extraction")
 HAND_SOURCES = frozenset({"user"})  # ``source`` values of what a person wrote or corrected themselves
 
 
+def is_snowflake(value: object) -> bool:
+    """Whether ``value`` is a Discord ID the bot can turn into a number (a server, channel or message):
+    ASCII digits only, at most 20 of them. ``str.isdigit`` also accepts "²", which ``int()`` refuses, and
+    an import or an older release may have stored any text where an ID belongs."""
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else value
+    return isinstance(text, str) and 0 < len(text) <= 20 and text.isascii() and text.isdigit()
+
+
 def hand_source(origin: dict[str, Any]) -> dict[str, Any]:
     """The provenance of a memory the person wrote or corrected by hand, from where the command was used
     (or, for an edit, where the memory was learned): the place stays, the message goes, the source is them."""
