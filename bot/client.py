@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import aiohttp
 import discord
+import yarl
 from discord.ext import commands
 
 from bot.engine import ChatEngine, Storage, create_engine
@@ -263,6 +264,49 @@ class MemoryBot(commands.Bot):
         await super().close()
 
 
+async def follow_gateway(bot: commands.Bot) -> None:
+    """With ``discord.api_base`` (a Discord-compatible server), connect to the gateway that server names.
+
+    discord.py asks ``GET /gateway/bot`` only when it picks the shard count itself, and otherwise always
+    opens ``wss://gateway.discord.gg``: moving the REST base alone left the events coming from the real
+    Discord (nothing, on a test network). Like ``Route.BASE``, this is discord.py's one process-wide value.
+    """
+    _shards, url, _limits = await bot.http.get_bot_gateway()
+    discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(url)
+    log.info("Discord gateway: %s", url)
+
+
+async def connect(bot: commands.Bot, *, first_delay: float = 2.0) -> None:
+    """Run the gateway connection until the bot closes, also when the first attempt fails.
+
+    discord.py reconnects after a connection it once had; when the very first one fails (the gateway
+    unreachable at start-up) its retry reads the missing connection's sequence number and the process died
+    with a traceback. Here the first connection is tried again with a growing delay (at most a minute),
+    the health endpoint saying the gateway is down meanwhile, until it succeeds or the bot is stopped.
+    """
+    if isinstance(bot, discord.AutoShardedClient):  # each shard retries its own first connection
+        await bot.connect()
+        return
+    failures = 0
+    while not bot.is_closed():
+        try:
+            await bot.connect()
+            return
+        except (discord.LoginFailure, discord.PrivilegedIntentsRequired):
+            raise
+        except Exception as exc:  # noqa: BLE001 - sorted below: only a first connection is retried here
+            if bot.is_closed():
+                return
+            if bot.ws is not None:
+                raise
+            cause = exc.__context__ if isinstance(exc, AttributeError) and exc.__context__ is not None else exc
+            failures += 1
+            delay = min(60.0, first_delay * 2 ** (failures - 1))
+            log.warning("cannot reach the Discord gateway (%s: %s); trying again in %.0f s",
+                        type(cause).__name__, cause, delay)
+            await asyncio.sleep(delay)
+
+
 class ShardedMemoryBot(MemoryBot, commands.AutoShardedBot):
     """The same bot running some of the shards (``--shards``); see ``bot.sharding``."""
 
@@ -301,10 +345,12 @@ async def run_discord(
                 except (NotImplementedError, RuntimeError):  # pragma: no cover - non-Unix
                     pass
             try:
+                await bot.login(token)  # runs setup_hook (which syncs when asked)
                 if sync_only:
-                    await bot.login(token)  # runs setup_hook, which syncs
                     return 0
-                await bot.start(token)
+                if settings.discord.api_base:
+                    await follow_gateway(bot)
+                await connect(bot)
             except discord.LoginFailure:
                 raise StartupError("Discord rejected the token in DISCORD_TOKEN") from None
             except discord.PrivilegedIntentsRequired:

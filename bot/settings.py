@@ -385,6 +385,9 @@ def load_settings(
     if not data_dir.is_absolute():  # relative to the config file, not to wherever the process started
         data_dir = (path.parent / data_dir).resolve()
     api_base = discord.api_base or env.get("DISCORD_API_BASE", "")
+    if api_base and not _http_url(api_base):  # else storage opened, then a confusing "cannot reach Discord"
+        raise ConfigError(f"config key '{'discord.api_base' if discord.api_base else 'DISCORD_API_BASE'}' must be an "
+                          "http:// or https:// URL with a host, such as http://127.0.0.1:8080/api/v10")
     return settings.model_copy(
         update={
             "secrets": Secrets(

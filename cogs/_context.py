@@ -34,12 +34,47 @@ log = logging.getLogger(__name__)
 
 QUOTE_CHARS = 1000  # one context message is cut at this many characters
 _UNSAFE_NAME = re.compile(r"[\[\]|`\x00-\x1f\x7f-\x9f\u2028\u2029]")
-CHAT_TYPES = (discord.MessageType.default, discord.MessageType.reply, discord.MessageType.thread_starter_message)
+# What people say. Not ``thread_starter_message`` (type 21): its content is empty, its text is the starter's,
+# which the thread's context shows already (``StarterCache``); kept, it added a "(no text)" line.
+CHAT_TYPES = (discord.MessageType.default, discord.MessageType.reply)
+# discord.py names a channel or role it cannot resolve "#deleted-channel" / "@deleted-role": in a server the
+# bot is not in (a user install) every one is unresolvable, and none is deleted.
+_UNRESOLVED = {"#deleted-channel": "#(a channel)", "@deleted-role": "@(a role)"}
+EMBED_CHARS = 600  # of one embed's text (title, description, fields) in a quote
 
 
 def speaker_name(member: discord.abc.User) -> str:
     """The display name, cleaned so it cannot forge the ``[Name | user ID]`` header or break a line."""
     return _UNSAFE_NAME.sub("", member.display_name).strip()[:64] or f"user {member.id}"
+
+
+def readable_text(message: discord.Message) -> str:
+    """A message's text as people read it: mentions as names (``clean_content``), and a channel or role the
+    bot cannot resolve named neutrally, never "deleted" (stored as such by "Remember this" until 2026-12-07)."""
+    text = message.clean_content
+    for unresolved, neutral in _UNRESOLVED.items():
+        if unresolved in text and unresolved not in message.content:
+            text = text.replace(unresolved, neutral)
+    return text
+
+
+def embed_text(message: discord.Message) -> str:
+    """What a message's embeds say (another bot's card, a link preview): title, description, fields, footer.
+
+    Read for a quoted message only (a reply's, "Ask about this"): a member asking about a card asks about
+    what they see. The message being answered never brings its own link previews (they arrive later, as
+    an update, and are the linked page's words, not the member's).
+    """
+    out = []
+    for embed in message.embeds:
+        parts = [embed.title or "", embed.description or ""]
+        parts += [f"{f.name}: {f.value}" for f in embed.fields]
+        if embed.footer and embed.footer.text:
+            parts.append(embed.footer.text)
+        body = "\n".join(p.strip() for p in parts if p and p.strip())
+        if body:
+            out.append("[embed]\n" + (body if len(body) <= EMBED_CHARS else body[:EMBED_CHARS] + " [cut]"))
+    return "\n".join(out)
 
 
 def _cut(text: str) -> str:
@@ -88,11 +123,14 @@ def carried_quotes(message: discord.Message) -> list[Quote]:
 
 
 def quote_of(message: discord.Message, kind: str) -> Quote:
-    text = message.clean_content.strip()
+    """One message as context: its text, its files' names, what it carries (forwards, a poll) and its embeds."""
+    text = readable_text(message).strip()
     if message.attachments:
         text += "".join(f"\n[attached {a.filename}]" for a in message.attachments)
     if carried := carried_text(message):
         text = f"{text}\n{carried}".strip()
+    if embeds := embed_text(message):
+        text = f"{text}\n{embeds}".strip()
     return Quote(author_id=str(message.author.id), author_name=speaker_name(message.author),
                  text=_cut(text) or "(no text)", kind=kind, is_bot=message.author.bot, message_id=str(message.id))
 
@@ -192,7 +230,7 @@ def _take(newest_first: list[discord.Message], me: discord.ClientUser | None, co
             return picked, True
         if m.type not in CHAT_TYPES:
             continue
-        cost = estimate_tokens(m.clean_content + carried_text(m)) + 8
+        cost = estimate_tokens(readable_text(m) + carried_text(m) + embed_text(m)) + 8
         if len(picked) >= count or used + cost > tokens:
             return picked, True
         picked.append(m)

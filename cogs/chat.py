@@ -23,7 +23,7 @@ import discord
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from bot.engine import GuildPolicy, Incoming, Quote, Reply, Speaker
+from bot.engine import EmptyAnswer, GuildPolicy, Incoming, Quote, Reply, Speaker
 from cogs._context import StarterCache, carried_quotes, channel_context, reply_chain, speaker_name
 from cogs._gate import access_allows
 from cogs._input import input_builder
@@ -343,6 +343,11 @@ class Chat(commands.Cog):
         except asyncio.TimeoutError:
             log.warning("answering message %s in channel %s took longer than %.0f s", last.id, last.channel.id,
                         self.deadline)
+            turn.delivered = True
+            await writer.fail(APOLOGY)
+            return
+        except EmptyAnswer as exc:  # the model's doing, not a bug: nothing was stored, the person is told
+            log.warning("answering message %s in channel %s: %s", last.id, last.channel.id, exc)
             turn.delivered = True
             await writer.fail(APOLOGY)
             return

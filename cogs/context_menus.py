@@ -32,10 +32,11 @@ from discord.ext import commands
 
 from bot.client import MemoryBot
 from bot.chunking import split_message
-from bot.engine import MAX_CONTENT, Actor, Incoming, Speaker, side_thread
+from bot.engine import MAX_CONTENT, Actor, EmptyAnswer, Incoming, Speaker, side_thread
 from cogs import _memory_format as fmt
-from cogs._context import quote_of, speaker_name
+from cogs._context import quote_of, readable_text, speaker_name
 from cogs._gate import interaction_allows
+from cogs._input import input_builder
 from cogs._installs import guild_installed
 from cogs.memories import origin_of, reply, teach
 from cogs.moderation import has_server_wide_manage_messages, in_server, purge
@@ -116,11 +117,18 @@ class ContextMenus(commands.Cog):
         thread = side_thread(interaction.channel_id, interaction.user.id)
 
         async def context() -> tuple:
-            return (quote_of(message, "reply"),)
+            # its pictures too (with vision on), as a reply to it would show them: asking about a photo
+            # asks about the photo, not its file name
+            images = await input_builder(self.bot).quoted_images(self.bot, message)
+            return (replace(quote_of(message, "reply"), images=images),)
 
         try:
             result = await self.engine.turn(thread, [Incoming(speaker, ASK_TEXT)], context=context, policy=policy,
                                             timeout=self.bot.settings.model.timeout_seconds)  # as a chat answer
+        except EmptyAnswer as exc:  # the model answered nothing: the same apology, a warning in the log
+            log.warning("answering Ask about this in channel %s: %s", interaction.channel_id, exc)
+            await interaction.followup.send(APOLOGY, ephemeral=True)
+            return
         except Exception:  # noqa: BLE001 - a short apology here, the details in the log
             log.exception("answering Ask about this in channel %s failed", interaction.channel_id)
             await interaction.followup.send(APOLOGY, ephemeral=True)
@@ -140,7 +148,7 @@ class ContextMenus(commands.Cog):
         if message.author.id != interaction.user.id:
             await self.refuse(interaction, NOT_YOURS)
             return
-        text = message.clean_content.strip()
+        text = readable_text(message).strip()
         if not text:
             await self.refuse(interaction, "That message has no text I could remember. Nothing was changed.")
             return

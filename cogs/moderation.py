@@ -128,11 +128,11 @@ async def purge(bot: MemoryBot, interaction: discord.Interaction, member: discor
     if not await still_allowed(button, has_server_wide_manage_messages,
                                "You no longer have the Manage Messages permission: nothing was removed."):
         return
+    await start_work(button)  # answered now: the rank check asks Discord, erasing can take longer than 3 s
     if not outranks(button.user, await _as_now(guild, member), guild):  # roles changed while the prompt was shown
-        await button.response.edit_message(content=f"{member.mention}'s highest role is no longer below yours: "
-                                           "nothing was removed.", view=None)
+        await button.edit_original_response(content=f"{member.mention}'s highest role is no longer below yours: "
+                                            "nothing was removed.", view=None)
         return
-    await start_work(button)  # answered now: erasing every conversation can take longer than 3 seconds
     result = await bot.engine.erase_person(
         member.id, guild_id=str(guild.id), by=Actor("moderator", str(interaction.user.id))
     )

@@ -152,7 +152,8 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         *, embed: discord.Embed | None = None,
     ) -> None:
         """Check the change, ask for confirmation, re-check the permission on the click, then apply and audit."""
-        await interaction.response.defer(ephemeral=True, thinking=True)
+        if not interaction.response.is_done():  # a caller that had to read first has deferred already
+            await interaction.response.defer(ephemeral=True, thinking=True)
         guild = interaction.guild
         assert guild is not None
         try:
@@ -390,9 +391,11 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
                                 lambda p: f"the instructions of <#{channel.id}>: removed")
             return
         if setting.value == "channel_personas" and interaction.guild is not None:
+            # answered first: reading the settings (a database read past the cache) can outlast Discord's 3 s
+            await interaction.response.defer(ephemeral=True, thinking=True)
             policy = await self.bot.engine.guild_policy(interaction.guild.id)
             if hidden := len(self._hidden_from(interaction.user, interaction.guild, policy.channel_personas)):
-                await interaction.response.send_message(
+                await interaction.followup.send(
                     f"{hidden} of the channels with their own instructions are ones you can't see: remove the "
                     "others one channel at a time, or ask someone who can see them. Nothing was changed.",
                     ephemeral=True)

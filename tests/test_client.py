@@ -28,3 +28,42 @@ async def test_a_dev_guild_gets_the_commands_at_once(tmp_path):
         assert guild_put.params["guild_id"] == "900"
         assert sorted(c["name"] for c in guild_put.json) == ["Ask about this", "Forget this", "Purge memories", "Remember this", "memories",
                                                             "purge-memories", "settings"]
+
+
+async def test_a_failed_first_gateway_connection_is_tried_again_until_it_holds():
+    """discord.py's own retry after a first connection that never opened reads ``ws.sequence`` of no
+    connection (AttributeError, the process died with a traceback); ``connect`` tries again instead, and
+    lets a failure after a connection once held, or a closed bot, end it as before."""
+    import discord
+
+    from bot.client import connect
+
+    class FirstTimes:
+        def __init__(self, failures: int) -> None:
+            self.failures, self.calls, self.ws, self.closed = failures, 0, None, False
+
+        def is_closed(self) -> bool:
+            return self.closed
+
+        async def connect(self) -> None:
+            self.calls += 1
+            if self.calls <= self.failures:
+                try:
+                    raise OSError(111, "Connect call failed")
+                except OSError:
+                    None.sequence  # noqa: B018 - what discord.py 2.7's retry does with no connection
+            self.ws = object()
+
+    bot = FirstTimes(failures=2)
+    await connect(bot, first_delay=0.001)
+    assert bot.calls == 3 and bot.ws is not None
+
+    class Dropped(FirstTimes):
+        async def connect(self) -> None:
+            self.ws = object()  # it was connected once: discord.py's errors are its own to report
+            raise discord.ConnectionClosed(None, shard_id=None, code=4004)
+
+    import pytest
+
+    with pytest.raises(discord.ConnectionClosed):
+        await connect(Dropped(0), first_delay=0.001)

@@ -53,6 +53,8 @@ def test_shipped_config_is_valid_and_resolves_data_dir():
         ("[model]\nbase_url = 'http://host:99999/v1'\n", ENV, "'model.base_url' must be"),
         ("[memory]\nembeddings_model = 'm'\nembeddings_base_url = 'localhost'\n", ENV,
          "'memory.embeddings_base_url' must be"),
+        ("[discord]\napi_base = 'foo'\n", ENV, "'discord.api_base' must be"),
+        ("", {**ENV, "DISCORD_API_BASE": "127.0.0.1:8080/api"}, "'DISCORD_API_BASE' must be"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path, text, env, needle):

@@ -8,7 +8,7 @@ where each concern lives.
 from bot.engine.conversation.side import side_thread
 from bot.engine.engine import ChatEngine, Reply, TurnResult, create_engine
 from bot.engine.erasure.eraser import request_erasure
-from bot.engine.errors import ImportRefused, SettingRefused, StorageUnavailable, is_transient
+from bot.engine.errors import EmptyAnswer, ImportRefused, SettingRefused, StorageUnavailable, is_transient
 from bot.engine.learning.extraction import WriteRequest
 from bot.engine.memories.export import (MAX_CONTENT, MAX_HISTORY, MAX_IMPORT_BYTES, export_file, export_memories,
                                         parse_import)
@@ -28,7 +28,7 @@ from bot.engine.stores import Prefs, ServerSettings, Storage
 
 __all__ = [
     "DEFAULT_WEIGHTS", "MAX_CONTENT", "MAX_HISTORY", "MAX_IMPORT_BYTES",
-    "OPERATOR", "Actor", "ChatEngine", "Edit", "GuildPolicy", "HistoryEntry", "Image", "ImportRefused",
+    "OPERATOR", "Actor", "ChatEngine", "Edit", "EmptyAnswer", "GuildPolicy", "HistoryEntry", "Image", "ImportRefused",
     "Incoming", "LocalMiniLM", "MemoryRepository", "MemoryVectorCache", "Mode", "Prefs", "Quote", "Reply", "SemanticIndex",
     "ServerSettings", "SettingRefused", "Speaker", "Storage", "StorageUnavailable", "StoredMemory", "TokenBucket", "TurnResult", "Weights",
     "WriteRequest", "bm25_scores", "channel_listed", "channel_persona", "choose_memories", "create_engine", "estimate_tokens",

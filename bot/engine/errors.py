@@ -15,15 +15,18 @@ from bot.engine.stores import StorageUnavailable
 from bot.engine.stores.locks import ClaimLost
 
 __all__ = [
-    "ClaimLost", "ExtractionInterrupted", "ImportRefused", "Outages", "SettingRefused", "StorageUnavailable",
+    "ClaimLost", "EmptyAnswer", "ExtractionInterrupted", "ImportRefused", "Outages", "SettingRefused", "StorageUnavailable",
     "is_transient",
 ]
 
-TRANSIENT_STATUS = {408, 409, 429}
+# 401, 403 and 404 too: a revoked or mistyped key, a wrong base URL path. Those are the operator's to fix,
+# and until they do, learning waits (as for an outage) instead of dropping the turns as unlearnable.
+TRANSIENT_STATUS = {401, 403, 404, 408, 409, 429}
 # The OpenAI client's classes and LangChain's model-error classes, matched by name anywhere in the
 # exception's class hierarchy (without importing either): langchain-openai 1.7 raises its own subclasses
 # (``OpenAIConnectionError(openai.APIConnectionError, ModelConnectionError)``), which carry no status code.
 MODEL_OUTAGES = {"APITimeoutError", "APIConnectionError", "RateLimitError", "InternalServerError",
+                 "AuthenticationError", "PermissionDeniedError", "NotFoundError",
                  "ModelConnectionError", "ModelTimeoutError", "ModelRateLimitError"}
 
 
@@ -42,6 +45,14 @@ class ImportRefused(ValueError):
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason if len(reason) <= self.LIMIT else reason[: self.LIMIT - 1] + "\u2026")
+
+
+class EmptyAnswer(RuntimeError):
+    """The model answered with no text (it spent its output tokens reasoning, or a content filter fired).
+
+    Raised instead of storing and posting an empty answer: the member gets the same short apology as for any
+    failed answer, and nothing of the failed attempt is stored or queued for learning.
+    """
 
 
 class ExtractionInterrupted(RuntimeError):

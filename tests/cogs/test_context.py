@@ -78,11 +78,15 @@ async def test_a_thread_started_from_a_message_shows_that_message(tmp_path):
         r.h.feed("MESSAGE_CREATE", starter)
         thread = dh.thread(int(starter["id"]), GUILD_ID, GENERAL, "proposal", owner_id=int(BOB["id"]))
         r.h.feed("THREAD_CREATE", dict(thread, newly_created=True))
+        # Discord's own first message in such a thread (type 21): empty, pointing at the starter
+        r.h.feed("MESSAGE_CREATE", dh.message(dh.snowflake(), int(starter["id"]), dh.member(BOB), "",
+                                              guild_id=GUILD_ID, type=21))
         forget_cache(r)
         await r.h.send_message(r.mentioning(ALICE, "is this a good idea?", channel_id=int(starter["id"])))
         call = r.model.chat_calls[-1]
         context = next(t for t in user_turns(call) if "thread was started from" in t)
         assert "[Bob | user 803]\n> bob's proposal: move the meetup to saturday" in context
+        assert "(no text)" not in call.prompt_text  # the type-21 message is not a second, empty quote of it
 
 
 async def test_a_forged_speaker_line_stays_inside_its_real_authors_quote(tmp_path):

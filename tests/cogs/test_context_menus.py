@@ -293,3 +293,27 @@ async def test_deleting_a_thread_takes_the_ask_about_this_conversations_asked_in
         assert not (await r.engine.thread_state(ask)).get("messages")
         assert (await r.engine.thread_state(side_thread(GENERAL, ALICE["id"]))).get("messages")  # not the channel's
         assert files_containing(r.data_dir, "secret_launch_codeword") == []  # no byte of it left in any file
+
+
+async def test_ask_about_this_reads_another_bots_card_and_shows_its_picture(tmp_path):
+    """Asking about a message asks about what the member sees: an embed-only card from another bot (its
+    title, description and fields) and, with a vision model, the picture attached to it."""
+    from tests.cogs.test_images import image_attachment, image_urls
+    from tests.fakes.images import png
+
+    async with rig(tmp_path, model={"vision": "on"}) as r:
+        card = r.msg(BOB, "", embeds=[{"type": "rich", "title": "Server raid tonight",
+                                       "description": "Meet at the north gate", "fields": [
+                                           {"name": "Time", "value": "21:00 UTC", "inline": True}]}])
+        r.h.feed("MESSAGE_CREATE", card)
+        res = await r.h.invoke_context_menu("Ask about this", card, user=ALICE, channel_id=GENERAL)
+        assert final(res).ephemeral
+        prompt = r.model.chat_calls[-1].prompt_text
+        assert "Server raid tonight" in prompt and "Meet at the north gate" in prompt and "Time: 21:00 UTC" in prompt
+        assert "(no text)" not in prompt
+        photo = png(seed=5)
+        shot = r.msg(BOB, "look", attachments=[image_attachment(r, "shot.png", photo, "image/png")])
+        r.h.feed("MESSAGE_CREATE", shot)
+        await r.h.invoke_context_menu("Ask about this", shot, user=ALICE, channel_id=GENERAL)
+        assert len(image_urls(r.model.chat_calls[-1])) == 1
+

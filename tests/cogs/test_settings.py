@@ -220,8 +220,21 @@ async def test_an_admin_cannot_change_a_channel_hidden_from_them(tmp_path):
         assert any("staff_only_canary" in f["value"] for f in owners["fields"])
         res = await settings(r, "reset", MOD, setting="persona", channel=channel(CLOSED_CHANNEL, name="staff"))
         assert len(res) == 1 and "can't see that channel yourself" in res[0].content
-        res = await settings(r, "reset", MOD, setting="channel_personas")  # every channel's at once
-        assert len(res) == 1 and "ones you can't see" in res[0].content
+        # Every channel's at once: the settings are read (a database read past the cache) only after the
+        # command was answered with "thinking", or a slow read would pass Discord's 3 seconds.
+        answered_when_read: list[int] = []
+        policy_of = r.engine.guild_policy
+
+        async def reading(guild_id, *a, **kw):
+            answered_when_read.append(sum(c.path.endswith("/callback") for c in r.h.calls))
+            return await policy_of(guild_id, *a, **kw)
+
+        r.engine.guild_policy = reading
+        before = sum(c.path.endswith("/callback") for c in r.h.calls)
+        res = await settings(r, "reset", MOD, setting="channel_personas")
+        del r.engine.guild_policy
+        assert answered_when_read and answered_when_read[0] == before + 1
+        assert res[-1].ephemeral and "ones you can't see" in res[-1].content
         assert str(CLOSED_CHANNEL) in (await r.engine.guild_policy(GUILD_ID)).channel_personas
 
 

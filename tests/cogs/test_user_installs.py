@@ -140,3 +140,14 @@ async def test_ask_about_this_in_a_server_without_the_bot_counts_as_a_dm_for_the
             answer = final(res)
             assert answer.ephemeral
             assert (len(r.model.chat_calls) == 1) is enabled, answer.content
+
+
+async def test_remember_this_outside_the_bots_servers_does_not_call_channels_deleted(r):
+    """In a server the bot is not in, discord.py resolves no channel or role and names each
+    "#deleted-channel" / "@deleted-role"; what is remembered names them neutrally instead."""
+    mine = elsewhere(ALICE, "I moderate <#555000000000000555> and main <@&777000000000000778>")
+    res = await r.h.invoke_context_menu("Remember this", mine, user=ALICE, channel_id=ELSEWHERE_CHANNEL,
+                                        **foreign(integration_owners=user_install(ALICE)))
+    assert "I'll remember that" in final(res).content
+    (memory,) = await r.engine.list_memories(ALICE["id"])
+    assert memory.content == "I moderate #(a channel) and main @(a role)"

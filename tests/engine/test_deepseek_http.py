@@ -144,12 +144,13 @@ async def test_the_engine_owns_and_closes_its_models_connection_pool(tmp_path, m
 
 
 @pytest.mark.parametrize("what, transient", [("refused", True), ("timeout", True), ("500", True), ("429", True),
-                                              ("400", False)])
+                                              ("401", True), ("403", True), ("404", True), ("400", False)])
 async def test_the_real_clients_errors_are_told_apart_as_outages_or_not(tmp_path, what, transient):
     """An outage is waited out and the learning queue kept; anything else is a bug or bad input. The classes
     come from the real client (langchain-openai wraps openai's in its own subclasses, with no status code
     on a connection error or a timeout: a refused connection once counted as permanent and queued turns
-    were dropped after three tries)."""
+    were dropped after three tries). A revoked key (401, 403) or a wrong base URL path (404) is the operator's
+    to fix: learning waits for it as for an outage (until 2026-12-07 a new person's turns were dropped)."""
     import socket
 
     from langchain_core.messages import HumanMessage

@@ -12,7 +12,7 @@ from pydantic import SecretStr
 
 from bot.engine.model import build_chat_model, model_http_client
 from cogs.chat import APOLOGY
-from tests.cogs.conftest import ALICE, BOB, GUILD_ID, rig
+from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, rig
 from tests.conftest import make_settings, record_figure
 from tests.engine.test_deepseek_http import model_logic
 from tests.fakes import discord_harness as dh
@@ -135,3 +135,32 @@ async def test_thirty_percent_faults_never_leave_anyone_without_an_answer(tmp_pa
                   f"in {len(replies) + len(apologies)} turns: {len(replies)} replies, {len(apologies)} short apologies, 0 silent")
     record_figure("facts learned after recovery", f"{len(learned)}/{len(replied_facts)}",
                   f"of the answered turns; {skipped} skipped after a malformed retry, memories unchanged")
+
+
+async def test_an_empty_answer_gets_the_apology_and_leaves_nothing_stored(tmp_path):
+    """DeepSeek's reasoner can spend every output token thinking (``finish_reason: length``, empty content),
+    and a content filter can do the same: the member gets the apology, never a public "(no answer)"; the empty
+    answer is not stored and the message is not queued for learning (as for any failed answer)."""
+    empty = {"on": True}
+
+    def handler(request: dict) -> Reply:
+        if empty["on"] and not request.get("tools"):
+            return Reply(text="", finish_reason="length")
+        return model_logic(request)
+
+    async with FakeOpenAIServer(handler=handler) as server:
+        model_settings = make_settings(tmp_path / "m", model={"base_url": server.base_url, "streaming": False})
+        pool = model_http_client()
+        model = build_chat_model(model_settings, http_async_client=pool)
+        async with rig(tmp_path, chat_model=model, memory={"extraction_after_messages": 1}) as r:
+            await r.h.send_message(r.mentioning(ALICE, "I like kayaks, what should I pack?"))
+            answers = r.h.sent_messages()
+            assert [a.content for a in answers] == [APOLOGY]
+            state = await r.engine.thread_state(str(GENERAL))
+            assert [m.type for m in state.get("messages", [])] in ([], ["human"])  # no empty answer stored
+            await r.engine.scheduler.flush()
+            assert await r.engine.memories.list(str(ALICE["id"])) == []  # not learned from
+            empty["on"] = False
+            await r.h.send_message(r.mentioning(ALICE, "still there?"))
+            assert r.h.sent_messages()[-1].content not in (APOLOGY, "(no answer)", "")
+        await pool.aclose()

@@ -31,6 +31,7 @@ from langchain_core.messages import (
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
+from bot.engine.errors import EmptyAnswer
 from bot.engine.prompts import SUMMARIZE_EXTEND, SUMMARIZE_NEW
 from bot.engine.conversation.rendering import (
     for_model, image_tokens, pending_start, quoted, recall_query, system_prompt,
@@ -185,6 +186,9 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
             history = for_model(state["messages"], summary=state.get("summary", ""), quotes=quotes,
                                 speaker=speaker, images={k: tuple(_refused(i) for i in v) for k, v in images.items()})
             reply = await call([system, *history], speaker)
+        if not reply.text.strip():  # "(no answer)" posted, stored and learned from was the old result
+            raise EmptyAnswer(f"the model answered with no text (finish reason: "
+                              f"{reply.response_metadata.get('finish_reason', 'unknown')})")
         # What this answer answers: the messages since the last answer, but not those only heard (over a
         # limit, a full queue): the deletion of one of those takes its words out of this answer (the quote
         # rule), not the whole answer to someone else (docs/decisions.md, review fixes, seventh session).
