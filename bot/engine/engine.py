@@ -40,6 +40,7 @@ from bot.engine.recall.minilm import LocalMiniLM
 from bot.engine.state import Incoming, Quote, Speaker
 from bot.engine.stores import Storage
 from bot.engine.stores.locks import EXTRACTION
+from bot.engine.stores.reach import ShownSources
 from bot.metrics import Metrics
 from bot.settings import Settings
 
@@ -147,7 +148,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                         summarize_after_messages=conv.summarize_after_messages,
                         summarize_after_tokens=conv.summarize_after_tokens, keep_messages=conv.keep_messages,
                         limiter=self.limiter, on_usage=self.meter.record, semantic=self.semantic,
-                        waiting=self.storage.scopes.waiting)
+                        waiting=self.storage.scopes.waiting, shown=ShownSources(self.storage.reach))
 
     # ---- life cycle
     async def start(self) -> None:

@@ -39,3 +39,29 @@ async def test_rows_from_before_the_embedder_column_survive_the_upgrade_as_anoth
         await memories_exist(storage, "42", "k")
         await storage.vectors.put("42", [("k", "d2", b"\x02")], embedder="LocalMiniLM")
         assert await storage.vectors.people_with_others("LocalMiniLM") == []
+
+
+async def test_a_database_used_before_memories_were_indexed_is_complete_only_from_the_upgrade(tmp_path, backend):
+    """The message index started recording memories' sources shown in a prompt (2026-12-07): on a database
+    that was in use before, an older message may have reached a thread through a memory nobody recorded, so
+    the index counts as complete only from the upgrade (older messages fall back to the full scan)."""
+    import time
+
+    settings = make_settings(tmp_path / "data", backend)
+    async with open_storage(settings) as storage:
+        assert await storage.reach.since() == 0  # new: complete from the start
+    if backend.name == "sqlite":  # as the previous release left it
+        conn = sqlite3.connect(settings.bot.data_dir / "ledger.sqlite")
+        conn.execute("DELETE FROM meta WHERE key = 'reach_sources'")
+        conn.commit()
+        conn.close()
+    else:
+        async with await psycopg.AsyncConnection.connect(backend.database_url, autocommit=True) as conn:
+            await conn.execute("UPDATE bot_meta SET value = '5' WHERE key = 'schema_version'")
+    before = time.time()
+    async with open_storage(settings) as storage:
+        assert await storage.reach.since() >= before - 1
+    async with open_storage(settings) as storage:  # once only
+        since = await storage.reach.since()
+    async with open_storage(settings) as storage:
+        assert await storage.reach.since() == since

@@ -28,6 +28,7 @@ from langchain_core.messages import (
     RemoveMessage,
     SystemMessage,
 )
+from langgraph.config import get_config
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
@@ -108,6 +109,9 @@ class ChatDeps:
     #: Entered around each model call: the turn's storage gives back what it holds while the model thinks
     #: (``bot.engine.stores.scopes``).
     waiting: Callable[[], AbstractAsyncContextManager[object]] = nullcontext
+    #: Told (thread ID, source message IDs) of the memories put in a prompt, before the model is called
+    #: (``bot.engine.stores.reach.ShownSources``): deleting a source visits this thread's answers too.
+    shown: Callable[[str, set[str]], Awaitable[None]] | None = None
 
 
 
@@ -161,6 +165,10 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
                 now=reply_time(state["messages"]), speaker=speaker.name,
             )
             memories = selection.memories
+            if deps.shown is not None and memories:
+                thread_id = str(get_config()["configurable"]["thread_id"])
+                await deps.shown(thread_id, {str(s["message_id"]) for m in memories for s in m.sources
+                                             if s.get("message_id") and str(s.get("channel_id", "")) != thread_id})
         system = SystemMessage(content=system_prompt(deps.persona, speaker, memories))
         stored = {str(m.additional_kwargs.get("message_id")) for m in state["messages"]}
         quotes = tuple(q for q in speaker.quotes if not q.message_id or q.message_id not in stored)

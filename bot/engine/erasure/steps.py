@@ -168,8 +168,9 @@ class ErasureSteps:
                 redacted += await self.conversations.cut_quotes_in_thread(t, quotes, keep_author=author)
                 people |= await self.conversations.speakers(t)
         turns = [t for t in await self.storage.inbox.every_turn() if t.thread_id in threads]
-        # everyone queued there: an extraction of theirs in flight may have read the message as context
-        hit = {t.user_id for t in turns} - {author}
+        # everyone queued there: an extraction of theirs in flight may have read the message as context;
+        # the author too where the bot's answer to them repeats it (their memory shown in another thread)
+        hit = {t.user_id for t in turns if t.user_id != author or self._redacted_turn(quotes, t, author)}
         hit |= await quoting_people(self.memories, quotes, among=(people | {t.user_id for t in turns}) - {author})
         for person in sorted(hit):
             redacted += await self._cut_persons_quotes(person, quotes, author, threads=threads, light=True)

@@ -35,3 +35,32 @@ class MessageReach(Protocol):
     async def forget_thread(self, thread_id: str) -> None:
         """A thread was deleted: the rows naming it go."""
         ...
+
+
+class ShownSources:
+    """Records the source messages of the memories put in a prompt, as reaching that prompt's thread.
+
+    A memory repeats its source message's words, and an answer may repeat the memory: "your door code is
+    4417" in a DM, learned from a message in #general. Deleting that message must take those words out of
+    the DM too, so the pair (source message, thread) goes into the index before the model is called, like
+    a quoted message. Sources posted in the thread itself need no row (the deletion visits it anyway).
+
+    The same memories are shown in the same thread turn after turn: pairs written by this process are
+    remembered (bounded), so a reply writes only what is new. A forgotten pair is written again at worst
+    (the write is idempotent).
+    """
+
+    LIMIT = 100_000
+
+    def __init__(self, reach: MessageReach) -> None:
+        self._reach = reach
+        self._written: dict[tuple[str, str], None] = {}
+
+    async def __call__(self, thread_id: str, message_ids: Iterable[str]) -> None:
+        new = [m for m in dict.fromkeys(str(i) for i in message_ids) if m and (m, thread_id) not in self._written]
+        if not new:
+            return
+        await self._reach.reached(thread_id, new)
+        if len(self._written) + len(new) > self.LIMIT:
+            self._written.clear()
+        self._written.update(((m, thread_id), None) for m in new)

@@ -78,6 +78,11 @@ MIGRATIONS: list[list[str]] = [
         "INSERT INTO bot_meta (key, value) SELECT 'reach_since', CASE WHEN EXISTS (SELECT 1 FROM bot_meta WHERE key = 'epoch')"
         " THEN extract(epoch FROM now())::text ELSE '0' END ON CONFLICT (key) DO NOTHING",
     ],
+    [  # 6: the index also records where memories shown in a prompt carried their source messages' words
+        # (bot.engine.stores.reach.ShownSources): a database in use before is complete only from now on.
+        "UPDATE bot_meta SET value = extract(epoch FROM now())::text WHERE key = 'reach_since'"
+        " AND EXISTS (SELECT 1 FROM bot_meta WHERE key = 'epoch')",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

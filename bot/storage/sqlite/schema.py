@@ -105,6 +105,14 @@ async def setup(db: LedgerDb) -> str:
     (used,) = await cur.fetchone()
     await db.conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('reach_since', ?)",
                           (str(time.time()) if used else "0",))
+    # The index also records where memories shown in a prompt carried their source messages' words
+    # (bot.engine.stores.reach.ShownSources, 2026-12-07): a ledger used before is complete only from now on.
+    cur = await db.conn.execute("SELECT COUNT(*) FROM meta WHERE key='reach_sources'")
+    (recorded,) = await cur.fetchone()
+    if not recorded:
+        if used:
+            await db.conn.execute("UPDATE meta SET value=? WHERE key='reach_since'", (str(time.time()),))
+        await db.conn.execute("INSERT INTO meta (key, value) VALUES ('reach_sources', '1')")
     await db.conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('epoch', ?)", (uuid.uuid4().hex,))
     cur = await db.conn.execute("SELECT value FROM meta WHERE key='epoch'")
     (epoch,) = await cur.fetchone()

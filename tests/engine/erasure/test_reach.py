@@ -152,3 +152,30 @@ async def test_the_authors_new_messages_are_recorded_while_their_message_is_dele
         assert recorded and recorded[0] > 0  # recorded (a shared database refuses turns only during a wipe)
         await engine.scheduler.flush()
         assert [m.content for m in await engine.memories.list("1")] == ["I like rowing"]  # and learned
+
+
+ADDRESS = "I live at 14 Birch Lane"
+
+
+def recalling(call: Call):
+    """Repeats a memory the prompt shows (as a model answering "where do I live?" does)."""
+    if not call.is_extraction and "14 Birch Lane" in call.system and "Summarize" not in call.messages[-1].text:
+        return "You live at 14 Birch Lane."
+    return default_script(call)
+
+
+async def test_a_deleted_messages_words_leave_the_threads_its_memories_were_shown_in(settings):
+    """A memory learned from a message in "a" is shown in the prompt of another thread and repeated in its
+    answer: deleting the message takes the words out of that answer too (until 2026-12-07 the index knew only
+    quoted messages, and the other thread kept "14 Birch Lane")."""
+    async with running_engine(settings, ScriptedChatModel(recalling)) as engine:
+        await engine.reply("a", ann("a", POSTED), ADDRESS)
+        await engine.scheduler.flush()
+        assert [m.content for m in await engine.memories.list("1")] == [ADDRESS]
+        await engine.reply("c", ann("c", "1180000000000000005"), "where do I live again?")
+        assert await answers(engine, "c") == ["You live at 14 Birch Lane."]
+        assert await engine.storage.reach.threads_of({POSTED}) == {"c"}  # recorded before the model was called
+        await engine.messages_deleted("a", {POSTED})
+        assert await engine.memories.list("1") == []
+        assert all("Birch" not in text for text in await answers(engine, "c"))
+        assert all("Birch" not in t.ai and "Birch" not in t.human for t in await engine.storage.inbox.every_turn())
