@@ -28,6 +28,8 @@ from bot.engine.stores.locks import ERASURES_KEY, CrossProcessLocks
 
 log = logging.getLogger(__name__)
 
+SETTLE_SECONDS = 120.0  # how long a wipe waits for the person's marked turns to end (InflightTurns.settled)
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
@@ -134,6 +136,21 @@ class InflightTurns:
             left = self._erasing.pop(user_id) - 1
             if left:
                 self._erasing[user_id] = left
+
+    async def settled(self, user_id: str, *, most: float = SETTLE_SECONDS) -> None:
+        """Wait (at most ``most`` seconds) until none of the person's turns marked by an erasure is in flight.
+
+        A turn marked while it runs stores its messages as it ends, then takes them back out
+        (``TurnRunner._forget_erased``); a wipe waits for that before its compaction, so no file holds them
+        after "Done". Turns in other processes owe a compaction of their own instead.
+        """
+        deadline = asyncio.get_running_loop().time() + most
+        while any(t.erased for t in self._by_user.get(user_id, ())):
+            if asyncio.get_running_loop().time() >= deadline:
+                log.warning("an erasure stopped waiting for a turn of user %s after %.0f s; that turn's own "
+                            "removal compacts later", user_id, most)
+                return
+            await asyncio.sleep(0.05)
 
     def close(self, ticket: _Ticket) -> None:
         tickets = self._by_user.get(ticket.user_id)

@@ -35,7 +35,7 @@ from bot.engine.policy.server_settings import GuildPolicy, GuildSettingsService,
 from bot.engine.policy.turn_policy import Policies
 from bot.engine.policy.usage import UsageMeter
 from bot.engine.policy.verbs import SettingsVerbs
-from bot.engine.recall import SemanticIndex
+from bot.engine.recall import SemanticIndex, forget_cached_texts
 from bot.engine.recall.minilm import LocalMiniLM
 from bot.engine.state import Incoming, Quote, Speaker
 from bot.engine.stores import Storage
@@ -110,11 +110,11 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                                  locks=self.locks, scheduler=self.scheduler, policies=self.policies,
                                  outages=self.outages, observer=self.metrics.observer(),
                                  drop_answer=self.conversations.drop_answer,
-                                 drop_messages=self.conversations.erase_messages, scopes=storage.scopes,
+                                 drop_messages=self._drop_erased, scopes=storage.scopes,
                                  owed=(self.meter.owe, self.meter.paid))
         self.eraser = Eraser(storage, self.conversations, hold=self._hold, light_hold=self._light_hold,
                              erasing=self.runner.inflight.erasing, exclusive=self.locks.erasures,
-                             notify=self.scheduler.notify)
+                             notify=self.scheduler.notify, settled=self._settled)
         self.changes = DiscordChanges(storage=storage, conversations=self.conversations, eraser=self.eraser,
                                       scheduler=self.scheduler, thread_state=self.thread_state,
                                       removed_server_days=settings.retention.removed_server_days,
@@ -128,18 +128,35 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         self._started = False
         self._background: list[asyncio.Task] = []
 
+    async def _settled(self, user: str) -> None:
+        """A wipe's wait for the person's marked turns here: as long as a turn can take, and a little more."""
+        await self.runner.inflight.settled(user, most=self.settings.model.timeout_seconds + 30.0)
+
+    async def _drop_erased(self, thread_id: str, message_ids: set[str]) -> None:
+        """A turn's messages of a person erased while it ran, taken back out of its thread. They were written
+        after the erasure passed: a compaction is owed (durably), for a wipe in another process that said
+        "Done" before this turn ended (one here waits for it: ``_settled``)."""
+        await self.conversations.erase_messages(thread_id, message_ids)
+        await self.eraser.owe_compaction()
+
     @asynccontextmanager
     async def _hold(self, user: str) -> AsyncIterator[None]:
         """An erasure's hold on a person: no extraction, and no memory vectors written meanwhile."""
-        async with self.scheduler.hold(user), (self.semantic.paused(user) if self.semantic else nullcontext()):
-            yield
+        try:
+            async with self.scheduler.hold(user), (self.semantic.paused(user) if self.semantic else nullcontext()):
+                yield
+        finally:
+            forget_cached_texts()  # the recall caches hold whole texts: erased ones must not stay in memory
 
     @asynccontextmanager
     async def _light_hold(self, user: str) -> AsyncIterator[None]:
         """A deleted message's hold: no extraction and no vectors meanwhile, but new turns still recorded."""
-        async with self.scheduler.hold(user, kind=EXTRACTION), (
-                self.semantic.paused(user) if self.semantic else nullcontext()):
-            yield
+        try:
+            async with self.scheduler.hold(user, kind=EXTRACTION), (
+                    self.semantic.paused(user) if self.semantic else nullcontext()):
+                yield
+        finally:
+            forget_cached_texts()
 
     def _chat_deps(self, chat_model: Any) -> ChatDeps:
         conv, mem = self.settings.conversation, self.settings.memory

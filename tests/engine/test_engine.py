@@ -122,3 +122,23 @@ async def test_erase_person_removes_their_memories_and_counts_the_erasure(settin
         assert await engine.count_memories("1001") == 0
         assert await engine.count_memories("1002") == 1
         assert engine.idle()
+
+
+async def test_an_erasure_empties_the_recall_caches_that_hold_whole_texts(tmp_path):
+    """Recall memoises words, names and dates by the whole memory (and query) text: after a wipe or a
+    deleted message, those texts must not stay in the process's memory until evicted."""
+    from bot.engine.recall.boosts import _names
+    from bot.engine.recall.lexical import _tokens
+    from bot.engine.recall.temporal import mentions_time
+
+    async with running_engine(make_settings(tmp_path), ScriptedChatModel(default_script)) as engine:
+        speaker = Speaker(user_id="42", name="Ada", guild_id="9", channel_id="c", message_id="1180000000000000001")
+        await engine.reply("c", speaker, "I like Zanzibar cloves")
+        await engine.flush_learning()
+        await engine.reply("c", Speaker(user_id="42", name="Ada", guild_id="9", channel_id="c",
+                                        message_id="1180000000000000002"), "what do I like?")
+        assert _tokens("I like Zanzibar cloves") and _names("I like Zanzibar cloves") is not None
+        mentions_time("I like Zanzibar cloves")
+        assert _tokens.cache_info().currsize and _names.cache_info().currsize and mentions_time.cache_info().currsize
+        await engine.messages_deleted("c", {"1180000000000000001"})
+        assert (_tokens.cache_info().currsize, _names.cache_info().currsize, mentions_time.cache_info().currsize) == (0, 0, 0)

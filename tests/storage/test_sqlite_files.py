@@ -96,3 +96,47 @@ async def test_a_start_up_cancelled_inside_a_migration_finishes_it_so_the_next_s
     monkeypatch.undo()
     async with open_storage(settings) as storage:  # not "duplicate column name: expires_at"
         assert await storage.store.aget(("memories", "1"), "k") is None
+
+
+async def test_a_cancelled_or_failed_memory_batch_leaves_nothing_half_done(tmp_path):
+    """LangGraph's SQLite store commits in a ``finally``: a batch cancelled (a shutdown's flush out of time)
+    or failing after its first statement kept that statement, e.g. an extraction's delete without its
+    insert. Here the batch is rolled back, and the store keeps working after it."""
+    import asyncio
+
+    import pytest
+    from langgraph.store.base import PutOp
+
+    from bot.storage import open_storage
+
+    ns = ("memories", "42")
+    async with open_storage(make_settings(tmp_path / "data")) as storage:
+        store = storage.store
+        await store.aput(ns, "old", {"content": "old fact"})
+        real = store._batch_put_ops
+        entered, never = asyncio.Event(), asyncio.Event()
+
+        async def halfway(ops, cur):
+            await real(ops[:1], cur)  # the delete of "old" has run
+            entered.set()
+            await never.wait()
+
+        store._batch_put_ops = halfway
+        task = asyncio.create_task(store.abatch([PutOp(ns, "old", None), PutOp(ns, "new", {"content": "new fact"})]))
+        await entered.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+        async def failing(ops, cur):
+            await real(ops[:1], cur)
+            raise RuntimeError("the disk is full")
+
+        store._batch_put_ops = failing
+        with pytest.raises(RuntimeError):
+            await store.abatch([PutOp(ns, "old", None), PutOp(ns, "new", {"content": "new fact"})])
+        del store._batch_put_ops
+        assert (await store.aget(ns, "old")).value == {"content": "old fact"}  # neither batch half-applied
+        assert await store.aget(ns, "new") is None
+        await store.abatch([PutOp(ns, "old", None), PutOp(ns, "new", {"content": "new fact"})])  # and it works
+        assert await store.aget(ns, "old") is None and (await store.aget(ns, "new")).value == {"content": "new fact"}

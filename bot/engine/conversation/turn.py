@@ -124,7 +124,14 @@ class TurnRunner:
 
     async def hear(self, thread_id: str, incoming: list[Incoming], *, learning: bool) -> None:
         """Record messages in the conversation without answering them (a rate limit or a full queue)."""
-        tickets = self._open_tickets(incoming)
+        tickets = self._open_tickets(incoming, with_task=False)
+        try:
+            await self._hear(thread_id, incoming, tickets, learning=learning)
+        finally:  # closed here, not with the caller's task (which lives on: a wipe waits for open tickets)
+            for ticket in tickets.values():
+                self.inflight.close(ticket)
+
+    async def _hear(self, thread_id: str, incoming: list[Incoming], tickets: dict, *, learning: bool) -> None:
         await self._mark_erased_elsewhere(tickets)
         incoming = [i for i in incoming if not tickets[i.speaker.user_id].erased]  # being erased: not kept
         if not incoming:
@@ -369,9 +376,12 @@ class TurnRunner:
             else:
                 log.exception("pruning thread %s failed", thread_id)
 
-    def _open_tickets(self, incoming: list[Incoming]) -> dict:
-        """One in-flight ticket per author of the turn, closed when the current task ends."""
+    def _open_tickets(self, incoming: list[Incoming], *, with_task: bool = True) -> dict:
+        """One in-flight ticket per author of the turn, closed when the current task ends (``with_task``;
+        else the caller closes them)."""
         tickets = {sp: self.inflight.open(sp) for sp in dict.fromkeys(m.speaker.user_id for m in incoming)}
+        if not with_task:
+            return tickets
 
         def close(_task: asyncio.Task) -> None:
             for ticket in tickets.values():

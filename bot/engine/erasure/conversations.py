@@ -180,6 +180,17 @@ class ConversationEraser:
                 out += [str(i) for i in m.additional_kwargs.get("discord_ids", []) if str(i) not in message_ids]
         return list(dict.fromkeys(out))
 
+    async def answers_removed_with(self, thread_id: str, message_ids: set[str]) -> set[str]:
+        """The texts of the bot's answers :meth:`erase_messages` would remove with these messages (read only):
+        the learning queue keeps an answer's text on the row of the last message it answered, which may be
+        another message than the deleted one (a gathered turn) or none of them (a deleted reply)."""
+        messages = (await self._values(thread_id)).get("messages", [])
+        hit = {m.id for m in messages if isinstance(m, HumanMessage)
+               and str(m.additional_kwargs.get("message_id", "")) in message_ids}
+        doomed = set(with_answers(messages, hit))
+        return {m.text for m in messages if isinstance(m, AIMessage) and m.text and (
+            m.id in doomed or message_ids & {str(i) for i in m.additional_kwargs.get("discord_ids", [])})}
+
     async def erase_messages(self, thread_id: str, message_ids: set[str]) -> tuple[int, list[str]]:
         """Remove Discord messages from a thread: people's messages with the answers to them, and bot replies.
 

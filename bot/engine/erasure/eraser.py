@@ -92,19 +92,23 @@ class Eraser(JournalReplay):
         light_hold: Hold | None = None, erasing: Callable[[str], AbstractContextManager[None]] | None = None,
         exclusive: Callable[[], AbstractAsyncContextManager] | None = None,
         notify: Callable[[str, str, int, str], None] | None = None,
+        settled: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         """``hold(user)`` keeps the person's extraction stopped meanwhile; ``erasing(user)`` is entered for
         the length of a person's erasure, whoever asked for it (a command, the journal: a wipe from the
         shell handed to the running bot): the engine marks their turns in flight, and those that start
         meanwhile, to be answered without memories and neither kept nor learned from;
         ``exclusive()`` is the global erasure lock (in-process only when not given); ``notify(thread, user,
-        pending, scope)`` is told when an edited message is queued to be learned again."""
+        pending, scope)`` is told when an edited message is queued to be learned again; ``settled(user)``
+        returns once the person's turns marked by the erasure have ended here (their messages taken back
+        out), so a wipe compacts after them."""
         self.storage = storage
         self.conversations = conversations
         self.memories = MemoryRepository(storage.store)
         self.holds = Holds(hold, light_hold)
         self.steps = ErasureSteps(storage, conversations, self.memories, self.holds, notify)
         self.erasing = erasing or (lambda _user: nullcontext())
+        self.settled = settled
         self._exclusive = exclusive or _one_at_a_time()
         self._running: set[int] = set()  # journal IDs being run by this process right now
         self._failures: dict[int, tuple[int, float]] = {}  # journal ID -> (failures, retry not before)
@@ -163,6 +167,8 @@ class Eraser(JournalReplay):
                                                        quotes=quotes.to_bytes())
             async with self._journaled(job_id, compact_now=True):  # "Done" only once no file holds the words
                 result = await self.steps.person(job_id, user, guild_id, by, quotes)
+                if self.settled is not None:  # a turn of theirs that started meanwhile takes its messages back
+                    await self.settled(user)
         return result
 
     @counted
@@ -355,6 +361,11 @@ class Eraser(JournalReplay):
             await self._compact()
         else:
             self.owed.due()
+
+    async def owe_compaction(self) -> None:
+        """Something erased outside a journaled job (a turn's messages taken back): compact it in the batch."""
+        await self._owe()
+        self.owed.due()
 
     async def _owe(self) -> None:
         await self.storage.erasures.owe_compaction()

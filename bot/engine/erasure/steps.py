@@ -126,6 +126,9 @@ class ErasureSteps:
             quotes.merge(recorded)
             removed = 0
             if self.conversations is not None:
+                # First the answers' copies in the learning queue (a replay after a crash between the two
+                # still finds the answers in the thread), then the thread.
+                await self._forget_answers(thread_id, await self.conversations.answers_removed_with(thread_id, ids))
                 removed, _ = await self.conversations.erase_messages(thread_id, ids)
             pending = await self.storage.inbox.forget_messages(ids)
             memories = 0
@@ -146,6 +149,17 @@ class ErasureSteps:
                               else self.cut_quotes_in(reached, quotes, author))
         await self.storage.reach.forget(ids)  # last: a rerun after a crash still finds where they went
         return MessageErasure(messages=removed, pending_turns=pending, memories=memories, quotes=redacted)
+
+    async def _forget_answers(self, thread_id: str, answers: set[str]) -> None:
+        """Blank the ``ai`` text of the thread's queued turns that carry one of these (removed) answers, each
+        person held meanwhile: extraction reads that text as context, and the row outlives the thread's
+        copy (a deleted reply of the bot's; an answer to a gathered turn whose first message was deleted)."""
+        if not answers:
+            return
+        rows = [t for t in await self.storage.inbox.every_turn() if t.thread_id == thread_id and t.ai in answers]
+        for person in sorted({t.user_id for t in rows}):
+            async with self.holds.hold(person, light=True):
+                await self.storage.inbox.rewrite_turns({t.id: (t.human, "") for t in rows if t.user_id == person})
 
     async def reached(self, thread_id: str, ids: set[str]) -> set[str] | None:
         """The threads deleted messages' text reached (where they were posted, and every thread the index

@@ -16,10 +16,22 @@ from bot.engine.recall.choose import (
     memory_lines,
     related,
 )
-from bot.engine.recall.lexical import bm25_scores, estimate_tokens
+from bot.engine.recall.boosts import _names
+from bot.engine.recall.lexical import _tokens, bm25_scores, estimate_tokens
+from bot.engine.recall.temporal import mentions_time
 from bot.engine.recall.vectors import SemanticIndex
+
+
+def forget_cached_texts() -> None:
+    """Empty the memoised text caches (words, names, dates of memory and query texts).
+
+    Called after every erasure: they are keyed by whole memory and message texts, so erased words would
+    otherwise stay in the process's memory until evicted (in a quiet bot, for as long as it runs).
+    """
+    for cached in (_tokens, _names, mentions_time):
+        cached.cache_clear()
 
 __all__ = [
     "DEFAULT_WEIGHTS", "Mode", "Selection", "SemanticIndex", "Weights", "bm25_scores", "choose_memories",
-    "estimate_tokens", "fits", "memory_line", "memory_lines", "related",
+    "estimate_tokens", "fits", "forget_cached_texts", "memory_line", "memory_lines", "related",
 ]

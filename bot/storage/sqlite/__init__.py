@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-from langgraph.store.sqlite.aio import AsyncSqliteStore
 
 from bot.engine.stores import StorageUnavailable
 from bot.settings import Settings
@@ -26,6 +25,7 @@ from bot.storage.sqlite.connection import LedgerDb, connect
 from bot.storage.sqlite.guild_settings import SqliteGuildSettings
 from bot.storage.sqlite.erasures import SqliteErasures
 from bot.storage.sqlite.reach import SqliteReach
+from bot.storage.sqlite.store import TransactionalSqliteStore
 from bot.storage.sqlite.inbox import SqliteInbox
 from bot.storage.sqlite.lock import writer_lock
 from bot.storage.sqlite.maintenance import SqliteMaintenance
@@ -71,7 +71,7 @@ async def _open_files(settings: Settings, data_dir: Path) -> AsyncIterator[OpenS
         opened.append(ledger_conn)
         checkpointer = AsyncSqliteSaver(conv_conn)
         await to_the_end(checkpointer.setup())  # migrations are not cut off half-way (see ``to_the_end``)
-        store = AsyncSqliteStore(mem_conn)
+        store = TransactionalSqliteStore(mem_conn)  # batches all-or-nothing (see store.py)
         await to_the_end(store.setup())
         ledger = LedgerDb(ledger_conn)
         epoch = await to_the_end(schema.setup(ledger))

@@ -96,6 +96,30 @@ async def test_a_turn_that_starts_during_a_wipe_reads_no_memories_and_leaves_not
         assert "radishes" in " ".join(m.text for m in (await engine.thread_state("c"))["messages"])
 
 
+async def test_a_wipe_says_done_only_after_a_turn_that_started_during_it_has_taken_its_messages_back(settings):
+    """The model answers the turn more slowly than the wipe works: the wipe waits for that turn to end (it
+    stores its messages, then takes them back out) before its compaction, so after "Done" no file holds
+    them. Until 2026-12-07 the wipe compacted first and the turn's words stayed in the write-ahead log."""
+    from tests.cogs.test_memory_controls import files_containing
+
+    model = gated()
+    async with running_engine(settings, model) as engine:
+        release, started = await ada_with_bees_and_a_slow_wipe(engine)
+        wipe = asyncio.create_task(engine.erase_person("42"))
+        await started.wait()
+        turn = asyncio.create_task(engine.reply("c", ada("m9"), "my locker code is 5521-parsnip"))
+        await model.entered.wait()  # the turn is marked: the model is answering it
+        release.set()
+        await asyncio.sleep(0.5)
+        assert not wipe.done()  # its steps are done; it waits for the turn
+        model.gate.set()
+        await turn
+        await wipe
+        assert "5521-parsnip" not in " ".join(m.text for m in (await engine.thread_state("c")).get("messages", []))
+        if settings.storage.backend == "sqlite":
+            assert files_containing(settings.bot.data_dir, "5521-parsnip") == []
+
+
 async def test_a_wipe_from_the_shell_that_the_bot_runs_covers_turns_that_start_during_it(settings):
     """``python -m bot memories wipe`` beside the running bot records the wipe in the journal and the bot
     runs it: a turn of that person meanwhile is treated as during ``/memories wipe`` (no memories read,

@@ -105,6 +105,26 @@ async def test_a_deleted_bot_reply_leaves_alone_and_the_question_stays(settings)
         assert await _said(engine, "c1") == [("H", "question")]
 
 
+async def test_a_removed_answer_leaves_the_learning_queue_too(settings):
+    """The learning queue keeps an answer's text on the row of the last message it answered. A moderator
+    deleting the bot's reply, or the first message of a gathered turn being deleted, took the answer out of
+    the thread; the row kept it, fed to extraction and kept as context (until 2026-12-07)."""
+    from bot.engine.state import Incoming
+
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        reply = await engine.reply("c1", speaker("a", "Alice", "g1", "c1", "m1"), "question one")
+        await engine.attach_sent("c1", reply, ["d1"])
+        together = await engine.reply_to("c1", [Incoming(speaker("a", "Alice", "g1", "c1", "m2"), "first half"),
+                                                Incoming(speaker("a", "Alice", "g1", "c1", "m3"), "second half")])
+        rows = {t.origin["message_id"]: t.ai for t in await engine.storage.inbox.every_turn()}
+        assert rows["m1"] == reply.text and rows["m3"] == together.text
+        await engine.messages_deleted("c1", {"d1"})  # the bot's reply, deleted by a moderator
+        await engine.messages_deleted("c1", {"m2"})  # the gathered turn's first message
+        rows = {t.origin["message_id"]: t.ai for t in await engine.storage.inbox.every_turn()}
+        assert rows == {"m1": "", "m3": ""}
+        assert await _said(engine, "c1") == [("H", "question one"), ("H", "second half")]
+
+
 async def test_an_edit_replaces_the_stored_text_and_an_unknown_message_changes_nothing(settings):
     async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
         await engine.reply("c1", speaker("a", "Alice", "g1", "c1", "m1"), "I live in Lyon")

@@ -1,0 +1,63 @@
+"""LangGraph's ``AsyncSqliteStore``, with every batch all-or-nothing, also when it fails or is cancelled.
+
+The stock store runs a batch between ``BEGIN`` and a ``COMMIT`` in a ``finally``: a batch that fails on its
+third statement commits the first two, and one whose task is cancelled (a shutdown's flush running out of
+time, a reply's deadline) commits whatever ran before the cancel. The engine relies on one ``abatch``
+being all-or-nothing (an extraction's deletes, inserts, change-log lines and watermark; an erasure's
+steps), so here a batch that does not finish is rolled back. A cancel that lands on ``BEGIN`` itself left
+the transaction open while the store's lock was already released, and every later batch then failed
+with "cannot start a transaction within a transaction"; each statement of the frame now runs to its end
+(``run_through``) and the cancel is raised after the connection is back to no transaction.
+(PostgreSQL's counterpart: ``bot/storage/postgres/store.py``.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+import aiosqlite
+from langgraph.store.sqlite.aio import AsyncSqliteStore
+
+from bot.storage.shielding import run_through
+
+
+class TransactionalSqliteStore(AsyncSqliteStore):
+    """``AsyncSqliteStore`` whose batches commit whole or not at all."""
+
+    async def _statement(self, sql: str) -> bool:
+        """Run one frame statement to its end; return whether a cancel arrived meanwhile (raises its error)."""
+        done, cancelled = await run_through(self.conn.execute(sql))
+        if not done.cancelled() and done.exception() is not None and not cancelled:
+            raise done.exception()
+        return cancelled
+
+    @asynccontextmanager
+    async def _cursor(self, *, transaction: bool = True) -> AsyncIterator[aiosqlite.Cursor]:
+        if not self.is_setup:
+            await self.setup()
+        async with self.lock:
+            if not transaction:
+                async with self.conn.cursor() as cur:
+                    yield cur
+                return
+            if await self._statement("BEGIN"):
+                if self.conn.in_transaction:
+                    await self._statement("ROLLBACK")
+                raise asyncio.CancelledError
+            try:
+                async with self.conn.cursor() as cur:
+                    yield cur
+            except BaseException:
+                if self.conn.in_transaction:
+                    await run_through(self.conn.execute("ROLLBACK"))
+                raise
+            try:
+                cancelled = await self._statement("COMMIT")
+            except BaseException:  # (a busy file): the transaction is still open, and goes whole
+                if self.conn.in_transaction:
+                    await run_through(self.conn.execute("ROLLBACK"))
+                raise
+            if cancelled:
+                raise asyncio.CancelledError  # committed all the same: the batch is whole
