@@ -139,6 +139,7 @@ class MemoryBot(commands.Bot):
         # Gateway connection per shard (None: the whole client), from discord.py's connect/disconnect events.
         self._links: dict[int | None, bool] = {}
         self.monitoring: MonitoringServer | None = None
+        self._shutting_down = False
         guard_gateway_parsers(self._connection)
 
     async def setup_hook(self) -> None:
@@ -253,11 +254,23 @@ class MemoryBot(commands.Bot):
         return True
 
     async def close(self) -> None:
-        """Stop taking messages, finish and flush memory work, then disconnect."""
-        try:
-            await self.engine.close()
-        except Exception:  # noqa: BLE001 - shutting down must go on
-            log.exception("flushing the engine failed")
+        """Stop taking messages, finish and flush memory work, then disconnect.
+
+        In that order, while the gateway still delivers: the chat cog first stops answering (messages that
+        arrive now are recorded without an answer, so none is lost) and lets the turns already waiting or
+        being answered finish; then the engine finishes what it runs (erasures included) and flushes
+        learning; only then does the connection close, and storage after it (``run_discord``). Until
+        2026-12-07 the engine closed first, and turns that started or waited meanwhile were lost.
+        """
+        if not self._shutting_down:
+            self._shutting_down = True
+            chat = self.get_cog("Chat")
+            try:
+                if chat is not None:
+                    await chat.drain(most=self.settings.model.timeout_seconds + 15.0)
+                await self.engine.close()
+            except Exception:  # noqa: BLE001 - shutting down must go on
+                log.exception("flushing the engine failed")
         if self.monitoring is not None:
             await self.monitoring.close()
             self.monitoring = None

@@ -70,6 +70,7 @@ class Chat(commands.Cog):
         self._hearing: dict[int, str] = {}  # messages being recorded without an answer -> their latest text
         self._deleted: dict[int, None] = {}  # recently deleted message IDs (bounded), for out-of-order events
         self._edited: dict[int, None] = {}  # recently edited message IDs (bounded): a reply's copy of one is stale
+        self.draining = False  # shutting down (``drain``): messages are recorded, not answered
         self._heard: dict[int, None] = {}  # recently answered message IDs (bounded): a replayed create is not
         # answered twice (a gateway RESUME can deliver a MESSAGE_CREATE this process already handled)
 
@@ -185,6 +186,9 @@ class Chat(commands.Cog):
         self._heard[message.id] = None
         while len(self._heard) > HEARD_REMEMBERED:
             del self._heard[next(iter(self._heard))]
+        if self.draining:  # shutting down: kept (and learned from), not answered; the next start answers anew
+            await self.hear(message, policy, None)
+            return
         allowed = self.engine.admit(message.author.id)
         if allowed and self.turns_for(message.channel.id).offer(message.author.id, Pending(message, policy)):
             return
@@ -226,6 +230,17 @@ class Chat(commands.Cog):
     def idle(self) -> bool:
         """Nothing being answered, waiting, or recorded right now (for shutdown checks and tests)."""
         return not self._hearing and all(t.current is None and not t.waiting for t in self.channels.values())
+
+    async def drain(self, *, most: float) -> None:
+        """Shutting down: take no new turn (a message is recorded, not answered), and wait at most ``most``
+        seconds for the turns waiting or being answered to finish; what is left then is cancelled by the
+        shutdown (a turn cancelled mid-answer keeps its messages in the thread)."""
+        self.draining = True
+        deadline = asyncio.get_running_loop().time() + most
+        while not self.idle() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        if not self.idle():
+            log.warning("shutting down with turns still waiting or being answered after %.0f s", most)
 
     async def notify(self, message: discord.Message, text: str) -> None:
         try:

@@ -198,7 +198,8 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                     log.exception("checking the erasure journal failed")
 
     async def close(self) -> None:
-        """Finish in-flight turns, then flush pending memory extraction (if this engine was started)."""
+        """Finish in-flight turns, then flush pending memory extraction (if this engine was started). An
+        erasure running meanwhile is waited for too: the owed compaction takes the erasure lock it holds."""
         await self.changes.close()
         await self.runner.close()
         for task in self._background:

@@ -441,3 +441,46 @@ async def test_a_mention_in_a_thread_not_yet_cached_is_answered(r):
     await r.h.send_message(r.mentioning(ALICE, "hello from a brand new thread", channel_id=unknown))
     (sent,) = r.h.sent_messages(unknown)
     assert sent.json["content"] and "hello from a brand new thread" in r.model.chat_calls[-1].prompt_text
+
+
+class HeldModel(ScriptedChatModel):
+    """Holds each chat answer until ``gate`` is set (in its worker thread); ``entered`` says one waits."""
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        if self.gate is not None and "New messages to learn from" not in str(messages[-1].content):
+            self.entered.set()
+            self.gate.wait(20)
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+    gate: object = None
+    entered: object = None
+
+
+async def test_a_shutdown_finishes_the_turns_it_has_and_records_what_arrives_meanwhile(tmp_path):
+    """SIGTERM while Alice's question is being answered and Bob's waits behind it: both are answered before
+    the engine closes, and Carol's message arriving meanwhile is recorded (kept and learned from), not
+    answered. Until 2026-12-07 the engine closed first: the waiting turn was lost, and a turn starting then
+    ran against a closing engine."""
+    import threading
+
+    carol = dh.user(804, "carol", global_name="Carol")
+    model = HeldModel(default_script)
+    model.gate, model.entered = threading.Event(), threading.Event()
+    async with rig(tmp_path, chat_model=model) as r:
+        r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, "alice asks first"))
+        await asyncio.get_running_loop().run_in_executor(None, model.entered.wait, 10)
+        r.h.feed("MESSAGE_CREATE", r.mentioning(BOB, "bob waits behind her"))
+        await asyncio.sleep(0.1)
+        closing = asyncio.create_task(r.bot.close())
+        await asyncio.sleep(0.2)
+        assert not closing.done()  # the turns are being finished
+        r.h.feed("MESSAGE_CREATE", r.mentioning(carol, "carol says I like quinces"))
+        await asyncio.sleep(0.3)
+        model.gate.set()
+        await asyncio.wait_for(closing, 30)
+        answered = [m.json["content"] for m in r.h.sent_messages(GENERAL)]
+        assert any("alice asks first" in a for a in answered) and any("bob waits behind her" in a for a in answered)
+        assert not any("quinces" in a for a in answered)
+        said = [m.text for m in (await r.engine.thread_state(str(GENERAL)))["messages"]]
+        assert any("carol says I like quinces" in t for t in said)
+        assert len(model.chat_calls) == 2
