@@ -288,3 +288,34 @@ async def test_an_edit_that_does_not_list_the_files_keeps_their_words(tmp_path, 
         assert any("marmalade" in m for m in await contents(r, ALICE))
         fetched = r.h.calls_to("GET", "/channels/{channel_id}/messages/{message_id}")
         assert bool(fetched) == uncached  # only a message no longer cached is asked for
+
+
+async def test_a_pin_does_not_bring_back_words_an_erasure_cut_out_of_another_message(tmp_path, backend):
+    """Bob's message (edited once, so no longer plainly "never edited") repeats Alice's words; Alice is
+    wiped, and the bot's copy of Bob's message reads "[erased]" there. A pin or an unfurl of Bob's message
+    after a restart carries his text as Discord has it: that is no edit, and Alice's words stay out (until
+    2026-12-07 the update was applied as an edit and wrote them back, to be learned again)."""
+    from tests.cogs.conftest import BOB
+
+    async with rig(tmp_path, ScriptedChatModel(no_echo), backend) as r:
+        await r.h.send_message(r.mentioning(ALICE, "the spare key hides under the blue flowerpot"))
+        first = r.mentioning(BOB, "typo")
+        await r.h.send_message(first)
+        bobs = edited(first, f"{r.mention()} as Alice said the spare key hides under the blue flowerpot, ok")
+        r.h.feed("MESSAGE_UPDATE", bobs)
+        await settle(r)
+        await r.engine.scheduler.flush()
+        await r.engine.erase_person(str(ALICE["id"]))
+        stored = [t for t in await humans(r) if "as Alice said" in t]
+        assert stored and all("flowerpot" not in t and "[erased]" in t for t in stored), stored
+        begun = Counted(r.engine.storage.erasures, "begin")
+        forget_cache(r)  # after a restart
+        r.h.feed("MESSAGE_UPDATE", pinned(bobs))
+        await settle(r)
+        r.h.feed("MESSAGE_UPDATE", unfurled(bobs))
+        await settle(r)
+        await r.engine.scheduler.flush()
+        assert all("flowerpot" not in t for t in await humans(r))
+        assert all("flowerpot" not in t.human for t in await r.engine.inbox.every_turn())
+        assert all("flowerpot" not in m.content for m in await r.engine.memories.list(str(BOB["id"])))
+        assert begun.calls == 0

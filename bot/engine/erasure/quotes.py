@@ -145,3 +145,26 @@ def taken_back(old_texts: Iterable[str], new: str, key: bytes | None = None) -> 
         dropped = {i for i, w in enumerate(words) if w not in kept}
         rule.grams.update(h for i, n, h in rule._runs(words) if any(j in dropped for j in range(i, i + n)))
     return rule
+
+
+def redaction_of(stored: str, text: str) -> bool:
+    """Whether ``stored`` is ``text`` with some runs replaced by ``[erased]`` (and nothing else changed).
+
+    An update Discord sends for a link preview, a pin or a thread started from a message carries the
+    message's text as the member wrote it, while the bot's copy may have had someone else's words cut out
+    of it by an erasure since: the two differ only where the copy says ``[erased]``. Such an update is not
+    an edit, and applying it would write the erased words back.
+    """
+    if REDACTED not in stored:
+        return False
+    first, *middle, last = stored.split(REDACTED)
+    if not text.startswith(first) or not text.endswith(last) or len(first) + len(last) >= len(text):
+        return False
+    at, end = len(first), len(text) - len(last)
+    for piece in middle:  # in order, each after at least one cut character (leftmost is always best)
+        found = text.find(piece, at + 1, end - 1) if piece else at + 1
+        if found < 0 or found >= end:
+            return False
+        at = found + len(piece)
+    return at < end
+

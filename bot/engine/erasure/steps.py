@@ -33,7 +33,7 @@ from bot.engine.erasure.memories import (
     quoting_people,
     redact_memory_keys,
 )
-from bot.engine.erasure.quotes import QuoteRule, taken_back
+from bot.engine.erasure.quotes import QuoteRule, redaction_of, taken_back
 from bot.engine.memories.records import Actor, MemoryChanges, StoredMemory
 from bot.engine.memories.repository import MemoryRepository
 from bot.engine.stores import Storage
@@ -319,8 +319,10 @@ class ErasureSteps:
         if self.conversations is not None:
             said, in_thread = await self.conversations.texts_of_messages(thread_id, {message_id})
         held = said + [t.human for t in rows]
-        if held and all(t == text for t in held):
-            return None  # a link preview, a pin, a thread started from it: the same text, not an edit
+        if held and all(t == text or redaction_of(t, text) for t in held):
+            # a link preview, a pin, a thread started from it: the same text, not an edit (also where an
+            # erasure has cut someone else's words out of the bot's copy since: they must not come back)
+            return None
         erase: dict[str, list[str]] = {}
         relearn: dict[str, dict[str, Any]] = {}
         for user in sorted(set(authors)):

@@ -109,3 +109,17 @@ async def test_an_extraction_in_flight_with_the_erased_words_as_context_cannot_w
         await extraction
         kept = [m.content for m in await engine.memories.list("2")]
         assert kept and not any("flowerpot" in m for m in kept)
+
+
+def test_a_copy_with_runs_cut_out_is_told_from_an_edit():
+    """``redaction_of``: the bot's copy differs from Discord's text only where it says "[erased]"."""
+    from bot.engine.erasure.quotes import redaction_of
+
+    text = "Bob: as Ann said, the spare key hides under the blue flowerpot, ok?"
+    assert redaction_of("Bob: as Ann said, [erased], ok?", text)
+    assert redaction_of("[erased], ok?", text) and redaction_of("Bob: as Ann said, [erased]", text)
+    assert redaction_of("Bob: [erased] said, [erased], ok?", text)
+    assert not redaction_of("Bob: as Ann said, [erased], okay?", text)  # changed elsewhere: an edit
+    assert not redaction_of("Bob: as Ann said, ok?", text)  # nothing cut: compared as text, elsewhere
+    assert not redaction_of("Bob: [erased][erased], ok?", "Bob: x, ok?")  # two cuts need two characters
+    assert not redaction_of("[erased]", "")
