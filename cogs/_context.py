@@ -21,6 +21,7 @@ Whose words are left out is decided by the engine (people in private mode); the 
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 from dataclasses import replace
@@ -168,6 +169,23 @@ def _same_place(ref: discord.MessageReference, message: discord.Message) -> bool
     return ref.guild_id is None or ref.guild_id == here
 
 
+def _freshly_signed(current: discord.Message, delivered: object) -> discord.Message:
+    """``current`` (the cached copy, which follows edits) with the file links of ``delivered`` (the copy the
+    reply's own payload carried, signed when the reply arrived).
+
+    Discord's CDN links expire about a day after they are signed: a cached copy of a photo posted yesterday
+    links to files the CDN now refuses, and the model was told the image "could not be downloaded". Only
+    the files still on the current copy are taken (an edit can remove files, never add them).
+    """
+    if not isinstance(delivered, discord.Message) or delivered is current or delivered.id != current.id:
+        return current
+    keep = {a.id for a in current.attachments}
+    fresh = copy.copy(current)
+    fresh.attachments = [a for a in delivered.attachments if a.id in keep]
+    fresh.embeds = delivered.embeds if len(delivered.embeds) == len(current.embeds) else current.embeds
+    return fresh
+
+
 async def reply_chain(bot: discord.Client, message: discord.Message, depth: int, *,
                       images: Callable[[discord.Message], Awaitable[tuple]] | None = None,
                       deleted: Container[int] = (), edited: Container[int] = ()) -> list[Quote]:
@@ -196,7 +214,7 @@ async def reply_chain(bot: discord.Client, message: discord.Message, depth: int,
             break
         quote = quote_of(resolved, "reply")
         if images is not None and not chain:
-            quote = replace(quote, images=await images(resolved))
+            quote = replace(quote, images=await images(_freshly_signed(resolved, ref.resolved)))
         chain.append(quote)
         ref = resolved.reference
     return list(reversed(chain))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import replace
 
 import discord
 
@@ -125,7 +126,8 @@ class InputBuilder:
                 log.warning("could not download image attachment %s: %r", attachment.id, exc)
                 out.append(Image(attachment.filename, note="it could not be downloaded"))
                 continue
-            out.append(self.checked(attachment.filename, data, attachment.width, attachment.height))
+            image = self.checked(attachment.filename, data, attachment.width, attachment.height)
+            out.append(replace(image, spoiler=attachment.is_spoiler()))
         return tuple(out)
 
     async def quoted_images(self, bot: discord.Client, message: discord.Message) -> tuple[Image, ...]:

@@ -47,6 +47,7 @@ class Image:
     width: int | None = None
     height: int | None = None
     note: str = ""  # why it is not shown (data empty)
+    spoiler: bool = False  # the sender hid it behind a spoiler: what is said about it stays hidden too
 
     @property
     def shown(self) -> bool:

@@ -242,3 +242,32 @@ async def test_an_edit_keeps_the_placeholder_and_downloads_nothing(tmp_path):
         state = await r.engine.thread_state(str(GENERAL))
         assert state["messages"][0].content == f"my cat Tom\n[image: cat.png, {_images.human_size(len(cat))}]"
         assert len([c for c in r.h.calls if c.via == "cdn"]) == downloads == 1
+
+
+async def test_a_reply_to_yesterdays_photo_uses_the_links_the_reply_brought(tmp_path):
+    """Discord's CDN refuses a file link about a day after signing it. The photo is still in discord.py's
+    cache, with links signed when it was posted; the reply's payload carries the same file freshly signed.
+    The image is read through the fresh link (until 2026-12-07 the model was told it could not be read)."""
+    photo = png(seed=33)
+    async with rig(tmp_path, model={"vision": "on"}) as r:
+        att = image_attachment(r, "sunset.png", photo, "image/png")
+        stale = dict(att, url=att["url"] + "?ex=old", proxy_url=att["url"] + "?ex=old")
+        bob = r.msg(BOB, "my sunset", attachments=[stale])
+        r.h.feed("MESSAGE_CREATE", bob)  # cached, with the link that has expired since
+        fresh = dict(bob, attachments=[att])  # as the reply's referenced_message carries it
+        await r.h.send_message(r.mentioning(ALICE, "what is in this photo?", referenced_message=fresh))
+        (call,) = r.model.chat_calls
+        assert image_urls(call) == [data_url(photo)]
+
+
+async def test_a_spoilered_image_is_shown_with_word_to_keep_it_hidden(tmp_path):
+    """A file named SPOILER_... is hidden behind a spoiler on Discord: the model sees it, told that the
+    sender hid it, so the public answer does not give it away in plain view."""
+    photo = png(seed=34)
+    async with rig(tmp_path, model={"vision": "on"}) as r:
+        att = image_attachment(r, "SPOILER_ending.png", photo, "image/png")
+        await r.h.send_message(r.mentioning(ALICE, "is this real?", attachments=[att]))
+        (call,) = r.model.chat_calls
+        assert image_urls(call) == [data_url(photo)]
+        notes = [p["text"] for p in parts_of(call) if p.get("type") == "text" and "SPOILER_ending.png" in p["text"]]
+        assert any("hid behind a spoiler" in n and "||" in n for n in notes), notes

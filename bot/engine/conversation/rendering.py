@@ -80,7 +80,9 @@ def image_parts(images: tuple[Image, ...] | list[Image], source: str = "") -> li
     for image in images:
         name = image_name(image.name)
         if image.shown:
-            parts.append({"type": "text", "text": f"\n(image {name}{source})"})
+            hidden = (", which the sender hid behind a spoiler: wrap anything you say about what it shows in"
+                      " ||double bars|| so it stays hidden") if image.spoiler else ""
+            parts.append({"type": "text", "text": f"\n(image {name}{source}{hidden})"})
             parts.append({"type": "image_url", "image_url": {"url": image.data_url()}})
         else:
             parts.append({"type": "text", "text": f"\n(image {name}{source} is not shown to you: {image.note})"})
