@@ -53,8 +53,10 @@ class Claim:
     owner: str
 
 
-#: The claim the current task works under (set by ``person``; read by the store's batches).
-CURRENT_CLAIM: contextvars.ContextVar[Claim | None] = contextvars.ContextVar("mnemo_claim", default=None)
+#: The claims the current task works under, every person it holds (set by ``person``; read by the store's
+#: batches). All of them, not the latest: an erasure holding two people writes both people's memories, and a
+#: batch checked against the other's claim could write after this one's lease ran out and was taken over.
+CURRENT_CLAIM: contextvars.ContextVar[tuple[Claim, ...]] = contextvars.ContextVar("mnemo_claim", default=())
 #: The connection the current task's erasure holds the global erasure lock on, and that task (set by
 #: ``channel``). A task started inside an erasure copies the variable; the task names whose it is.
 ERASURES_HELD: contextvars.ContextVar[tuple[psycopg.AsyncConnection, asyncio.Task | None] | None] = \
@@ -79,15 +81,18 @@ def _granted(task: asyncio.Future[bool]) -> bool:
 
 
 async def fence(conn: psycopg.AsyncConnection) -> None:
-    """Inside a write transaction: stop unless the current claim (if any) is still ours and unexpired."""
-    claim = CURRENT_CLAIM.get()
-    if claim is None:
+    """Inside a write transaction: stop unless every claim the task holds is still ours and unexpired."""
+    claims = CURRENT_CLAIM.get()
+    if not claims:
         return
     cur = await conn.execute(
-        "SELECT 1 FROM bot_claims WHERE user_id = %s AND owner = %s AND lease_until > now() FOR UPDATE",
-        (claim.user_id, claim.owner))
-    if await cur.fetchone() is None:
-        raise ClaimLost(f"the claim on user {claim.user_id} ran out and was taken over")
+        "SELECT user_id FROM bot_claims WHERE (user_id, owner) IN (SELECT * FROM unnest(%s::text[], %s::text[]))"
+        " AND lease_until > now() ORDER BY user_id FOR UPDATE",
+        ([c.user_id for c in claims], [c.owner for c in claims]))
+    held = {row["user_id"] if isinstance(row, dict) else row[0] for row in await cur.fetchall()}
+    for claim in claims:
+        if claim.user_id not in held:
+            raise ClaimLost(f"the claim on user {claim.user_id} ran out and was taken over")
 
 
 def _lock_conn_params(dsn: str, *, server: bool = True) -> dict[str, object]:
@@ -301,7 +306,7 @@ class PostgresLocks:
                 await self._check_erasures_held()  # waiting while holding others: are we still the one?
             await asyncio.sleep(POLL_SECONDS * 10)
         renewing = asyncio.create_task(self._renew(claim), name=f"claim:{user_id}")
-        token = CURRENT_CLAIM.set(claim)
+        token = CURRENT_CLAIM.set((*CURRENT_CLAIM.get(), claim))
         try:
             yield True
         finally:

@@ -476,3 +476,22 @@ async def test_a_start_up_cancelled_part_way_leaves_the_data_directory_free(tmp_
                 what="every connection thread the cancelled start-up opened has ended")
     async with open_storage(settings) as storage:  # not StorageBusy
         assert await storage.erasures.unfinished() == []
+
+
+async def test_holding_two_people_a_write_stops_when_either_lease_ran_out(postgres_only, storage, second_process, raw):
+    """An erasure holding two people writes both people's memories. The batch is checked against every
+    claim the task holds: until 2026-12-07 only the latest, so the first person's lapsed and taken-over
+    lease let this process write their memories beside the new holder."""
+    first = storage.locks.person("41", kind=EXTRACTION, wait=False)
+    assert await first.__aenter__() is True
+    second = storage.locks.person("42", kind=EXTRACTION, wait=False)
+    assert await second.__aenter__() is True
+    await write(storage, "both", "written while both leases held")
+    await raw.execute("UPDATE bot_claims SET lease_until = now() - interval '1 second' WHERE user_id = '41'")
+    async with claimed_elsewhere(second_process, "41", EXTRACTION) as taken:
+        assert taken is True
+        with pytest.raises(ClaimLost):
+            await write(storage, "late", "a write for person 41 under person 42's claim")
+        await second.__aexit__(None, None, None)
+        await first.__aexit__(None, None, None)
+    assert await storage.store.aget(NS, "late") is None
