@@ -23,17 +23,21 @@ class ConfigError(Exception):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a TOML value of the wrong type stops start-up (``port = true`` is not port 1, ``streaming =
+    # "no"`` is not False); only a path, and Discord IDs written as strings, are converted (``DiscordId``).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 PositiveInt = Annotated[int, Field(ge=1)]
+#: A Discord ID in a list of them: written as a number or, as Discord's client copies it, as a string.
+DiscordId = Annotated[int, Field(strict=False)]
 
 
 class BotSection(_Section):
     """``[bot]``: the persona, where the data lives and how much is logged."""
 
     persona: str = Field(min_length=1, max_length=4000, default="You are a friendly, concise assistant.")
-    data_dir: Path = Path("data")  # relative paths are resolved against the config file's folder
+    data_dir: Annotated[Path, Field(strict=False)] = Path("data")  # relative paths are resolved against the config file's folder
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
@@ -111,9 +115,9 @@ class MemorySection(_Section):
 class DiscordSection(_Section):
     """``[discord]``: where the bot answers, and how much of a channel, a reply chain or an attachment it reads."""
 
-    respond_channels: list[int] = Field(default_factory=list)
-    dev_guild_id: int | None = None
-    mod_log_channel_id: int | None = None
+    respond_channels: list[DiscordId] = Field(default_factory=list)
+    dev_guild_id: DiscordId | None = None
+    mod_log_channel_id: DiscordId | None = None
     max_attachment_bytes: int = Field(ge=0, le=1_000_000, default=100_000)
     api_base: str = ""
     gather_seconds: float = Field(ge=0, le=30, default=1.5)
@@ -148,12 +152,12 @@ class AccessSection(_Section):
     """``[access]``: who is answered, and where (allow and block lists of users, roles and channels)."""
 
     dms_enabled: bool = True
-    allow_users: list[int] = Field(default_factory=list)
-    block_users: list[int] = Field(default_factory=list)
-    allow_roles: list[int] = Field(default_factory=list)
-    block_roles: list[int] = Field(default_factory=list)
-    allow_channels: list[int] = Field(default_factory=list)
-    block_channels: list[int] = Field(default_factory=list)
+    allow_users: list[DiscordId] = Field(default_factory=list)
+    block_users: list[DiscordId] = Field(default_factory=list)
+    allow_roles: list[DiscordId] = Field(default_factory=list)
+    block_roles: list[DiscordId] = Field(default_factory=list)
+    allow_channels: list[DiscordId] = Field(default_factory=list)
+    block_channels: list[DiscordId] = Field(default_factory=list)
 
 
 class StorageSection(_Section):

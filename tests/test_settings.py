@@ -54,6 +54,10 @@ def test_shipped_config_is_valid_and_resolves_data_dir():
         ("[memory]\nembeddings_model = 'm'\nembeddings_base_url = 'localhost'\n", ENV,
          "'memory.embeddings_base_url' must be"),
         ("[discord]\napi_base = 'foo'\n", ENV, "'discord.api_base' must be"),
+        # a wrong type is not converted (lax parsing read these as 1, False and 0.5)
+        ("[monitoring]\nport = true\n", ENV, "'monitoring.port'"),
+        ("[model]\nstreaming = 'no'\n", ENV, "'model.streaming'"),
+        ("[model]\ntemperature = '0.5'\n", ENV, "'model.temperature'"),
         ("", {**ENV, "DISCORD_API_BASE": "127.0.0.1:8080/api"}, "'DISCORD_API_BASE' must be"),
     ],
 )
@@ -174,3 +178,15 @@ def test_a_data_dir_that_cannot_be_made_stops_start_up_with_one_line(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [f"storage error: cannot use bot.data_dir {tmp_path / 'afile' / 'data'}: "
                                                 "Not a directory"], proc.stderr
+
+
+def test_discord_ids_may_be_written_as_strings_and_paths_as_text(tmp_path):
+    """Strict types, with the two conversions people rely on: an ID copied from Discord as a string, and a
+    path (TOML has no path type)."""
+    path = tmp_path / "c.toml"
+    path.write_text("[bot]\ndata_dir = 'd'\n[discord]\nrespond_channels = ['123456789012345678', 223456789012345678]\n"
+                    "mod_log_channel_id = '323456789012345678'\n[model]\ntimeout_seconds = 30\n")
+    s = load_settings(path, ENV)
+    assert s.discord.respond_channels == [123456789012345678, 223456789012345678]
+    assert s.discord.mod_log_channel_id == 323456789012345678 and s.model.timeout_seconds == 30.0
+
