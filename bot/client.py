@@ -139,7 +139,7 @@ class MemoryBot(commands.Bot):
         # Gateway connection per shard (None: the whole client), from discord.py's connect/disconnect events.
         self._links: dict[int | None, bool] = {}
         self.monitoring: MonitoringServer | None = None
-        self._shutting_down = False
+        self._shutdown: asyncio.Future | None = None
         guard_gateway_parsers(self._connection)
 
     async def setup_hook(self) -> None:
@@ -262,19 +262,22 @@ class MemoryBot(commands.Bot):
         learning; only then does the connection close, and storage after it (``run_discord``). Until
         2026-12-07 the engine closed first, and turns that started or waited meanwhile were lost.
         """
-        if not self._shutting_down:
-            self._shutting_down = True
-            chat = self.get_cog("Chat")
-            try:
-                if chat is not None:
-                    await chat.drain(most=self.settings.model.timeout_seconds + 15.0)
-                await self.engine.close()
-            except Exception:  # noqa: BLE001 - shutting down must go on
-                log.exception("flushing the engine failed")
+        if self._shutdown is None:  # one shutdown: a second signal waits for it instead of cutting it short
+            self._shutdown = asyncio.ensure_future(self._finish_work())
+        await asyncio.shield(self._shutdown)
         if self.monitoring is not None:
             await self.monitoring.close()
             self.monitoring = None
         await super().close()
+
+    async def _finish_work(self) -> None:
+        chat = self.get_cog("Chat")
+        try:
+            if chat is not None:
+                await chat.drain(most=self.settings.model.timeout_seconds + 15.0)
+            await self.engine.close()
+        except Exception:  # noqa: BLE001 - shutting down must go on
+            log.exception("flushing the engine failed")
 
 
 async def follow_gateway(bot: commands.Bot) -> None:
@@ -308,6 +311,8 @@ async def connect(bot: commands.Bot, *, first_delay: float = 2.0) -> None:
         except (discord.LoginFailure, discord.PrivilegedIntentsRequired):
             raise
         except Exception as exc:  # noqa: BLE001 - sorted below: only a first connection is retried here
+            if isinstance(exc, discord.ConnectionClosed) and exc.code not in (1000, None):
+                raise  # refused (4004 a reset token, 4011 sharding required): discord.py closed the bot first
             if bot.is_closed():
                 return
             if bot.ws is not None:
@@ -317,7 +322,10 @@ async def connect(bot: commands.Bot, *, first_delay: float = 2.0) -> None:
             delay = min(60.0, first_delay * 2 ** (failures - 1))
             log.warning("cannot reach the Discord gateway (%s: %s); trying again in %.0f s",
                         type(cause).__name__, cause, delay)
-            await asyncio.sleep(delay)
+            waited = 0.0
+            while waited < delay and not bot.is_closed():  # a stop during the wait is not kept waiting
+                await asyncio.sleep(min(0.25, delay - waited))
+                waited += 0.25
 
 
 class ShardedMemoryBot(MemoryBot, commands.AutoShardedBot):
@@ -373,6 +381,11 @@ async def run_discord(
                 ) from None
             except discord.HTTPException as exc:
                 raise StartupError(f"Discord answered HTTP {exc.status} at start-up: {exc.text or exc}") from None
+            except discord.GatewayNotFound:
+                raise StartupError(f"{discord.http.Route.BASE}/gateway/bot named no gateway") from None
+            except discord.ConnectionClosed as exc:
+                raise StartupError(f"Discord closed the gateway connection (code {exc.code}"
+                                   f"{': ' + exc.reason if exc.reason else ''})") from None
             except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
                 where = discord.http.Route.BASE
                 raise StartupError(f"cannot reach Discord at {where}: {exc or type(exc).__name__}") from None

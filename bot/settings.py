@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Literal, Mapping
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError
 
 
 class ConfigError(Exception):
@@ -29,8 +29,16 @@ class _Section(BaseModel):
 
 
 PositiveInt = Annotated[int, Field(ge=1)]
-#: A Discord ID in a list of them: written as a number or, as Discord's client copies it, as a string.
-DiscordId = Annotated[int, Field(strict=False)]
+def _discord_id(value: object) -> object:
+    """A Discord ID written as the string Discord's client copies becomes its number; nothing else is
+    converted (``true`` is not ID 1: a strict int is checked after this)."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    return value
+
+
+#: A Discord ID: written as a number or, as Discord's client copies it, as a string of digits.
+DiscordId = Annotated[int, BeforeValidator(_discord_id)]
 
 
 class BotSection(_Section):

@@ -94,6 +94,15 @@ class ChannelTurns(Generic[T]):
             self.worker = asyncio.create_task(self._work(), name="channel-turns")
         return True
 
+    def join_waiting(self, author_id: int, item: T) -> bool:
+        """Add a message to the author's turn that is waiting to start, if there is one (a follow-up while
+        the bot shuts down: answered with what it follows, in order; never a new turn)."""
+        for turn in self.waiting:
+            if turn.author_id == author_id:
+                turn.items.append(item)
+                return True
+        return False
+
     def remove(self, match: Callable[[T], bool]) -> list[T]:
         """Take matching messages out of waiting turns and the undelivered one (deleted before an answer)."""
         removed: list[T] = []

@@ -71,6 +71,7 @@ class Chat(commands.Cog):
         self._deleted: dict[int, None] = {}  # recently deleted message IDs (bounded), for out-of-order events
         self._edited: dict[int, None] = {}  # recently edited message IDs (bounded): a reply's copy of one is stale
         self.draining = False  # shutting down (``drain``): messages are recorded, not answered
+        self.drained = False  # and past the drain's deadline: waiting turns are recorded, not started
         self._heard: dict[int, None] = {}  # recently answered message IDs (bounded): a replayed create is not
         # answered twice (a gateway RESUME can deliver a MESSAGE_CREATE this process already handled)
 
@@ -186,7 +187,11 @@ class Chat(commands.Cog):
         self._heard[message.id] = None
         while len(self._heard) > HEARD_REMEMBERED:
             del self._heard[next(iter(self._heard))]
-        if self.draining:  # shutting down: kept (and learned from), not answered; the next start answers anew
+        if self.draining:  # shutting down: kept (and learned from), not answered; a follow-up to a turn still
+            # waiting goes with it (stored in order)
+            turns = self.channels.get(message.channel.id)
+            if not self.drained and turns is not None and turns.join_waiting(message.author.id, Pending(message, policy)):
+                return
             await self.hear(message, policy, None)
             return
         allowed = self.engine.admit(message.author.id)
@@ -240,7 +245,11 @@ class Chat(commands.Cog):
         while not self.idle() and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.05)
         if not self.idle():
-            log.warning("shutting down with turns still waiting or being answered after %.0f s", most)
+            # No turn starts any more (``answer_turn`` records the waiting ones instead): one started now
+            # would run against an engine that is closing.
+            self.drained = True
+            log.warning("shutting down with turns still waiting or being answered after %.0f s; the waiting "
+                        "ones are recorded without an answer", most)
 
     async def notify(self, message: discord.Message, text: str) -> None:
         try:
@@ -346,6 +355,11 @@ class Chat(commands.Cog):
         """Answer a turn's messages with one reply; whatever fails on the way, one short apology."""
         items = list(turn.items)
         last = items[-1].message
+        if self.drained and not turn.state:  # shutting down, out of time (never started): kept, not answered
+            turn.delivered = True
+            for item in items:
+                await self.hear(item.message, item.policy, None)
+            return
         previous: ReplyWriter | None = turn.state.get("writer")
         writer = ReplyWriter(last, streaming=self.streaming, adopt=previous)
         turn.state["writer"] = writer

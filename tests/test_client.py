@@ -61,9 +61,28 @@ async def test_a_failed_first_gateway_connection_is_tried_again_until_it_holds()
     class Dropped(FirstTimes):
         async def connect(self) -> None:
             self.ws = object()  # it was connected once: discord.py's errors are its own to report
-            raise discord.ConnectionClosed(None, shard_id=None, code=4004)
+            raise discord.ConnectionClosed(None, shard_id=None, code=4000)
+
+    class Refused(FirstTimes):
+        async def connect(self) -> None:  # as discord.py does for 4004 (a reset token), 4011 (shard!): closes
+            self.closed = True  # the client first, then raises; ending quietly was an exit 0 with no word
+            raise discord.ConnectionClosed(None, shard_id=None, code=4011)
 
     import pytest
 
     with pytest.raises(discord.ConnectionClosed):
         await connect(Dropped(0), first_delay=0.001)
+    with pytest.raises(discord.ConnectionClosed):
+        await connect(Refused(0), first_delay=0.001)
+
+    class Stopped(FirstTimes):  # stopped (SIGTERM) during the wait between attempts: it ends at once
+        async def connect(self) -> None:
+            self.calls += 1
+            asyncio.get_running_loop().call_later(0.2, setattr, self, "closed", True)
+            raise OSError(111, "Connect call failed")
+
+    import asyncio
+
+    stopped = Stopped(0)
+    await asyncio.wait_for(connect(stopped, first_delay=3600.0), 60)  # not an hour's wait (a hang guard)
+    assert stopped.calls == 1

@@ -58,6 +58,8 @@ def test_shipped_config_is_valid_and_resolves_data_dir():
         ("[monitoring]\nport = true\n", ENV, "'monitoring.port'"),
         ("[model]\nstreaming = 'no'\n", ENV, "'model.streaming'"),
         ("[model]\ntemperature = '0.5'\n", ENV, "'model.temperature'"),
+        ("[discord]\ndev_guild_id = true\n", ENV, "'discord.dev_guild_id'"),
+        ("[access]\nblock_users = [true]\n", ENV, "'access.block_users.0'"),
         ("", {**ENV, "DISCORD_API_BASE": "127.0.0.1:8080/api"}, "'DISCORD_API_BASE' must be"),
     ],
 )

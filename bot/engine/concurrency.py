@@ -145,7 +145,10 @@ class InflightTurns:
         after "Done". Turns in other processes owe a compaction of their own instead.
         """
         deadline = asyncio.get_running_loop().time() + most
-        while any(t.erased for t in self._by_user.get(user_id, ())):
+        # Those marked by now only: a person who goes on talking would otherwise hold the erasure lock (their
+        # later turns pay their own compaction debt).
+        marked = [t for t in self._by_user.get(user_id, ()) if t.erased]
+        while any(t in self._by_user.get(user_id, ()) for t in marked):
             if asyncio.get_running_loop().time() >= deadline:
                 log.warning("an erasure stopped waiting for a turn of user %s after %.0f s; that turn's own "
                             "removal compacts later", user_id, most)

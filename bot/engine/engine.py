@@ -91,6 +91,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         self.closing: list[Callable[[], Awaitable[None]]] = []
         self.semantic = (SemanticIndex(embeddings, storage.vectors, read=self.memories.list)
                          if embeddings is not None else None)
+        self.shown_sources = ShownSources(storage.reach)
         self.graph: CompiledStateGraph = build_chat_graph(self._chat_deps(chat_model)).compile(
             checkpointer=self.checkpointer, store=self.store)
         mem = settings.memory
@@ -128,6 +129,12 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         self._started = False
         self._background: list[asyncio.Task] = []
 
+    def _after_erasure(self) -> None:
+        """What in-process caches an erasure invalidates: recall's (they hold whole texts) and which reach
+        rows were written (the erasure may have deleted some)."""
+        forget_cached_texts()
+        self.shown_sources.forget()
+
     async def _settled(self, user: str) -> None:
         """A wipe's wait for the person's marked turns here: as long as a turn can take, and a little more."""
         await self.runner.inflight.settled(user, most=self.settings.model.timeout_seconds + 30.0)
@@ -146,7 +153,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
             async with self.scheduler.hold(user), (self.semantic.paused(user) if self.semantic else nullcontext()):
                 yield
         finally:
-            forget_cached_texts()  # the recall caches hold whole texts: erased ones must not stay in memory
+            self._after_erasure()
 
     @asynccontextmanager
     async def _light_hold(self, user: str) -> AsyncIterator[None]:
@@ -156,7 +163,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                     self.semantic.paused(user) if self.semantic else nullcontext()):
                 yield
         finally:
-            forget_cached_texts()
+            self._after_erasure()
 
     def _chat_deps(self, chat_model: Any) -> ChatDeps:
         conv, mem = self.settings.conversation, self.settings.memory
@@ -165,7 +172,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                         summarize_after_messages=conv.summarize_after_messages,
                         summarize_after_tokens=conv.summarize_after_tokens, keep_messages=conv.keep_messages,
                         limiter=self.limiter, on_usage=self.meter.record, semantic=self.semantic,
-                        waiting=self.storage.scopes.waiting, shown=ShownSources(self.storage.reach))
+                        waiting=self.storage.scopes.waiting, shown=self.shown_sources)
 
     # ---- life cycle
     async def start(self) -> None:

@@ -484,3 +484,34 @@ async def test_a_shutdown_finishes_the_turns_it_has_and_records_what_arrives_mea
         said = [m.text for m in (await r.engine.thread_state(str(GENERAL)))["messages"]]
         assert any("carol says I like quinces" in t for t in said)
         assert len(model.chat_calls) == 2
+
+
+async def test_past_the_drains_deadline_waiting_turns_are_recorded_and_follow_ups_keep_their_order(tmp_path):
+    """A shutdown that runs out of time starts no turn against a closing engine: the turns still waiting are
+    recorded without an answer. A follow-up sent while the bot stops joins its author's waiting turn, so the
+    thread keeps Discord's order."""
+    import threading
+
+    model = HeldModel(default_script)
+    model.gate, model.entered = threading.Event(), threading.Event()
+    async with rig(tmp_path, chat_model=model) as r:
+        chat = r.bot.get_cog("Chat")
+        r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, "alice asks first"))
+        await asyncio.get_running_loop().run_in_executor(None, model.entered.wait, 10)
+        r.h.feed("MESSAGE_CREATE", r.mentioning(BOB, "bob waits behind her"))
+        await asyncio.sleep(0.1)
+        draining = asyncio.create_task(chat.drain(most=0.5))
+        await asyncio.sleep(0.1)
+        r.h.feed("MESSAGE_CREATE", r.mentioning(BOB, "and bob follows up"))
+        await draining  # out of time: Alice's answer is still being written
+        model.gate.set()
+        for _ in range(200):
+            if chat.idle():
+                break
+            await asyncio.sleep(0.05)
+        assert len(model.chat_calls) == 1  # Bob's turn was not started
+        answered = [m.json["content"] for m in r.h.sent_messages(GENERAL)]
+        assert any("alice asks first" in a for a in answered) and not any("bob" in a for a in answered)
+        said = [m.text for m in (await r.engine.thread_state(str(GENERAL)))["messages"]]
+        bobs = [i for i, t in enumerate(said) if "bob" in t]
+        assert len(bobs) == 2 and "bob waits behind her" in said[bobs[0]] and "and bob follows up" in said[bobs[1]]

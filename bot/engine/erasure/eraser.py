@@ -373,6 +373,7 @@ class Eraser(JournalReplay):
     async def _compact(self) -> None:
         """One compaction, paying every debt recorded before it (with the erasure lock held)."""
         self.owed.paid()
+        mark = await self.storage.erasures.owed_mark()  # a debt recorded while it runs waits for the next
         try:
             await self.storage.maintenance.compact()
         except Exception:
@@ -380,7 +381,7 @@ class Eraser(JournalReplay):
             self._compact_failures = (failures, time.monotonic() + min(300.0, 5.0 * 2 ** (failures - 1)))
             raise
         self._compact_failures = (0, 0.0)
-        await self.storage.erasures.compaction_paid()  # (a row with no text or hashes: nothing left to hide)
+        await self.storage.erasures.compaction_paid(mark)  # (rows with no text or hashes: nothing left to hide)
 
     async def compact_owed(self) -> bool:
         """Run the compaction small removals owe, if any (the batch's timer, shutdown, start-up, the

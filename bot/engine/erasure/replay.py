@@ -156,4 +156,6 @@ class JournalReplay:
                 quotes = await self.words_of(job.user_id, job.guild_id, recorded.key)
                 quotes.merge(recorded)
             await self.steps.person(job.id, job.user_id, job.guild_id, by, quotes)
+            if self.settled is not None:  # as for a command: their turns marked meanwhile take theirs back first
+                await self.settled(job.user_id)
             await self._finish(job.id, compact_now=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-OWED_COMPACTION = "compact"  # the kind of the one row recording a compaction owed (no IDs, no text)
+OWED_COMPACTION = "compact"  # the kind of the rows recording a compaction owed (no IDs, no text)
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class ErasureJournal(Protocol):
         ...
 
     async def owe_compaction(self) -> None:
-        """Record, durably, that finished erasures owe a compaction (one record however many owe).
+        """Record, durably, that finished erasures owe a compaction (a record each; one compaction pays all).
 
         Written before a finished job's row goes, so a crash before the compaction still compacts at
         the next start (see ``bot.engine.erasure.compaction``). It holds no IDs, no text, no hashes.
@@ -63,8 +63,16 @@ class ErasureJournal(Protocol):
         """When the compaction still owed was first owed (epoch seconds); None when nothing is owed."""
         ...
 
-    async def compaction_paid(self) -> None:
-        """A compaction ran after everything owed (with the erasure lock held): forget the debt."""
+    async def owed_mark(self) -> int:
+        """The newest debt recorded so far (0: none), read just before a compaction starts."""
+        ...
+
+    async def compaction_paid(self, up_to: int) -> None:
+        """A compaction ran after the debts up to ``up_to`` (``owed_mark``) were recorded: forget those.
+
+        A debt recorded while it ran (a turn taking back a wiped person's messages, which owes without the
+        erasure lock) stays for the next compaction: it may be about words written after this one began.
+        """
         ...
 
     async def finish(self, job_id: int) -> None:

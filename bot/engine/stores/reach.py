@@ -56,6 +56,11 @@ class ShownSources:
         self._reach = reach
         self._written: dict[tuple[str, str], None] = {}
 
+    def forget(self) -> None:
+        """Forget which pairs were written (after any erasure: it may have deleted rows, and the same pair
+        must then be written again)."""
+        self._written.clear()
+
     async def __call__(self, thread_id: str, message_ids: Iterable[str]) -> None:
         new = [m for m in dict.fromkeys(str(i) for i in message_ids) if m and (m, thread_id) not in self._written]
         if not new:

@@ -51,11 +51,14 @@ class PostgresErasures:
 
     @shielded
     async def owe_compaction(self) -> None:
-        # Under the erasure lock (one writer of debts at a time, in every process): no race on the NOT EXISTS.
         async with self._db.connection() as conn:
-            await conn.execute("INSERT INTO bot_erasures (kind, user_id, requested) SELECT %s, '', %s"
-                               " WHERE NOT EXISTS (SELECT 1 FROM bot_erasures WHERE kind = %s)",
-                               (OWED, time.time(), OWED))
+            await conn.execute("INSERT INTO bot_erasures (kind, user_id, requested) VALUES (%s, '', %s)",
+                               (OWED, time.time()))
+
+    async def owed_mark(self) -> int:
+        async with self._db.connection() as conn:
+            cur = await conn.execute("SELECT COALESCE(MAX(id), 0) AS mark FROM bot_erasures WHERE kind = %s", (OWED,))
+            return int((await cur.fetchone())["mark"])
 
     async def compaction_owed(self) -> float | None:
         async with self._db.connection() as conn:
@@ -63,9 +66,9 @@ class PostgresErasures:
             return (await cur.fetchone())["since"]
 
     @shielded
-    async def compaction_paid(self) -> None:
+    async def compaction_paid(self, up_to: int) -> None:
         async with self._db.connection() as conn:
-            await conn.execute("DELETE FROM bot_erasures WHERE kind = %s", (OWED,))
+            await conn.execute("DELETE FROM bot_erasures WHERE kind = %s AND id <= %s", (OWED, up_to))
 
     @shielded
     async def finish(self, job_id: int) -> None:

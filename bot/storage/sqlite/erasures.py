@@ -42,8 +42,12 @@ class SqliteErasures:
     @shielded
     async def owe_compaction(self) -> None:
         async with self._db.tx() as db:
-            await db.execute("INSERT INTO erasures (kind, user_id, requested) SELECT ?, '', ?"
-                             " WHERE NOT EXISTS (SELECT 1 FROM erasures WHERE kind = ?)", (OWED, time.time(), OWED))
+            await db.execute("INSERT INTO erasures (kind, user_id, requested) VALUES (?, '', ?)", (OWED, time.time()))
+
+    async def owed_mark(self) -> int:
+        cur = await self._db.conn.execute("SELECT COALESCE(MAX(id), 0) FROM erasures WHERE kind = ?", (OWED,))
+        (mark,) = await cur.fetchone()
+        return int(mark)
 
     async def compaction_owed(self) -> float | None:
         cur = await self._db.conn.execute("SELECT MIN(requested) FROM erasures WHERE kind = ?", (OWED,))
@@ -51,9 +55,9 @@ class SqliteErasures:
         return since
 
     @shielded
-    async def compaction_paid(self) -> None:
+    async def compaction_paid(self, up_to: int) -> None:
         async with self._db.tx() as db:
-            await db.execute("DELETE FROM erasures WHERE kind = ?", (OWED,))
+            await db.execute("DELETE FROM erasures WHERE kind = ? AND id <= ?", (OWED, up_to))
 
     @shielded
     async def finish(self, job_id: int) -> None:

@@ -60,4 +60,6 @@ class TransactionalSqliteStore(AsyncSqliteStore):
                     await run_through(self.conn.execute("ROLLBACK"))
                 raise
             if cancelled:
-                raise asyncio.CancelledError  # committed all the same: the batch is whole
+                if self.conn.in_transaction:  # the COMMIT failed while the cancel came: not left open
+                    await run_through(self.conn.execute("ROLLBACK"))
+                raise asyncio.CancelledError  # committed (or rolled back) all the same: the batch is whole

@@ -179,3 +179,18 @@ async def test_a_deleted_messages_words_leave_the_threads_its_memories_were_show
         assert await engine.memories.list("1") == []
         assert all("Birch" not in text for text in await answers(engine, "c"))
         assert all("Birch" not in t.ai and "Birch" not in t.human for t in await engine.storage.inbox.every_turn())
+
+
+async def test_after_an_erasure_the_pairs_are_written_again(settings):
+    """Pairs this process wrote are remembered so a reply usually writes nothing; an erasure may delete rows
+    (a swept server's threads, whose channel IDs come back with a re-invite), so it forgets them."""
+    async with running_engine(settings, ScriptedChatModel(recalling)) as engine:
+        await engine.reply("a", ann("a", POSTED), ADDRESS)
+        await engine.scheduler.flush()
+        await engine.reply("c", ann("c", "1180000000000000005"), "where do I live again?")
+        assert await engine.storage.reach.threads_of({POSTED}) == {"c"}
+        await engine.storage.reach.forget_thread("c")  # (as a server's sweep does)
+        await engine.reply("z", ann("z", "1180000000000000099"), "hello there")
+        await engine.messages_deleted("z", {"1180000000000000099"})  # any erasure
+        await engine.reply("c", ann("c", "1180000000000000006"), "and where is that?")
+        assert "c" in await engine.storage.reach.threads_of({POSTED})

@@ -95,11 +95,15 @@ async def test_an_owed_compaction_is_one_durable_record_apart_from_the_jobs(open
         assert await storage.erasures.compaction_owed() is None
         job = await storage.erasures.begin(kind="messages", user_id="42", subject="{}")
         await storage.erasures.owe_compaction()
-        await storage.erasures.owe_compaction()  # one record however many owe
+        await storage.erasures.owe_compaction()  # one debt however many records: the oldest says since when
         await storage.erasures.finish(job)
         assert await storage.erasures.unfinished() == []  # not an erasure to run again
     async with open_again() as storage:  # a crash before the compaction: the debt is still there
         since = await storage.erasures.compaction_owed()
         assert isinstance(since, float) and since > 0
-        await storage.erasures.compaction_paid()
+        mark = await storage.erasures.owed_mark()
+        await storage.erasures.owe_compaction()  # recorded while the compaction runs: not paid by it
+        await storage.erasures.compaction_paid(mark)
+        assert await storage.erasures.compaction_owed() is not None
+        await storage.erasures.compaction_paid(await storage.erasures.owed_mark())
         assert await storage.erasures.compaction_owed() is None
