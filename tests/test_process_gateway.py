@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import sys
 
 import aiohttp
 from aiohttp import web
 
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
-from tests.test_process_monitoring import BOT, ROOT, TOKEN, as_discord
+from tests.test_process_monitoring import BOT, ROOT, TOKEN, as_discord, stopped
 
 ALICE = {"id": "200000000000000002", "username": "alice", "discriminator": "0", "global_name": "Alice",
          "avatar": None, "bot": False, "system": False, "flags": 0, "public_flags": 0}
@@ -143,10 +142,7 @@ async def test_a_real_process_takes_events_from_the_gateway_its_api_base_names(t
             (request,) = [r["json"] for r in model.requests if not r["json"].get("tools")]
             assert "I like kayaking, hello!" in json.dumps(request["messages"])
         finally:
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGTERM)
-            out, err = await asyncio.wait_for(proc.communicate(), 60)
+            text = await stopped(proc)
             await discord_server.close()
-    text = out.decode() + err.decode()
     assert proc.returncode == 0, text[-4000:]
     assert "Traceback" not in text and TOKEN not in text and "sk-gateway-test" not in text

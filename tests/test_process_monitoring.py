@@ -69,6 +69,14 @@ async def fake_discord(gateway_port: int) -> tuple[web.AppRunner, int]:
     return runner, runner.addresses[0][1]
 
 
+async def stopped(proc: asyncio.subprocess.Process) -> str:
+    """SIGTERM the bot process (unless it ended already), wait for it; everything it printed."""
+    if proc.returncode is None:
+        proc.send_signal(signal.SIGTERM)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return out.decode() + err.decode()
+
+
 async def get(url: str) -> tuple[int, str]:
     async with aiohttp.ClientSession() as http, http.get(url, timeout=aiohttp.ClientTimeout(total=5)) as resp:
         return resp.status, await resp.text()
@@ -112,11 +120,8 @@ async def test_a_real_process_reports_the_gateway_down_and_still_serves_metrics(
         status, metrics = metrics_answer
         assert status == 200 and "mnemo_guilds 0.0" in metrics and "mnemo_gateway_latency_seconds NaN" in metrics
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        text = await stopped(proc)
         await runner.cleanup()
-    text = out.decode() + err.decode()
     # It keeps trying the gateway (discord.py's own first retry crashed the process until 2026-12-07:
     # bot.client.connect) and ends cleanly on SIGTERM.
     assert proc.returncode == 0, text[-4000:]
