@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 
 import aiohttp
 from aiohttp import web
 
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
-from tests.test_process_monitoring import BOT, ROOT, TOKEN, as_discord, stopped
+from tests.test_process_monitoring import BOT, TOKEN, as_discord, started, stopped
 
 ALICE = {"id": "200000000000000002", "username": "alice", "discriminator": "0", "global_name": "Alice",
          "avatar": None, "bot": False, "system": False, "flags": 0, "public_flags": 0}
@@ -120,14 +119,9 @@ async def test_a_real_process_takes_events_from_the_gateway_its_api_base_names(t
     discord_server = FakeDiscord()
     await discord_server.start()
     async with FakeOpenAIServer(handler=lambda request: Reply(text="Hello Alice, kayaks are great.")) as model:
-        cfg = tmp_path / "config.toml"
-        cfg.write_text(f'[bot]\ndata_dir = "data"\n'
-                       f'[discord]\napi_base = "http://127.0.0.1:{discord_server.port}/api/v10"\n'
-                       f'[model]\nbase_url = "{model.base_url}"\nstreaming = false\n')
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", "--config", str(cfg), cwd=ROOT,
-            env={"PATH": "/usr/bin:/bin", "DISCORD_TOKEN": TOKEN, "DEEPSEEK_API_KEY": "sk-gateway-test"},
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        proc = await started(tmp_path, f'[bot]\ndata_dir = "data"\n'
+                             f'[discord]\napi_base = "http://127.0.0.1:{discord_server.port}/api/v10"\n'
+                             f'[model]\nbase_url = "{model.base_url}"\nstreaming = false\n', "sk-gateway-test")
         try:
             try:
                 await asyncio.wait_for(discord_server.answered.wait(), 120)

@@ -69,6 +69,16 @@ async def fake_discord(gateway_port: int) -> tuple[web.AppRunner, int]:
     return runner, runner.addresses[0][1]
 
 
+async def started(tmp_path: Path, config: str, model_key: str) -> asyncio.subprocess.Process:
+    """The real ``python -m bot`` with this config file, the test token and ``model_key`` in a bare environment."""
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(config)
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "--config", str(cfg), cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "DISCORD_TOKEN": TOKEN, "DEEPSEEK_API_KEY": model_key},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+
+
 async def stopped(proc: asyncio.subprocess.Process) -> str:
     """SIGTERM the bot process (unless it ended already), wait for it; everything it printed."""
     if proc.returncode is None:
@@ -85,13 +95,8 @@ async def get(url: str) -> tuple[int, str]:
 async def test_a_real_process_reports_the_gateway_down_and_still_serves_metrics(tmp_path):
     runner, rest_port = await fake_discord(gateway_port=free_port())
     port = free_port()
-    cfg = tmp_path / "config.toml"
-    cfg.write_text(f'[bot]\ndata_dir = "data"\n[discord]\napi_base = "http://127.0.0.1:{rest_port}/api/v10"\n'
-                   f'[monitoring]\nmetrics = true\nhealth = true\nport = {port}\n')
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "--config", str(cfg), cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "DISCORD_TOKEN": TOKEN, "DEEPSEEK_API_KEY": "sk-monitoring-test"},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    proc = await started(tmp_path, f'[bot]\ndata_dir = "data"\n[discord]\napi_base = "http://127.0.0.1:{rest_port}/api/v10"\n'
+                         f'[monitoring]\nmetrics = true\nhealth = true\nport = {port}\n', "sk-monitoring-test")
     try:
         health = None
         for _ in range(300):  # the endpoint comes up before the gateway is tried
