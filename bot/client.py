@@ -331,6 +331,13 @@ async def connect(bot: commands.Bot, *, first_delay: float = 2.0) -> None:
 class ShardedMemoryBot(MemoryBot, commands.AutoShardedBot):
     """The same bot running some of the shards (``--shards``); see ``bot.sharding``."""
 
+    async def launch_shard(self, gateway: Any, shard_id: int, *, initial: bool = False) -> None:
+        """discord.py retries a shard's first connection every 5 seconds without asking whether the bot
+        was stopped meanwhile: with the gateway out of reach, SIGTERM never ended the process."""
+        if self.is_closed():
+            return
+        await super().launch_shard(gateway, shard_id, initial=initial)
+
 
 async def run_discord(
     settings: Settings, *, sync_only: bool = False, metrics: Metrics | None = None, shards: ShardPlan | None = None

@@ -69,12 +69,13 @@ async def fake_discord(gateway_port: int) -> tuple[web.AppRunner, int]:
     return runner, runner.addresses[0][1]
 
 
-async def started(tmp_path: Path, config: str, model_key: str) -> asyncio.subprocess.Process:
-    """The real ``python -m bot`` with this config file, the test token and ``model_key`` in a bare environment."""
+async def started(tmp_path: Path, config: str, model_key: str, *args: str) -> asyncio.subprocess.Process:
+    """The real ``python -m bot [args]`` with this config file, the test token and ``model_key`` in a bare
+    environment."""
     cfg = tmp_path / "config.toml"
     cfg.write_text(config)
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "--config", str(cfg), cwd=ROOT,
+        sys.executable, "-m", "bot", *args, "--config", str(cfg), cwd=ROOT,
         env={"PATH": "/usr/bin:/bin", "DISCORD_TOKEN": TOKEN, "DEEPSEEK_API_KEY": model_key},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
 
@@ -83,7 +84,12 @@ async def stopped(proc: asyncio.subprocess.Process) -> str:
     """SIGTERM the bot process (unless it ended already), wait for it; everything it printed."""
     if proc.returncode is None:
         proc.send_signal(signal.SIGTERM)
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    except asyncio.TimeoutError:  # not left running after the test
+        proc.kill()
+        out, err = await proc.communicate()
+        raise AssertionError("the process did not end on SIGTERM: " + (out + err).decode()[-2000:]) from None
     return out.decode() + err.decode()
 
 
@@ -132,3 +138,29 @@ async def test_a_real_process_reports_the_gateway_down_and_still_serves_metrics(
     assert proc.returncode == 0, text[-4000:]
     assert "monitoring endpoint on http://127.0.0.1:%d (/metrics, /health)" % port in text
     assert TOKEN not in text and "sk-monitoring-test" not in text
+
+
+async def test_a_sharded_process_waiting_for_the_gateway_ends_on_sigterm(tmp_path):
+    """With ``--shards`` discord.py retries each shard's first connection every 5 seconds and never asked
+    whether the bot was stopped: a SIGTERM while the gateway was out of reach left the process running."""
+    runner, rest_port = await fake_discord(gateway_port=free_port())
+    port = free_port()
+    proc = await started(tmp_path, f'[bot]\ndata_dir = "data"\n[discord]\napi_base = "http://127.0.0.1:{rest_port}/api/v10"\n'
+                         f'[monitoring]\nhealth = true\nport = {port}\n', "sk-monitoring-test",
+                         "run", "--shards", "0-1", "--shard-count", "2")
+    try:
+        for _ in range(300):  # up, and trying the gateway
+            try:
+                status, _body = await get(f"http://127.0.0.1:{port}/health")
+                break
+            except aiohttp.ClientError:
+                await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the health endpoint never answered")
+        assert status == 503
+        await asyncio.sleep(1.0)  # a shard's first attempt has failed: it waits to try again
+    finally:
+        text = await stopped(proc)  # (60 s at most: it used to run on)
+        await runner.cleanup()
+    assert proc.returncode == 0, text[-4000:]
+
