@@ -79,13 +79,9 @@ class ChannelTurns(Generic[T]):
             current.start_again()  # answered again, with everything, once they pause
             self.last_seen[author_id] = now
             return True
-        for turn in self.waiting:
-            if turn.author_id == author_id:
-                turn.items.append(item)
-                if follow_up:
-                    turn.not_before = max(turn.not_before, now + self.gather)
-                self.last_seen[author_id] = now
-                return True
+        if self.join_waiting(author_id, item, not_before=now + self.gather if follow_up else None):
+            self.last_seen[author_id] = now
+            return True
         if len(self.waiting) >= self.max_waiting:
             return False
         self.last_seen[author_id] = now
@@ -94,12 +90,15 @@ class ChannelTurns(Generic[T]):
             self.worker = asyncio.create_task(self._work(), name="channel-turns")
         return True
 
-    def join_waiting(self, author_id: int, item: T) -> bool:
-        """Add a message to the author's turn that is waiting to start, if there is one (a follow-up while
-        the bot shuts down: answered with what it follows, in order; never a new turn)."""
+    def join_waiting(self, author_id: int, item: T, *, not_before: float | None = None) -> bool:
+        """Add a message to the author's turn that is waiting to start, if there is one (also a follow-up
+        while the bot shuts down: answered with what it follows, in order; never a new turn). ``not_before``:
+        the turn waits at least until then (a quiet moment after a quick follow-up)."""
         for turn in self.waiting:
             if turn.author_id == author_id:
                 turn.items.append(item)
+                if not_before is not None:
+                    turn.not_before = max(turn.not_before, not_before)
                 return True
         return False
 

@@ -375,13 +375,12 @@ class Chat(commands.Cog):
             turn.delivered = True
             await writer.fail(APOLOGY)
             return
-        except EmptyAnswer as exc:  # the model's doing, not a bug: nothing was stored, the person is told
-            log.warning("answering message %s in channel %s: %s", last.id, last.channel.id, exc)
-            turn.delivered = True
-            await writer.fail(APOLOGY)
-            return
         except Exception as exc:  # noqa: BLE001 - the user gets an apology, the log the details
-            log.error("answering message %s in channel %s failed: %r", last.id, last.channel.id, exc, exc_info=exc)
+            if isinstance(exc, EmptyAnswer):  # the model's doing, not a bug: a warning, no traceback
+                log.warning("answering message %s in channel %s: %s", last.id, last.channel.id, exc)
+            else:
+                log.error("answering message %s in channel %s failed: %r", last.id, last.channel.id, exc,
+                          exc_info=exc)
             turn.delivered = True
             await writer.fail(APOLOGY)
             return

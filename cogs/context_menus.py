@@ -125,12 +125,11 @@ class ContextMenus(commands.Cog):
         try:
             result = await self.engine.turn(thread, [Incoming(speaker, ASK_TEXT)], context=context, policy=policy,
                                             timeout=self.bot.settings.model.timeout_seconds)  # as a chat answer
-        except EmptyAnswer as exc:  # the model answered nothing: the same apology, a warning in the log
-            log.warning("answering Ask about this in channel %s: %s", interaction.channel_id, exc)
-            await interaction.followup.send(APOLOGY, ephemeral=True)
-            return
-        except Exception:  # noqa: BLE001 - a short apology here, the details in the log
-            log.exception("answering Ask about this in channel %s failed", interaction.channel_id)
+        except Exception as exc:  # noqa: BLE001 - a short apology here, the details in the log
+            if isinstance(exc, EmptyAnswer):  # the model answered nothing: a warning, no traceback
+                log.warning("answering Ask about this in channel %s: %s", interaction.channel_id, exc)
+            else:
+                log.exception("answering Ask about this in channel %s failed", interaction.channel_id)
             await interaction.followup.send(APOLOGY, ephemeral=True)
             return
         if result.reply is None:

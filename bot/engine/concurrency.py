@@ -28,8 +28,6 @@ from bot.engine.stores.locks import ERASURES_KEY, CrossProcessLocks
 
 log = logging.getLogger(__name__)
 
-SETTLE_SECONDS = 120.0  # how long a wipe waits for the person's marked turns to end (InflightTurns.settled)
-
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
@@ -137,7 +135,7 @@ class InflightTurns:
             if left:
                 self._erasing[user_id] = left
 
-    async def settled(self, user_id: str, *, most: float = SETTLE_SECONDS) -> None:
+    async def settled(self, user_id: str, *, most: float) -> None:
         """Wait (at most ``most`` seconds) until none of the person's turns marked by an erasure is in flight.
 
         A turn marked while it runs stores its messages as it ends, then takes them back out

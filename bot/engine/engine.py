@@ -39,7 +39,7 @@ from bot.engine.recall import SemanticIndex, forget_cached_texts
 from bot.engine.recall.minilm import LocalMiniLM
 from bot.engine.state import Incoming, Quote, Speaker
 from bot.engine.stores import Storage
-from bot.engine.stores.locks import EXTRACTION
+from bot.engine.stores.locks import ERASURE, EXTRACTION
 from bot.engine.stores.reach import ShownSources
 from bot.metrics import Metrics
 from bot.settings import Settings
@@ -143,27 +143,23 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         """A turn's messages of a person erased while it ran, taken back out of its thread. They were written
         after the erasure passed: a compaction is owed (durably), for a wipe in another process that said
         "Done" before this turn ended (one here waits for it: ``_settled``)."""
-        await self.conversations.erase_messages(thread_id, message_ids)
-        await self.eraser.owe_compaction()
+        removed, _ = await self.conversations.erase_messages(thread_id, message_ids)
+        if removed:
+            await self.eraser.owe_compaction()
 
     @asynccontextmanager
-    async def _hold(self, user: str) -> AsyncIterator[None]:
-        """An erasure's hold on a person: no extraction, and no memory vectors written meanwhile."""
+    async def _hold(self, user: str, kind: str = ERASURE) -> AsyncIterator[None]:
+        """An erasure's hold on a person: no extraction, and no memory vectors written meanwhile; with
+        ``EXTRACTION`` (a deleted message's light hold) their new turns are still recorded."""
         try:
-            async with self.scheduler.hold(user), (self.semantic.paused(user) if self.semantic else nullcontext()):
-                yield
-        finally:
-            self._after_erasure()
-
-    @asynccontextmanager
-    async def _light_hold(self, user: str) -> AsyncIterator[None]:
-        """A deleted message's hold: no extraction and no vectors meanwhile, but new turns still recorded."""
-        try:
-            async with self.scheduler.hold(user, kind=EXTRACTION), (
+            async with self.scheduler.hold(user, kind=kind), (
                     self.semantic.paused(user) if self.semantic else nullcontext()):
                 yield
         finally:
             self._after_erasure()
+
+    def _light_hold(self, user: str) -> AbstractAsyncContextManager[None]:
+        return self._hold(user, EXTRACTION)
 
     def _chat_deps(self, chat_model: Any) -> ChatDeps:
         conv, mem = self.settings.conversation, self.settings.memory

@@ -185,11 +185,8 @@ class ConversationEraser:
         the learning queue keeps an answer's text on the row of the last message it answered, which may be
         another message than the deleted one (a gathered turn) or none of them (a deleted reply)."""
         messages = (await self._values(thread_id)).get("messages", [])
-        hit = {m.id for m in messages if isinstance(m, HumanMessage)
-               and str(m.additional_kwargs.get("message_id", "")) in message_ids}
-        doomed = set(with_answers(messages, hit))
-        return {m.text for m in messages if isinstance(m, AIMessage) and m.text and (
-            m.id in doomed or message_ids & {str(i) for i in m.additional_kwargs.get("discord_ids", [])})}
+        doomed = set(_doomed(messages, message_ids)[1])
+        return {m.text for m in messages if isinstance(m, AIMessage) and m.text and m.id in doomed}
 
     async def erase_messages(self, thread_id: str, message_ids: set[str]) -> tuple[int, list[str]]:
         """Remove Discord messages from a thread: people's messages with the answers to them, and bot replies.
@@ -200,11 +197,7 @@ class ConversationEraser:
         async with self.lock_for(thread_id):
             values = await self._values(thread_id)
             messages = values.get("messages", [])
-            hit = {m.id for m in messages if isinstance(m, HumanMessage)
-                   and str(m.additional_kwargs.get("message_id", "")) in message_ids}
-            doomed = with_answers(messages, hit)
-            doomed += [m.id for m in messages if isinstance(m, AIMessage) and m.id not in doomed
-                       and message_ids & {str(i) for i in m.additional_kwargs.get("discord_ids", [])}]
+            hit, doomed = _doomed(messages, message_ids)
             drop_summary = bool(values.get("summary")) and bool(message_ids & set(values.get("summary_sources") or []))
             if not doomed and not drop_summary:
                 if values and self.prune is not None:
@@ -288,6 +281,17 @@ class ConversationEraser:
         """The server a thread's conversation belongs to ("dm" for DMs; None: not known)."""
         _, _, guild = await self._state(thread_id)
         return None if guild is None else str(guild)
+
+
+def _doomed(messages: list, message_ids: set[str]) -> tuple[set[str], list[str]]:
+    """What removing these Discord messages removes from a thread: the stored IDs of people's messages among
+    them, and those plus the bot's answers to them and the bot's replies among them, in thread order."""
+    hit = {m.id for m in messages if isinstance(m, HumanMessage)
+           and str(m.additional_kwargs.get("message_id", "")) in message_ids}
+    doomed = with_answers(messages, hit)
+    doomed += [m.id for m in messages if isinstance(m, AIMessage) and m.id not in doomed
+               and message_ids & {str(i) for i in m.additional_kwargs.get("discord_ids", [])}]
+    return hit, doomed
 
 
 def with_answers(messages: list, human_ids: set[str]) -> list[str]:

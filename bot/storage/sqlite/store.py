@@ -33,6 +33,11 @@ class TransactionalSqliteStore(AsyncSqliteStore):
             raise done.exception()
         return cancelled
 
+    async def _roll_back(self) -> None:
+        """End a transaction left open (a batch that failed or was cancelled, a failed COMMIT), to its end."""
+        if self.conn.in_transaction:
+            await run_through(self.conn.execute("ROLLBACK"))
+
     @asynccontextmanager
     async def _cursor(self, *, transaction: bool = True) -> AsyncIterator[aiosqlite.Cursor]:
         if not self.is_setup:
@@ -43,23 +48,15 @@ class TransactionalSqliteStore(AsyncSqliteStore):
                     yield cur
                 return
             if await self._statement("BEGIN"):
-                if self.conn.in_transaction:
-                    await self._statement("ROLLBACK")
+                await self._roll_back()
                 raise asyncio.CancelledError
             try:
                 async with self.conn.cursor() as cur:
                     yield cur
-            except BaseException:
-                if self.conn.in_transaction:
-                    await run_through(self.conn.execute("ROLLBACK"))
-                raise
-            try:
                 cancelled = await self._statement("COMMIT")
-            except BaseException:  # (a busy file): the transaction is still open, and goes whole
-                if self.conn.in_transaction:
-                    await run_through(self.conn.execute("ROLLBACK"))
+            except BaseException:  # the batch or its COMMIT (a busy file) failed: it goes whole
+                await self._roll_back()
                 raise
             if cancelled:
-                if self.conn.in_transaction:  # the COMMIT failed while the cancel came: not left open
-                    await run_through(self.conn.execute("ROLLBACK"))
+                await self._roll_back()  # (a COMMIT that failed while the cancel came is not left open)
                 raise asyncio.CancelledError  # committed (or rolled back) all the same: the batch is whole

@@ -43,6 +43,7 @@ async def test_a_turn_restarted_by_an_edit_leaves_the_old_text_in_no_checkpoint(
         first = await engine.reply("c", ada("m1"), "my door code is 4417")
         await engine.conversations.drop_answer("c", first.message_id)  # what the cancelled caller does
         await engine.reply_to("c", [Incoming(ada("m1"), "my door code is secret", again=True)])
+        await engine.runner.close()  # the turn's tail (its checkpoint and the prune) runs after the answer
         humans = [m.text for m in (await engine.thread_state("c"))["messages"] if m.type == "human"]
         assert humans == ["hello", "my door code is secret"]  # (and the turn has written its checkpoint)
         config = {"configurable": {"thread_id": "c"}}
