@@ -19,6 +19,15 @@ def access_allows(message: discord.Message, access: AccessSection) -> bool:
                   parent_id=getattr(channel, "parent_id", None))
 
 
+def unknown_server(message: discord.Message) -> bool:
+    """A server message from a server this process does not know: discord.py gives it no guild (a
+    ``PartialMessageable`` that still carries the ``guild_id``), so every ``message.guild is None`` test
+    would read it as a DM: answered without a mention, kept and learned in the DM scope, where it could
+    reach the member's DMs. It is not handled at all: the server is unknown only when its GUILD_CREATE was
+    lost or could not be read, and that server's settings (its own channel rules) are unknown too."""
+    return message.guild is None and getattr(message.channel, "guild_id", None) is not None
+
+
 def interaction_allows(interaction: discord.Interaction, access: AccessSection) -> bool:
     """Whether the lists in ``[access]`` let a command that asks the model ("Ask about this") be answered:
     the same lists as a message in that channel, so a blocked member cannot get answers through a menu.

@@ -25,7 +25,7 @@ from discord.ext import commands
 from bot.client import MemoryBot
 from bot.engine import EmptyAnswer, GuildPolicy, Incoming, Quote, Reply, Speaker
 from cogs._context import StarterCache, carried_quotes, channel_context, reply_chain, speaker_name
-from cogs._gate import access_allows
+from cogs._gate import access_allows, unknown_server
 from cogs._input import input_builder
 from cogs._gathering import ChannelTurns, Turn
 from cogs._replying import ReplyWriter, may_speak, reply_to, typing_indicator
@@ -163,6 +163,10 @@ class Chat(commands.Cog):
     # ---- arrival
     @commands.Cog.listener()
     async def on_message(self, message: discord.Message) -> None:
+        if unknown_server(message):
+            log.warning("a message in channel %s of server %s, which this process does not know; not handled",
+                        message.channel.id, getattr(message.channel, "guild_id", None))
+            return
         try:
             policy = await self.engine.guild_policy(message.guild.id if message.guild else None)  # once per message
         except Exception:  # noqa: BLE001 - the database is down and no earlier read of the settings is kept

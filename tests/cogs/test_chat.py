@@ -73,6 +73,17 @@ async def test_dm_gets_a_reply(r):
     assert sent.content == "reply to [Alice | user 802]\n> hi in a DM"
 
 
+async def test_a_message_from_a_server_this_process_does_not_know_is_not_taken_for_a_dm(r, caplog):
+    """discord.py gives such a message no guild (its GUILD_CREATE was lost): it must not be answered without
+    a mention, nor kept and learned in the DM scope."""
+    unknown_guild, channel = 7770, 7771
+    await r.h.send_message(r.msg(ALICE, "no mention, and not a DM", channel_id=channel, guild_id=unknown_guild))
+    assert r.h.sent_messages() == []
+    assert r.model.calls == []
+    assert not ((await r.engine.thread_state(str(channel))) or {}).get("messages")
+    assert any("does not know" in rec.getMessage() for rec in caplog.records)
+
+
 async def test_messages_not_for_the_bot_get_nothing(r):
     await r.h.send_message(r.mentioning(OTHER_BOT, "I am a bot"))
     await r.h.send_message(r.msg(ALICE, "just chatting, no mention"))
