@@ -394,8 +394,14 @@ class Chat(commands.Cog):
             return
         try:
             sent = await writer.finish(reply.text)
-        except discord.HTTPException:
-            log.exception("sending the reply to message %s failed", last.id)
+        except discord.HTTPException as exc:
+            log.warning("sending the reply to message %s in channel %s failed: %s %s", last.id, last.channel.id,
+                        exc.status, exc.code)
+            if writer.first is None:  # nobody saw it: not kept as said, nor learned from
+                try:
+                    await self.engine.answer_not_sent(str(last.channel.id), reply)
+                except Exception:  # noqa: BLE001 - the answer stays stored, as before
+                    log.exception("taking back the unsent answer to message %s failed", last.id)
             return
         # Someone deleted the half-written answer (``writer.deleted``), or a part of it before it was attached
         # here: those deletions found no answer carrying the ID, so it is attached and deleted now, as a

@@ -110,7 +110,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         self.runner = TurnRunner(graph=self.graph, inbox=self.inbox, maintenance=storage.maintenance,
                                  locks=self.locks, scheduler=self.scheduler, policies=self.policies,
                                  outages=self.outages, observer=self.metrics.observer(),
-                                 drop_answer=self.conversations.drop_answer,
+                                 drop_answer=self._take_back_answer,
                                  drop_messages=self._drop_erased, scopes=storage.scopes,
                                  owed=(self.meter.owe, self.meter.paid))
         self.eraser = Eraser(storage, self.conversations, hold=self._hold, light_hold=self._light_hold,
@@ -138,6 +138,9 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
     async def _settled(self, user: str) -> None:
         """A wipe's wait for the person's marked turns here: as long as a turn can take, and a little more."""
         await self.runner.inflight.settled(user, most=self.settings.model.timeout_seconds + 30.0)
+
+    async def _take_back_answer(self, thread_id: str, answer_id: str) -> None:
+        await self.eraser.take_back_answer(thread_id, answer_id)
 
     async def _drop_erased(self, thread_id: str, message_ids: set[str]) -> None:
         """A turn's messages of a person erased while it ran, taken back out of its thread. They were written
@@ -318,6 +321,11 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
     async def attach_sent(self, thread_id: str, reply: Reply, discord_ids: list[str]) -> None:
         """Remember which Discord messages carry ``reply``, so a moderator deleting one removes it."""
         await self.conversations.attach_sent(thread_id, reply.message_id, discord_ids)
+
+    async def answer_not_sent(self, thread_id: str, reply: Reply) -> None:
+        """Discord refused ``reply`` (the bot lost its permission, the DM was closed, the thread locked):
+        nobody saw it, so later turns must not read it as said, nor extraction learn from it."""
+        await self.eraser.take_back_answer(thread_id, reply.message_id)
 
     async def thread_state(self, thread_id: str) -> dict:
         """The thread's current state values (messages, summary)."""

@@ -366,6 +366,23 @@ async def test_a_channel_that_refuses_typing_still_gets_the_answer(r):
     assert sent.content.endswith("can you hear me?")
 
 
+async def test_an_answer_discord_refuses_is_not_kept_as_said_nor_queued_for_learning(r):
+    """The bot lost its permission after the check (its own role updates are not heard): the model answered,
+    Discord refused the reply, and nobody saw it."""
+    from langchain_core.messages import AIMessage
+
+    def refuse(call):
+        raise dh.http_error(403, 50013, "Missing Permissions")
+
+    r.h.on("POST", "/channels/{channel_id}/messages", refuse)
+    await r.h.send_message(r.mentioning(ALICE, "tell me a secret word"))
+    messages = (await r.engine.thread_state(str(GENERAL)))["messages"]
+    assert [m.text for m in messages if isinstance(m, HumanMessage)] == ["tell me a secret word"]
+    assert not [m for m in messages if isinstance(m, AIMessage)]
+    rows = [t for t in await r.engine.inbox.every_turn() if t.thread_id == str(GENERAL)]
+    assert rows and all(t.ai == "" for t in rows)
+
+
 async def test_waiting_behind_a_slow_summary_does_not_count_against_the_deadline(tmp_path):
     import time as _time
 

@@ -241,12 +241,16 @@ class ConversationEraser:
                                                    as_node="summarize")
                     return
 
-    async def drop_answer(self, thread_id: str, answer_id: str) -> None:
-        """Remove an answer nobody saw (its turn was cancelled right after it was written)."""
+    async def drop_answer(self, thread_id: str, answer_id: str) -> str | None:
+        """Remove an answer nobody saw (its turn was cancelled right after it was written, or Discord refused
+        it); its text, when it was there."""
         async with self.lock_for(thread_id):
             values = await self._values(thread_id)
-            if any(m.id == answer_id for m in values.get("messages", [])):
-                await self._rewrite(thread_id, [answer_id], False)
+            found = [m for m in values.get("messages", []) if m.id == answer_id and isinstance(m, AIMessage)]
+            if not found:
+                return None
+            await self._rewrite(thread_id, [answer_id], False)
+            return found[0].text
 
     async def erase_thread(self, thread_id: str) -> bool:
         """Delete a thread's whole stored conversation (its channel or thread was deleted)."""

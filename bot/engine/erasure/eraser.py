@@ -298,6 +298,16 @@ class Eraser(JournalReplay):
             async with self._journaled(job_id):
                 yield
 
+    async def take_back_answer(self, thread_id: str, answer_id: str) -> bool:
+        """An answer nobody saw (Discord refused it, or its turn was cancelled just after it was written) out
+        of the thread and out of the learning queue's copy, which extraction would otherwise read as said."""
+        if self.conversations is None:
+            return False
+        text = await self.conversations.drop_answer(thread_id, answer_id)
+        if text:
+            await self.steps.forget_answers(thread_id, {text})
+        return text is not None
+
     async def drop_derived(self, user_id: str | int, keys: Iterable[str]) -> int:
         """Extraction deleted or rewrote memories (its own deletions, the cap's drops, patches): their
         cached vectors go. Not journaled: the memory change was one batch already; a vector row left by a

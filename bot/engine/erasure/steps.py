@@ -128,7 +128,7 @@ class ErasureSteps:
             if self.conversations is not None:
                 # First the answers' copies in the learning queue (a replay after a crash between the two
                 # still finds the answers in the thread), then the thread.
-                await self._forget_answers(thread_id, await self.conversations.answers_removed_with(thread_id, ids))
+                await self.forget_answers(thread_id, await self.conversations.answers_removed_with(thread_id, ids))
                 removed, _ = await self.conversations.erase_messages(thread_id, ids)
             pending = await self.storage.inbox.forget_messages(ids)
             memories = 0
@@ -150,7 +150,7 @@ class ErasureSteps:
         await self.storage.reach.forget(ids)  # last: a rerun after a crash still finds where they went
         return MessageErasure(messages=removed, pending_turns=pending, memories=memories, quotes=redacted)
 
-    async def _forget_answers(self, thread_id: str, answers: set[str]) -> None:
+    async def forget_answers(self, thread_id: str, answers: set[str]) -> None:
         """Blank the ``ai`` text of the thread's queued turns that carry one of these (removed) answers, each
         person held meanwhile: extraction reads that text as context, and the row outlives the thread's
         copy (a deleted reply of the bot's; an answer to a gathered turn whose first message was deleted)."""
