@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
 import discord
 from discord import app_commands
@@ -11,11 +10,11 @@ from discord.ext import commands
 
 from bot.client import MemoryBot
 from cogs._installs import NotInstalledHere
+from cogs.views import ALREADY_ANSWERED, Prompts
 
 log = logging.getLogger(__name__)
 
 GENERIC = "Something went wrong on my side. It has been logged; please try again later."
-EXPIRED_MARGIN_SECONDS = 60
 EXPIRED = "This prompt has expired (I restarted since it was shown): nothing was done. Run the command again."
 
 
@@ -46,27 +45,27 @@ class Errors(commands.Cog):
     def __init__(self, bot: MemoryBot) -> None:
         self.bot = bot
         self._previous = bot.tree.on_error
-        # Prompts older than this process have no live view. The margin covers a host clock ahead of
-        # Discord's: a live prompt read as expired would be answered twice (the view and this), while one a
-        # moment older than the process merely gets Discord's "This interaction failed" as before.
-        self.started = discord.utils.utcnow() - timedelta(seconds=EXPIRED_MARGIN_SECONDS)
+        self.prompts = Prompts()  # the prompts with buttons this process showed (``cogs.views.confirm``)
 
     @commands.Cog.listener()
     async def on_interaction(self, interaction: discord.Interaction) -> None:
-        """A button of a prompt shown before this process started (a restart, a deploy): its view died with
-        the old process, discord.py finds none and answers nothing, and Discord shows "This interaction
-        failed" without saying whether anything was deleted. It is told that nothing was done. Every view
-        here lives in the process that showed it (none is persistent), so a prompt this process showed is
-        its own view's to answer, or was edited to say it timed out."""
+        """A button no live view answers: a prompt shown before this process started (a restart, a deploy),
+        whose view died with the old process, or a second click on a prompt of this process already answered
+        or timed out. discord.py answers nothing there, and Discord shows "This interaction failed" without
+        saying whether anything was deleted: the click is told that it did nothing. Every view here lives
+        in the process that showed it (none is persistent). A view takes its click before this listener
+        runs (discord.py starts the view's task first, and ``OwnedView.interaction_check`` notes the click
+        before its first await)."""
         message = interaction.message
         if interaction.type is not discord.InteractionType.component or message is None:
             return
-        if discord.utils.snowflake_time(message.id) >= self.started:
+        why = self.prompts.unanswered(message.id, interaction.id)
+        if why is None or interaction.response.is_done():
             return
         try:
-            await interaction.response.send_message(EXPIRED, ephemeral=True)
+            await interaction.response.send_message(EXPIRED if why == "expired" else ALREADY_ANSWERED, ephemeral=True)
         except discord.HTTPException:
-            log.debug("could not answer a button of an expired prompt", exc_info=True)
+            log.debug("could not answer a button no live view took", exc_info=True)
 
     async def cog_load(self) -> None:
         self.bot.tree.on_error = self.on_app_command_error

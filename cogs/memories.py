@@ -22,7 +22,7 @@ from bot.engine import (MAX_CONTENT, MAX_HISTORY, MAX_IMPORT_BYTES, Actor, Impor
                         export_file, parse_import)
 from cogs import _memory_format as fmt
 from cogs._installs import NOT_A_MEMBER, bot_in_server, memory_place
-from cogs.views import PagerView, confirm, start_work
+from cogs.views import PagerView, confirm, remember_prompt, start_work
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +138,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         shown = await interaction.followup.send(embed=pages[0], view=view, ephemeral=True, wait=True)
         if view:
             view.shown = shown
+            remember_prompt(self.bot, shown.id, view)
 
     @app_commands.command(name="history")
     @app_commands.describe(memory="The memory whose changes you want to see")

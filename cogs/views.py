@@ -9,10 +9,13 @@ from typing import Callable, Sequence
 
 import discord
 from discord import app_commands
+from discord.ext import commands
 
 from cogs._installs import NOT_A_MEMBER
 
 CONFIRM_TIMEOUT = 60.0
+PROMPTS_REMEMBERED = 2000
+ALREADY_ANSWERED = "This prompt was already answered or has timed out: this click did nothing."
 
 
 class OwnedView(discord.ui.View):
@@ -22,8 +25,10 @@ class OwnedView(discord.ui.View):
         super().__init__(timeout=timeout)
         self.owner_id = owner_id
         self.message: discord.InteractionMessage | None = None
+        self.taken: set[int] = set()  # the clicks this view answers (``Prompts.unanswered``)
 
     async def interaction_check(self, interaction: discord.Interaction) -> bool:
+        self.taken.add(interaction.id)  # first, before any await: the errors cog reads it (``Prompts``)
         if interaction.user.id != self.owner_id:
             await interaction.response.send_message("These buttons aren't for you.", ephemeral=True)
             return False
@@ -41,13 +46,56 @@ class ConfirmView(OwnedView):
 
     @discord.ui.button(label="Confirm", style=discord.ButtonStyle.danger)
     async def confirm(self, interaction: discord.Interaction, button: discord.ui.Button) -> None:
-        self.value, self.interaction = True, interaction
-        self.stop()
+        await self._answer(interaction, True)
 
     @discord.ui.button(label="Cancel", style=discord.ButtonStyle.secondary)
     async def cancel(self, interaction: discord.Interaction, button: discord.ui.Button) -> None:
-        self.value, self.interaction = False, interaction
+        await self._answer(interaction, False)
+
+    async def _answer(self, interaction: discord.Interaction, value: bool) -> None:
+        """The first click decides. Two clicks can reach the view before it stops (a double click, or
+        Cancel then Confirm delivered in one read of the gateway): the later one is told it did nothing,
+        never taken as the answer, and never left for Discord to report as failed."""
+        if self.value is not None:
+            await interaction.response.send_message(ALREADY_ANSWERED, ephemeral=True)
+            return
+        self.value, self.interaction = value, interaction
         self.stop()
+
+
+def remember_prompt(client: discord.Client, message_id: int, view: OwnedView) -> None:
+    """Note a prompt this process showed, for the errors cog (which owns ``Prompts``)."""
+    errors = client.get_cog("Errors") if isinstance(client, commands.Bot) else None
+    if errors is not None:
+        errors.prompts.shown(message_id, view)
+
+
+class Prompts:
+    """The prompts with buttons this process showed (bounded), so a click no live view answers is told so.
+
+    discord.py answers nothing for a click on a view that stopped (a second click after the first was
+    taken) or that died with an earlier process (a restart while a prompt was on screen): Discord then
+    shows "This interaction failed", without saying whether anything was erased. The errors cog answers
+    those clicks (``unanswered``): "already answered" on a prompt of this process, "expired" on any other.
+    Knowing the prompts by message ID, not by the time they were shown, needs no clock agreement with
+    Discord, and a prompt shown a moment before a restart is still known as expired."""
+
+    def __init__(self, most: int = PROMPTS_REMEMBERED) -> None:
+        self.most = most
+        self._views: dict[int, OwnedView] = {}
+
+    def shown(self, message_id: int, view: OwnedView) -> None:
+        self._views[message_id] = view
+        while len(self._views) > self.most:
+            del self._views[next(iter(self._views))]
+
+    def unanswered(self, message_id: int, interaction_id: int) -> str | None:
+        """None when a live view of this process takes this click; else what the click is told: whether the
+        prompt is this process's (already answered or timed out) or an earlier one's."""
+        view = self._views.get(message_id)
+        if view is None:
+            return "expired"
+        return None if interaction_id in view.taken else "answered"
 
 
 async def confirm(
@@ -67,7 +115,8 @@ async def confirm(
     view = ConfirmView(interaction.user.id, confirm_label=confirm_label)
     extra = {"embed": embed} if embed is not None else {}
     gone = {"embed": None} if embed is not None else {}
-    await interaction.followup.send(question, view=view, ephemeral=True, wait=True, **extra)
+    shown = await interaction.followup.send(question, view=view, ephemeral=True, wait=True, **extra)
+    remember_prompt(interaction.client, shown.id, view)
     timed_out = await view.wait()
     if timed_out or view.value is None:
         try:

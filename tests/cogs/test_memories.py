@@ -253,8 +253,6 @@ async def test_a_memory_gone_before_the_edit_or_the_delete_lands_is_not_reported
 async def test_a_prompt_shown_before_a_restart_says_it_expired_and_does_nothing(tmp_path):
     """The bot restarts while a Wipe prompt is on screen: its view died with the old process, and the click
     got Discord's "This interaction failed" with no word on whether anything was erased."""
-    import discord
-
     from cogs.errors import EXPIRED
     from tests.cogs.conftest import rig
 
@@ -262,9 +260,7 @@ async def test_a_prompt_shown_before_a_restart_says_it_expired_and_does_nothing(
         await seed(r, ALICE, ["Alice likes tea"])
         res = await r.h.invoke_slash("memories wipe", user=ALICE, channel_id=GENERAL)
         prompt, wipe = res[-1], button(res[-1], "Wipe")
-    async with rig(tmp_path) as r:  # restarted
-        # (a minute's margin covers a clock ahead of Discord's; this restart came sooner than that)
-        r.bot.get_cog("Errors").started = discord.utils.utcnow()
+    async with rig(tmp_path) as r:  # restarted at once: no clock tells this prompt from a fresh one
         answered = await r.h.click(wipe, prompt.message, user=ALICE)
         assert len(answered) == 1 and answered[0].ephemeral and answered[0].content == EXPIRED
         assert [m.content for m in await r.engine.memories.list(str(ALICE["id"]))] == ["Alice likes tea"]
@@ -272,3 +268,33 @@ async def test_a_prompt_shown_before_a_restart_says_it_expired_and_does_nothing(
         done = await click_erasure(r, button(fresh[-1], "Wipe"), fresh[-1].message, user=ALICE)
         assert not any(c.content == EXPIRED for c in done)
         assert await r.engine.memories.list(str(ALICE["id"])) == []
+
+
+async def test_cancel_then_wipe_in_one_read_of_the_gateway_cancels_and_tells_the_second_click(r):
+    """Two clicks reach the view before it stops (a double click, or two frames read at once): the first
+    decides, the second is answered, not taken as the answer."""
+    import asyncio
+
+    from cogs.views import ALREADY_ANSWERED
+
+    await seed(r, ALICE, ["Alice likes tea"])
+    res = await r.h.invoke_slash("memories wipe", user=ALICE, channel_id=GENERAL)
+    prompt = res[-1]
+    cancelled, wiped = await asyncio.gather(r.h.click(button(prompt, "Cancel"), prompt.message, user=ALICE),
+                                            r.h.click(button(prompt, "Wipe"), prompt.message, user=ALICE))
+    await r.h.settle(timeout=30, quiet=1.0)
+    assert [c.content for c in r.h.interaction_responses(int(wiped.interaction["id"]))] == [ALREADY_ANSWERED]
+    assert any("Cancelled" in (c.content or "") for c in r.h.interaction_responses(int(cancelled.interaction["id"])))
+    assert [m.content for m in await r.engine.memories.list(str(ALICE["id"]))] == ["Alice likes tea"]
+
+
+async def test_a_click_on_a_prompt_already_answered_is_told_it_did_nothing(r):
+    from cogs.views import ALREADY_ANSWERED
+
+    await seed(r, ALICE, ["Alice likes tea"])
+    res = await r.h.invoke_slash("memories wipe", user=ALICE, channel_id=GENERAL)
+    prompt = res[-1]
+    await r.h.click(button(prompt, "Cancel"), prompt.message, user=ALICE)
+    again = await r.h.click(button(prompt, "Wipe"), prompt.message, user=ALICE)  # a client not yet redrawn
+    assert [(c.content, c.ephemeral) for c in again] == [(ALREADY_ANSWERED, True)]
+    assert [m.content for m in await r.engine.memories.list(str(ALICE["id"]))] == ["Alice likes tea"]
