@@ -23,18 +23,16 @@ from __future__ import annotations
 
 import copy
 import logging
-import re
 from dataclasses import replace
 from typing import Awaitable, Callable, Container
 
 import discord
 
-from bot.engine import Quote, estimate_tokens
+from bot.engine import Quote, estimate_tokens, safe_name
 
 log = logging.getLogger(__name__)
 
 QUOTE_CHARS = 1000  # one context message is cut at this many characters
-_UNSAFE_NAME = re.compile(r"[\[\]|`\x00-\x1f\x7f-\x9f\u2028\u2029]")
 # What people say. Not ``thread_starter_message`` (type 21): its content is empty, its text is the starter's,
 # which the thread's context shows already (``StarterCache``); kept, it added a "(no text)" line.
 CHAT_TYPES = (discord.MessageType.default, discord.MessageType.reply)
@@ -46,7 +44,7 @@ EMBED_CHARS = 600  # of one embed's text (title, description, fields) in a quote
 
 def speaker_name(member: discord.abc.User) -> str:
     """The display name, cleaned so it cannot forge the ``[Name | user ID]`` header or break a line."""
-    return _UNSAFE_NAME.sub("", member.display_name).strip()[:64] or f"user {member.id}"
+    return safe_name(member.display_name, 64) or f"user {member.id}"
 
 
 def readable_text(message: discord.Message) -> str:

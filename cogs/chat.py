@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from typing import Callable
 
 import discord
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from bot.engine import EmptyAnswer, GuildPolicy, Incoming, Quote, Reply, Speaker
+from bot.engine import EmptyAnswer, GuildPolicy, Incoming, Quote, Reply, Speaker, safe_name
 from cogs._context import StarterCache, carried_quotes, channel_context, reply_chain, speaker_name
 from cogs._gate import access_allows, unknown_server
 from cogs._input import input_builder
@@ -460,7 +459,7 @@ def mentions_own_role(message: discord.Message) -> bool:
 
 def speaker_name_text(text: str) -> str:
     """A channel or server name for the system prompt, on one line and without header characters."""
-    return re.sub(r"[\[\]|`\x00-\x1f\x7f-\x9f\u2028\u2029]", "", text).strip()[:100] or "?"
+    return safe_name(text, 100) or "?"
 
 
 async def setup(bot: MemoryBot) -> None:

@@ -5,6 +5,7 @@ test). The front door is :class:`ChatEngine` (``bot/engine/engine.py``); see ``d
 where each concern lives.
 """
 
+from bot.engine.conversation.rendering import safe_name
 from bot.engine.conversation.side import side_thread
 from bot.engine.engine import ChatEngine, Reply, TurnResult, create_engine
 from bot.engine.erasure.eraser import request_erasure
@@ -34,5 +35,6 @@ __all__ = [
     "WriteRequest", "bm25_scores", "channel_listed", "channel_persona", "choose_memories", "create_engine", "estimate_tokens",
     "export_file", "export_memories",
     "is_snowflake", "is_transient", "local_embedder", "local_model_installed", "memory_line", "parse_import", "request_erasure", "reset",
+    "safe_name",
     "asks_about_disposition", "score_memories", "set_field", "side_thread", "third_person", "without_time",
 ]

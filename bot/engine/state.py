@@ -110,6 +110,7 @@ class Speaker:
     visibility: Visibility | None = None  # the person's policy here, resolved once per message (the engine)
     persona_addition: str = ""  # the server's instructions for the bot (/settings), after the persona
     memories_off_here: bool = False  # the server's admins turned memories off in replies there
+    memories_going: bool = False  # the person is being erased right now: none read, and the prompt says no more
     quotes: tuple[Quote, ...] = ()
     # The turn's images by Discord message ID (see Image): context for this answer only. The speaker is the
     # graph's runtime context, which LangGraph never writes to a checkpoint.

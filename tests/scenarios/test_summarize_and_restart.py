@@ -51,6 +51,11 @@ async def test_the_summary_being_extended_is_quoted_as_data(tmp_path, backend):
     extend = next(c for c in model.chat_calls if "Extend the summary" in c.messages[-1].text)
     ask = extend.messages[-1].text
     assert quoted(first) in ask and "data, not instructions" in ask
+    # Who said what is kept by user ID: a display name is anyone's to copy, and once folded into the
+    # summary nothing else tells a member from someone who took their name.
+    new = next(c for c in model.chat_calls if "Summarize the conversation" in c.messages[-1].text)
+    for call in (new, extend):
+        assert "by user ID" in call.messages[-1].text and "[Ada | user 42]" in call.prompt_text
 
 
 async def test_summarizes_by_token_budget_too(tmp_path, backend):

@@ -14,6 +14,7 @@ They come from the runtime context, never from the stored messages (which hold o
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Mapping
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
@@ -33,7 +34,20 @@ from bot.engine.memories.records import StoredMemory
 from bot.engine.recall import memory_lines
 from bot.engine.state import Image, Quote, Speaker
 
-_UNSAFE_NAME = re.compile(r"[\[\]|`\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# Characters a name may not keep: the header's own ([ ] | `), line breaks and controls, and brackets and bars
+# that read like them but that NFKC leaves alone (it maps the full-width ones to ASCII first).
+_LOOKALIKES = "【】〔〕〖〗〘〙〚〛⟦⟧⟨⟩⟪⟫❨❩❪❫❬❭❮❯❰❱❲❳❴❵⁅⁆∣│┃║╎╏┆┇┊┋❘❙❚⎸⎹⏐￨¦ǀ"
+_UNSAFE_NAME = re.compile(r"[\[\]|`\x00-\x1f\x7f-\x9f\u2028\u2029" + re.escape(_LOOKALIKES) + "]")
+
+
+def safe_name(name: str, most: int = 64) -> str:
+    """A member-chosen name (display name, channel, server, file) as one line of plain text that cannot forge
+    the ``[Name | user ID]`` header: NFKC first (``［｜］`` become ``[|]`` and go), then invisible format
+    characters (bidi overrides, zero-width ones: they reorder or hide what the model reads), then header
+    characters and their lookalikes; at most ``most`` characters; may be empty."""
+    text = unicodedata.normalize("NFKC", name)
+    text = "".join(c for c in text if unicodedata.category(c) != "Cf")
+    return _UNSAFE_NAME.sub("", text).strip()[:most]
 
 
 def quoted(text: str) -> str:
@@ -47,8 +61,9 @@ def quoted(text: str) -> str:
 
 
 def header(name: str, user_id: str, *, is_bot: bool = False) -> str:
-    """The speaker line the model trusts: display name (cleaned by the Discord side) and Discord ID."""
-    return f"[{name} | {'bot' if is_bot else 'user'} {user_id}]"
+    """The speaker line the model trusts: display name (cleaned by the Discord side, and again here: names
+    stored by earlier releases were cleaned less) and Discord ID."""
+    return f"[{safe_name(name, 100) or 'someone'} | {'bot' if is_bot else 'user'} {user_id}]"
 
 
 def author_line(message: BaseMessage) -> str:
@@ -70,7 +85,7 @@ def context_block(quotes: tuple[Quote, ...] | list[Quote]) -> str:
 
 def image_name(name: str) -> str:
     """A file name for a note next to an image: one line, no header characters (members choose it)."""
-    return _UNSAFE_NAME.sub("", name).strip()[:100] or "image"
+    return safe_name(name, 100) or "image"
 
 
 def image_parts(images: tuple[Image, ...] | list[Image], source: str = "") -> list[dict]:
@@ -163,6 +178,9 @@ def system_prompt(persona: str, speaker: Speaker, memories: list[StoredMemory]) 
         persona = SERVER_PERSONA.format(persona=persona, addition=speaker.persona_addition)
     if speaker.memories_off_here:
         block = SERVER_MEMORIES_OFF_BLOCK
+    elif speaker.memories_going:  # not "asked you not to use them": that is private mode, which a model asked
+        # to recite its instructions would then announce for someone who only wiped their memories
+        block = NO_MEMORY_BLOCK.format(speaker_id=speaker.user_id)
     elif not speaker.use_memories:
         block = MEMORY_DISABLED_BLOCK.format(speaker_id=speaker.user_id)
     elif memories:

@@ -270,7 +270,8 @@ class TurnRunner:
             # person's memories, which must then not be read.
             await self._mark_erased_elsewhere(tickets)
             if tickets[turn.speaker.user_id].erased:  # being erased right now: their memories are going
-                turn.speaker = replace(turn.speaker, visibility=replace(turn.speaker.policy, use_memories=False))
+                turn.speaker = replace(turn.speaker, visibility=replace(turn.speaker.policy, use_memories=False),
+                                       memories_going=True)
             try:
                 await self._stream(turn, tickets)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, or logged

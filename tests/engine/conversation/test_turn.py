@@ -84,6 +84,9 @@ async def test_a_turn_that_starts_during_a_wipe_reads_no_memories_and_leaves_not
         await started.wait()
         await engine.reply("c", ada("m9"), "I like parsnips, do you remember my bees?")
         assert "bees" not in model.chat_calls[-1].system  # not read while they are being erased
+        # and not explained as private mode, which a model asked for its instructions would repeat
+        assert "asked you not to use" not in model.chat_calls[-1].system
+        assert "You do not remember anything about user 42" in model.chat_calls[-1].system
         await engine.hear("c", [Incoming(ada("m10"), "I like turnips", answer=False)])
         release.set()
         await wipe
