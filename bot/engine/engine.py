@@ -111,11 +111,12 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                                  locks=self.locks, scheduler=self.scheduler, policies=self.policies,
                                  outages=self.outages, observer=self.metrics.observer(),
                                  drop_answer=self._take_back_answer,
-                                 drop_messages=self._drop_erased, scopes=storage.scopes,
+                                 drop_messages=self._drop_erased, owe_compaction=self._owe_compaction,
+                                 scopes=storage.scopes,
                                  owed=(self.meter.owe, self.meter.paid))
         self.eraser = Eraser(storage, self.conversations, hold=self._hold, light_hold=self._light_hold,
                              erasing=self.runner.inflight.erasing, exclusive=self.locks.erasures,
-                             notify=self.scheduler.notify, settled=self._settled)
+                             notify=self.scheduler.notify, settled=self._settled, after=self._after_erasure)
         self.changes = DiscordChanges(storage=storage, conversations=self.conversations, eraser=self.eraser,
                                       scheduler=self.scheduler, thread_state=self.thread_state,
                                       removed_server_days=settings.retention.removed_server_days,
@@ -139,6 +140,9 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         """A wipe's wait for the person's marked turns here: as long as a turn can take, and a little more."""
         await self.runner.inflight.settled(user, most=self.settings.model.timeout_seconds + 30.0)
 
+    async def _owe_compaction(self) -> None:
+        await self.eraser.owe_compaction()
+
     async def _take_back_answer(self, thread_id: str, answer_id: str) -> None:
         await self.eraser.take_back_answer(thread_id, answer_id)
 
@@ -146,9 +150,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         """A turn's messages of a person erased while it ran, taken back out of its thread. They were written
         after the erasure passed: a compaction is owed (durably), for a wipe in another process that said
         "Done" before this turn ended (one here waits for it: ``_settled``)."""
-        removed, _ = await self.conversations.erase_messages(thread_id, message_ids)
-        if removed:
-            await self.eraser.owe_compaction()
+        await self.eraser.take_back_messages(thread_id, message_ids)
 
     @asynccontextmanager
     async def _hold(self, user: str, kind: str = ERASURE) -> AsyncIterator[None]:

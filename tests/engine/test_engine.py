@@ -142,3 +142,10 @@ async def test_an_erasure_empties_the_recall_caches_that_hold_whole_texts(tmp_pa
         assert _tokens.cache_info().currsize and _names.cache_info().currsize and mentions_time.cache_info().currsize
         await engine.messages_deleted("c", {"1180000000000000001"})
         assert (_tokens.cache_info().currsize, _names.cache_info().currsize, mentions_time.cache_info().currsize) == (0, 0, 0)
+        # A deleted channel takes no person's hold, and empties them too.
+        await engine.reply("c", Speaker(user_id="42", name="Ada", guild_id="9", channel_id="c",
+                                        message_id="1180000000000000003"), "I like Zanzibar cloves")
+        _tokens("I like Zanzibar cloves")  # as a choice of memories would have
+        assert _tokens.cache_info().currsize
+        await engine.channel_deleted("c")
+        assert (_tokens.cache_info().currsize, _names.cache_info().currsize, mentions_time.cache_info().currsize) == (0, 0, 0)

@@ -64,11 +64,14 @@ class TurnRunner:
                  scheduler: ExtractionScheduler, policies: Policies, outages: Outages, observer: object,
                  drop_answer: Callable[[str, str], Awaitable[None]],
                  drop_messages: Callable[[str, set[str]], Awaitable[object]] | None = None,
+                 owe_compaction: Callable[[], Awaitable[object]] | None = None,
                  scopes: TurnScopes | None = None,
                  owed: tuple[Callable[[Speaker], None], Callable[[Speaker], None]] = (lambda _s: None,
                                                                                       lambda _s: None)) -> None:
         """``drop_answer(thread, answer_id)`` takes an unseen answer back out, ``drop_messages(thread, ids)``
-        Discord messages with their answers (both the conversation eraser's). ``scopes`` mark a turn's
+        Discord messages with their answers (both the conversation eraser's); ``owe_compaction()`` is owed
+        when a turn stored a message over its earlier text (an edit while it was answered: the old words
+        are in superseded pages until a compaction, as after the eraser's own edits). ``scopes`` mark a turn's
         storage work as one unit (``bot.engine.stores.scopes``: one pooled connection on PostgreSQL).
         ``owed`` (owe, paid) is told about each usage record left for after an answer (``Later``)."""
         self.graph = graph
@@ -81,6 +84,7 @@ class TurnRunner:
         self.observer = observer
         self._drop_answer = drop_answer
         self._drop_messages = drop_messages
+        self._owe_compaction = owe_compaction
         self.scopes = scopes if scopes is not None else NoScopes()
         self.owed = owed
         self.inflight = InflightTurns()  # an erasure marks a person's turns in flight: none is learned from
@@ -145,6 +149,8 @@ class TurnRunner:
                 await self._queue_for_learning(thread_id, incoming, None, tickets, again=again)
             # A flood of heard messages must not pile up checkpoints; a text stored over must leave none.
             await self._maybe_prune(thread_id, now=rewritten)
+            if rewritten:
+                await self._owe()
         await self._mark_erased_elsewhere(tickets)
         await self._forget_erased(thread_id, incoming, tickets)  # an erasure that began meanwhile
 
@@ -284,6 +290,13 @@ class TurnRunner:
             # cancelled run wrote the old words as it ended). Superseded checkpoints still hold them: prune now,
             # not up to PRUNE_EVERY turns later (a quiet thread might never get there).
             await self._maybe_prune(turn.thread_id, now=turn.replaced)
+            if turn.replaced:
+                await self._owe()
+
+    async def _owe(self) -> None:
+        """A compaction, owed durably: the edited-away words are on disk until it runs."""
+        if self._owe_compaction is not None:
+            await self._owe_compaction()
 
     async def _stream(self, turn: _Turn, tickets: dict) -> None:
         """Run the graph, streaming the answer to ``on_delta``; the answer is handed out once it exists.

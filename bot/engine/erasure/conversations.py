@@ -86,6 +86,23 @@ class ConversationEraser:
                 removed, redacted = removed + r, redacted + q
         return removed, redacted
 
+    async def answers_to(self, user_id: str, *, guild_id: str | None = None) -> dict[str, set[str]]:
+        """The texts of the bot's answers :meth:`erase_author` would remove with the person's messages, by
+        thread (read only): an answer to a gathered turn is kept on the learning-queue row of its last
+        message, which may be someone else's."""
+        found: dict[str, set[str]] = {}
+        for thread_id in await self.thread_ids():
+            values, messages, thread_guild = await self._state(thread_id)
+            if guild_id is not None and str(thread_guild) != str(guild_id):
+                continue
+            theirs = {m.id for m in messages if isinstance(m, HumanMessage)
+                      and str(m.additional_kwargs.get("author_id")) == user_id}
+            doomed = set(with_answers(messages, theirs)) if theirs else set()
+            texts = {m.text for m in messages if isinstance(m, AIMessage) and m.text and m.id in doomed}
+            if texts:
+                found[thread_id] = texts
+        return found
+
     async def cut_quotes_in_thread(self, thread_id: str, quotes: QuoteRule, *, keep_author: str | None) -> int:
         """Cut ``quotes`` out of one thread (its messages but ``keep_author``'s, the bot's answers, the summary);
         return how many texts changed. For an edit's taken-back words: they were said in this thread."""

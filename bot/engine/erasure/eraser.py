@@ -93,6 +93,7 @@ class Eraser(JournalReplay):
         exclusive: Callable[[], AbstractAsyncContextManager] | None = None,
         notify: Callable[[str, str, int, str], None] | None = None,
         settled: Callable[[str], Awaitable[None]] | None = None,
+        after: Callable[[], None] | None = None,
     ) -> None:
         """``hold(user)`` keeps the person's extraction stopped meanwhile; ``erasing(user)`` is entered for
         the length of a person's erasure, whoever asked for it (a command, the journal: a wipe from the
@@ -101,7 +102,8 @@ class Eraser(JournalReplay):
         ``exclusive()`` is the global erasure lock (in-process only when not given); ``notify(thread, user,
         pending, scope)`` is told when an edited message is queued to be learned again; ``settled(user)``
         returns once the person's turns marked by the erasure have ended here (their messages taken back
-        out), so a wipe compacts after them."""
+        out), so a wipe compacts after them; ``after()`` empties the in-process caches of texts once a
+        removal is done (every journaled job, held or not: a deleted channel takes no person's hold)."""
         self.storage = storage
         self.conversations = conversations
         self.memories = MemoryRepository(storage.store)
@@ -109,6 +111,7 @@ class Eraser(JournalReplay):
         self.steps = ErasureSteps(storage, conversations, self.memories, self.holds, notify)
         self.erasing = erasing or (lambda _user: nullcontext())
         self.settled = settled
+        self.after = after or (lambda: None)
         self._exclusive = exclusive or _one_at_a_time()
         self._running: set[int] = set()  # journal IDs being run by this process right now
         self._failures: dict[int, tuple[int, float]] = {}  # journal ID -> (failures, retry not before)
@@ -308,6 +311,18 @@ class Eraser(JournalReplay):
             await self.steps.forget_answers(thread_id, {text})
         return text is not None
 
+    async def take_back_messages(self, thread_id: str, message_ids: set[str]) -> None:
+        """A turn's messages of a person erased while it ran, out of the thread with the answers to them (and
+        those answers' copies on other people's queued turns). Written after the erasure passed: a
+        compaction is owed (durably), for a wipe that said "Done" before this turn ended."""
+        if self.conversations is None:
+            return
+        await self.steps.forget_answers(thread_id, await self.conversations.answers_removed_with(thread_id, message_ids))
+        removed, _ = await self.conversations.erase_messages(thread_id, message_ids)
+        if removed:
+            self.after()
+            await self.owe_compaction()
+
     async def drop_derived(self, user_id: str | int, keys: Iterable[str]) -> int:
         """Extraction deleted or rewrote memories (its own deletions, the cap's drops, patches): their
         cached vectors go. Not journaled: the memory change was one batch already; a vector row left by a
@@ -367,6 +382,7 @@ class Eraser(JournalReplay):
         """
         await self._owe()
         await self.storage.erasures.finish(job_id)
+        self.after()
         if compact_now:
             await self._compact()
         else:

@@ -225,7 +225,12 @@ class ErasureSteps:
     ) -> ErasureResult:
         messages = redacted = 0
         beside = await self.learning_beside(user, guild_id)  # read before their rows go
-        if self.conversations is not None:  # first: it waits for any turn of theirs in flight to finish
+        if self.conversations is not None:
+            # The answers to their messages leave the queue's copies first (someone else's row, when a
+            # gathered turn ended with another person's message; a rerun after a crash still finds them).
+            for thread_id, answers in (await self.conversations.answers_to(user, guild_id=guild_id)).items():
+                await self.forget_answers(thread_id, answers)
+            # then the thread: it waits for any turn of theirs in flight to finish
             messages, redacted = await self.conversations.erase_author(user, guild_id=guild_id, quotes=quotes)
         pending = await self.storage.maintenance.erase_person_rows(user, guild_id=guild_id)
         erased = await erase_memories(self.memories, user, guild_id=guild_id, record=by, record_key=f"erasure-{job_id}")

@@ -42,6 +42,7 @@ async def test_a_turn_restarted_by_an_edit_leaves_the_old_text_in_no_checkpoint(
         await engine.reply("c", ada("m0"), "hello")
         first = await engine.reply("c", ada("m1"), "my door code is 4417")
         await engine.conversations.drop_answer("c", first.message_id)  # what the cancelled caller does
+        assert await engine.storage.erasures.compaction_owed() is None
         await engine.reply_to("c", [Incoming(ada("m1"), "my door code is secret", again=True)])
         await engine.runner.close()  # the turn's tail (its checkpoint and the prune) runs after the answer
         humans = [m.text for m in (await engine.thread_state("c"))["messages"] if m.type == "human"]
@@ -49,6 +50,9 @@ async def test_a_turn_restarted_by_an_edit_leaves_the_old_text_in_no_checkpoint(
         config = {"configurable": {"thread_id": "c"}}
         held = [repr((c.checkpoint, c.pending_writes)) async for c in engine.storage.checkpointer.alist(config)]
         assert held and all("4417" not in c for c in held)
+        # and the pages they were in are owed a compaction, as after the eraser's own edits (the events
+        # cog's edit found the new text stored already, and recorded nothing)
+        assert await engine.storage.erasures.compaction_owed() is not None
 
 
 async def test_the_usual_turn_queues_every_message(settings):

@@ -125,6 +125,23 @@ async def test_a_removed_answer_leaves_the_learning_queue_too(settings):
         assert await _said(engine, "c1") == [("H", "question one"), ("H", "second half")]
 
 
+async def test_a_wipe_takes_the_answer_to_a_gathered_turn_off_the_other_persons_queued_row(settings):
+    """Alice and Bob answered together; the answer is queued on Bob's row (his message came last). Alice's
+    wipe removed the answer from the thread, and Bob's row kept it, for his extraction to read."""
+    from bot.engine.state import Incoming
+
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        together = await engine.reply_to("c1", [Incoming(speaker("a", "Alice", "g1", "c1", "m1"), "alice asks"),
+                                                Incoming(speaker("b", "Bob", "g1", "c1", "m2"), "bob asks")])
+        rows = {t.origin["message_id"]: t.ai for t in await engine.storage.inbox.every_turn()}
+        assert rows["m2"] == together.text
+        await engine.runner.close()  # the turn's tail is done: the wipe, not the turn's take-back, does it
+        await engine.erase_person("a")
+        rows = {t.origin["message_id"]: t.ai for t in await engine.storage.inbox.every_turn()}
+        assert rows == {"m2": ""}
+        assert await _said(engine, "c1") == [("H", "bob asks")]
+
+
 async def test_an_edit_replaces_the_stored_text_and_an_unknown_message_changes_nothing(settings):
     async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
         await engine.reply("c1", speaker("a", "Alice", "g1", "c1", "m1"), "I live in Lyon")
