@@ -18,7 +18,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from bot.engine.concurrency import Locks, RateLimiter
 from bot.engine.conversation.graph import ChatDeps, build_chat_graph
-from bot.engine.conversation.turn import DeltaCallback, Reply, TurnRunner
+from bot.engine.conversation.turn import DeltaCallback, Reply, TakenBack, TurnRunner
 from bot.engine.erasure.conversations import ConversationEraser
 from bot.engine.erasure.eraser import Eraser
 from bot.engine.erasure.events import DiscordChanges
@@ -111,7 +111,8 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                                  locks=self.locks, scheduler=self.scheduler, policies=self.policies,
                                  outages=self.outages, observer=self.metrics.observer(),
                                  drop_answer=self._take_back_answer,
-                                 drop_messages=self._drop_erased, owe_compaction=self._owe_compaction,
+                                 drop_messages=self._drop_erased, drop_held=self._drop_erased_held,
+                                 owe_compaction=self._owe_compaction,
                                  scopes=storage.scopes,
                                  owed=(self.meter.owe, self.meter.paid))
         self.eraser = Eraser(storage, self.conversations, hold=self._hold, light_hold=self._light_hold,
@@ -146,11 +147,14 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
     async def _take_back_answer(self, thread_id: str, answer_id: str) -> None:
         await self.eraser.take_back_answer(thread_id, answer_id)
 
-    async def _drop_erased(self, thread_id: str, message_ids: set[str]) -> None:
+    async def _drop_erased(self, thread_id: str, message_ids: set[str], taken: TakenBack) -> None:
         """A turn's messages of a person erased while it ran, taken back out of its thread. They were written
         after the erasure passed: a compaction is owed (durably), for a wipe in another process that said
         "Done" before this turn ended (one here waits for it: ``_settled``)."""
-        await self.eraser.take_back_messages(thread_id, message_ids)
+        await self.eraser.take_back_messages(thread_id, message_ids, taken=taken)
+
+    async def _drop_erased_held(self, thread_id: str, message_ids: set[str]) -> TakenBack:
+        return await self.eraser.take_back_in_thread(thread_id, message_ids)
 
     @asynccontextmanager
     async def _hold(self, user: str, kind: str = ERASURE) -> AsyncIterator[None]:

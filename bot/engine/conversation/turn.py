@@ -13,7 +13,7 @@ import contextlib
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, replace
-from typing import Any, Awaitable, Callable, Coroutine
+from typing import AbstractSet, Any, Awaitable, Callable, Coroutine
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.graph.state import CompiledStateGraph
@@ -43,6 +43,9 @@ class Reply:
     message_id: str = ""  # the answer's ID in the thread (see ChatEngine.attach_sent)
 
 
+TakenBack = tuple[int, AbstractSet[str]]  # (messages removed from the thread, the removed answers' texts)
+
+
 @dataclass
 class _Turn:
     """One turn in flight: what it answers and where the answer goes."""
@@ -55,6 +58,7 @@ class _Turn:
     learning: bool
     timeout: float | None
     replaced: bool = False  # it stored a message over its earlier text (a turn restarted by an edit)
+    taken: TakenBack = (0, frozenset())  # what it took back of erased people before releasing the channel
 
 
 class TurnRunner:
@@ -63,13 +67,15 @@ class TurnRunner:
     def __init__(self, *, graph: CompiledStateGraph, inbox: Inbox, maintenance: Maintenance, locks: Locks,
                  scheduler: ExtractionScheduler, policies: Policies, outages: Outages, observer: object,
                  drop_answer: Callable[[str, str], Awaitable[None]],
-                 drop_messages: Callable[[str, set[str]], Awaitable[object]] | None = None,
+                 drop_messages: Callable[[str, set[str], TakenBack], Awaitable[object]] | None = None,
+                 drop_held: Callable[[str, set[str]], Awaitable[TakenBack]] | None = None,
                  owe_compaction: Callable[[], Awaitable[object]] | None = None,
                  scopes: TurnScopes | None = None,
                  owed: tuple[Callable[[Speaker], None], Callable[[Speaker], None]] = (lambda _s: None,
                                                                                       lambda _s: None)) -> None:
-        """``drop_answer(thread, answer_id)`` takes an unseen answer back out, ``drop_messages(thread, ids)``
-        Discord messages with their answers (both the conversation eraser's); ``owe_compaction()`` is owed
+        """``drop_answer(thread, answer_id)`` takes an unseen answer back out, ``drop_messages(thread, ids,
+        taken)`` Discord messages with their answers (the eraser's), and ``drop_held(thread, ids)`` their
+        thread part while the turn still holds the channel (``_take_back_held``); ``owe_compaction()`` is owed
         when a turn stored a message over its earlier text (an edit while it was answered: the old words
         are in superseded pages until a compaction, as after the eraser's own edits). ``scopes`` mark a turn's
         storage work as one unit (``bot.engine.stores.scopes``: one pooled connection on PostgreSQL).
@@ -84,6 +90,7 @@ class TurnRunner:
         self.observer = observer
         self._drop_answer = drop_answer
         self._drop_messages = drop_messages
+        self._drop_held = drop_held
         self._owe_compaction = owe_compaction
         self.scopes = scopes if scopes is not None else NoScopes()
         self.owed = owed
@@ -151,8 +158,9 @@ class TurnRunner:
             await self._maybe_prune(thread_id, now=rewritten)
             if rewritten:
                 await self._owe()
+            taken = await self._take_back_held(thread_id, incoming, tickets)
         await self._mark_erased_elsewhere(tickets)
-        await self._forget_erased(thread_id, incoming, tickets)  # an erasure that began meanwhile
+        await self._forget_erased(thread_id, incoming, tickets, taken)  # an erasure that began meanwhile
 
     async def _mark_erased_elsewhere(self, tickets: dict) -> None:
         """Mark the tickets of people an erasure in another process holds now (see ``InflightTurns``: the
@@ -256,17 +264,35 @@ class TurnRunner:
             try:
                 await self._mark_erased_elsewhere(tickets)
             finally:
-                await self._forget_erased(turn.thread_id, turn.incoming, tickets)
+                await self._forget_erased(turn.thread_id, turn.incoming, tickets, turn.taken)
 
-    async def _forget_erased(self, thread_id: str, incoming: list[Incoming], tickets: dict) -> None:
+    @staticmethod
+    def _erased_ids(incoming: list[Incoming], tickets: dict) -> set[str]:
+        return {i.speaker.message_id for i in incoming if tickets[i.speaker.user_id].erased and i.speaker.message_id}
+
+    async def _take_back_held(self, thread_id: str, incoming: list[Incoming], tickets: dict) -> TakenBack:
+        """Before the turn lets the channel go: the messages of people erased while it ran leave the thread
+        now, so the turn waiting next (here or in another process) never reads them, nor repeats them in an
+        answer the erasure's quote rule, read before this turn wrote them, would not cut. Only the thread:
+        their answers' queued copies need people's holds, which come before a channel in the global order
+        (``_forget_erased`` does the rest once the lock is released, and all of it if this is cut short)."""
+        await self._mark_erased_elsewhere(tickets)
+        gone = self._erased_ids(incoming, tickets)
+        if not gone or self._drop_held is None:
+            return 0, frozenset()
+        return await self._drop_held(thread_id, gone)
+
+    async def _forget_erased(self, thread_id: str, incoming: list[Incoming], tickets: dict,
+                             taken: TakenBack = (0, frozenset())) -> None:
         """Take the messages of people erased while the turn ran (or started) back out of the thread.
 
         The erasure may have passed this thread before the turn stored them; nothing of theirs from this
-        turn is kept after "Done" (the answers to them go too). After the channel lock: it is taken again.
+        turn is kept after "Done" (the answers to them go too, and those answers' copies in the learning
+        queue). After the channel lock: it is taken again, to find what ``_take_back_held`` did not.
         """
-        gone = {i.speaker.message_id for i in incoming if tickets[i.speaker.user_id].erased and i.speaker.message_id}
+        gone = self._erased_ids(incoming, tickets)
         if gone and self._drop_messages is not None:
-            await asyncio.shield(self._drop_messages(thread_id, gone))
+            await asyncio.shield(self._drop_messages(thread_id, gone, taken))
 
     async def _run_locked(self, turn: _Turn, tickets: dict) -> None:
         # The unit of work starts once the channel is ours: waiting for it holds nothing of storage's.
@@ -292,6 +318,7 @@ class TurnRunner:
             await self._maybe_prune(turn.thread_id, now=turn.replaced)
             if turn.replaced:
                 await self._owe()
+            turn.taken = await self._take_back_held(turn.thread_id, turn.incoming, tickets)
 
     async def _owe(self) -> None:
         """A compaction, owed durably: the edited-away words are on disk until it runs."""

@@ -212,21 +212,26 @@ class ConversationEraser:
         and the removed people's texts (for the quote rule).
         """
         async with self.lock_for(thread_id):
-            values = await self._values(thread_id)
-            messages = values.get("messages", [])
-            hit, doomed = _doomed(messages, message_ids)
-            drop_summary = bool(values.get("summary")) and bool(message_ids & set(values.get("summary_sources") or []))
-            if not doomed and not drop_summary:
-                if values and self.prune is not None:
-                    # Gone from the latest state, but a deletion cut short by a crash after the rewrite and
-                    # before its prune left the text in superseded checkpoints: the replay prunes them.
-                    await self.prune(thread_id)
-                return 0, []
-            said = [m.text for m in messages if m.id in hit]
-            await self._rewrite(thread_id, doomed, drop_summary)
-            log.info("removed %d deleted messages from thread %s%s", len(doomed), thread_id,
-                     " and its summary" if drop_summary else "")
-            return len(doomed), said
+            return await self.erase_messages_held(thread_id, message_ids)
+
+    async def erase_messages_held(self, thread_id: str, message_ids: set[str]) -> tuple[int, list[str]]:
+        """:meth:`erase_messages` for a caller that holds the thread's lock already (a turn taking its erased
+        person's messages back before it lets the next turn in: the lock is not re-entrant)."""
+        values = await self._values(thread_id)
+        messages = values.get("messages", [])
+        hit, doomed = _doomed(messages, message_ids)
+        drop_summary = bool(values.get("summary")) and bool(message_ids & set(values.get("summary_sources") or []))
+        if not doomed and not drop_summary:
+            if values and self.prune is not None:
+                # Gone from the latest state, but a deletion cut short by a crash after the rewrite and
+                # before its prune left the text in superseded checkpoints: the replay prunes them.
+                await self.prune(thread_id)
+            return 0, []
+        said = [m.text for m in messages if m.id in hit]
+        await self._rewrite(thread_id, doomed, drop_summary)
+        log.info("removed %d deleted messages from thread %s%s", len(doomed), thread_id,
+                 " and its summary" if drop_summary else "")
+        return len(doomed), said
 
     async def edit_message(self, thread_id: str, message_id: str, text: str) -> bool:
         """Replace a stored message's text with its edited text; return whether the thread held it.

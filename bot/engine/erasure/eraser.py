@@ -48,7 +48,7 @@ import json
 import logging
 import time
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, AsyncExitStack, asynccontextmanager, nullcontext
-from typing import AsyncIterator, Awaitable, Callable, Iterable, TypeVar
+from typing import AbstractSet, AsyncIterator, Awaitable, Callable, Iterable, TypeVar
 
 from bot.engine.concurrency import Hold, Holds
 from bot.engine.erasure.conversations import ConversationEraser
@@ -311,15 +311,29 @@ class Eraser(JournalReplay):
             await self.steps.forget_answers(thread_id, {text})
         return text is not None
 
-    async def take_back_messages(self, thread_id: str, message_ids: set[str]) -> None:
+    async def take_back_in_thread(self, thread_id: str, message_ids: set[str]) -> tuple[int, AbstractSet[str]]:
+        """The thread part of :meth:`take_back_messages`, for a turn that still holds the thread's lock: the
+        next turn waiting for it must not read an erased person's messages. Takes no person's hold (the
+        global order is person, then channel); returns (messages removed, the removed answers' texts),
+        for :meth:`take_back_messages` to finish once the lock is released."""
+        if self.conversations is None:
+            return 0, set()
+        answers = await self.conversations.answers_removed_with(thread_id, message_ids)
+        removed, _ = await self.conversations.erase_messages_held(thread_id, message_ids)
+        return removed, answers
+
+    async def take_back_messages(self, thread_id: str, message_ids: set[str], *,
+                                 taken: tuple[int, AbstractSet[str]] = (0, frozenset())) -> None:
         """A turn's messages of a person erased while it ran, out of the thread with the answers to them (and
         those answers' copies on other people's queued turns). Written after the erasure passed: a
-        compaction is owed (durably), for a wipe that said "Done" before this turn ended."""
+        compaction is owed (durably), for a wipe that said "Done" before this turn ended. ``taken``: what
+        :meth:`take_back_in_thread` already removed under the turn's lock."""
         if self.conversations is None:
             return
-        await self.steps.forget_answers(thread_id, await self.conversations.answers_removed_with(thread_id, message_ids))
+        answers = set(taken[1]) | await self.conversations.answers_removed_with(thread_id, message_ids)
+        await self.steps.forget_answers(thread_id, answers)
         removed, _ = await self.conversations.erase_messages(thread_id, message_ids)
-        if removed:
+        if removed or taken[0]:
             self.after()
             await self.owe_compaction()
 

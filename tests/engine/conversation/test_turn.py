@@ -128,6 +128,31 @@ async def test_a_wipe_says_done_only_after_a_turn_that_started_during_it_has_tak
             assert files_containing(settings.bot.data_dir, "5521-parsnip") == []
 
 
+async def test_the_turn_waiting_next_never_reads_the_messages_of_a_person_erased_meanwhile(settings):
+    """Ada's turn runs while her wipe is under way: it is answered, then her message is taken back out. Bob's
+    turn waits for the channel behind it. Until the ninth session the take-back came after Ada's turn let
+    the channel go, so Bob's turn (first in line for it) read her message, and could repeat it in an answer
+    the wipe's quote rule, read before her turn wrote it, would not cut."""
+    model = gated()
+    async with running_engine(settings, model) as engine:
+        release, started = await ada_with_bees_and_a_slow_wipe(engine)
+        wipe = asyncio.create_task(engine.erase_person("42"))
+        await started.wait()
+        ada_turn = asyncio.create_task(engine.reply("c", ada("m9"), "my locker code is 5521-parsnip"))
+        await model.entered.wait()  # Ada's turn holds the channel: the model is answering it
+        bob = Speaker(user_id="43", name="Bob", guild_id="900", channel_id="c", message_id="m10")
+        bob_turn = asyncio.create_task(engine.reply("c", bob, "what did everyone say?"))
+        await asyncio.sleep(0.3)  # Bob's turn is waiting for the channel
+        model.gate.set()
+        await ada_turn
+        await bob_turn
+        release.set()
+        await wipe
+        bob_call = next(c for c in model.chat_calls if not c.is_extraction and "what did everyone say" in c.prompt_text)
+        assert "5521-parsnip" not in bob_call.prompt_text
+        assert "5521-parsnip" not in " ".join(texts(await engine.thread_state("c")))
+
+
 async def test_a_wipe_from_the_shell_that_the_bot_runs_covers_turns_that_start_during_it(settings):
     """``python -m bot memories wipe`` beside the running bot records the wipe in the journal and the bot
     runs it: a turn of that person meanwhile is treated as during ``/memories wipe`` (no memories read,
