@@ -46,6 +46,7 @@ T = TypeVar("T")
 RETRY_FOR_SECONDS = 30 * 60
 RETRY_FIRST_DELAY = 1.0  # seconds; doubled after each failed try, up to a minute
 CHANGES_REMEMBERED = 10_000  # messages whose latest edit or deletion is known (an older waiting edit yields)
+SERVER_EVENTS_REMEMBERED = 10_000  # servers whose latest removal or return is known (an older retry yields)
 
 
 def not_an_edit(payload: discord.RawMessageUpdateEvent) -> bool:
@@ -76,6 +77,7 @@ class MessageEvents(commands.Cog):
         self.engine = bot.engine
         self.inputs = input_builder(bot)
         self._retrying: set[asyncio.Task] = set()
+        self._server_events: dict[int, bool] = {}  # server -> whether its newest event was a removal
         self._changes = 0  # numbers the edits and deletions heard, in order
         self._newest: dict[int, int] = {}  # message ID -> the number of its newest edit or deletion (bounded)
 
@@ -295,18 +297,37 @@ class MessageEvents(commands.Cog):
     async def on_guild_remove(self, guild: discord.Guild) -> None:
         """A real removal (discord.py sends ``guild_unavailable`` instead for an outage)."""
         log.info("removed from server %s; its data is deleted after the retention period", guild.id)
-        try:
-            await self.engine.server_removed(str(guild.id))
-        except Exception:  # noqa: BLE001
-            log.exception("recording the removal from server %s failed", guild.id)
+        await self._server_event(guild.id, removed=True)
 
     @commands.Cog.listener()
     async def on_guild_join(self, guild: discord.Guild) -> None:
-        await self.engine.server_back(str(guild.id))
+        await self._server_event(guild.id, removed=False)
 
     @commands.Cog.listener()
     async def on_guild_available(self, guild: discord.Guild) -> None:
-        await self.engine.server_back(str(guild.id))
+        await self._server_event(guild.id, removed=False)
+
+    async def _server_event(self, guild_id: int, *, removed: bool) -> None:
+        """Record a removal from a server (its data goes after the retention period) or its end (added back,
+        or there again after an outage). Discord sends each once: in a database outage it is retried, as a
+        deletion is, and only the newest of a server's events is (a removal missed would keep its data past
+        the promise; an end missed would let the sweep delete the data of a server the bot is in)."""
+        self._server_events[guild_id] = removed
+        while len(self._server_events) > SERVER_EVENTS_REMEMBERED:
+            del self._server_events[next(iter(self._server_events))]
+
+        def call() -> Awaitable[object]:
+            return self.engine.server_removed(str(guild_id)) if removed else self.engine.server_back(str(guild_id))
+
+        what = f"recording {'the removal from' if removed else 'the return to'} server {guild_id}"
+        try:
+            await call()
+        except Exception as exc:  # noqa: BLE001 - logged; an outage is waited out
+            if self.engine.outages(exc):
+                log.warning("%s waits for the database (%s)", what, type(exc).__name__)
+                self._retry_later(what, call, still_wanted=lambda: self._server_events.get(guild_id) is removed)
+                return
+            log.exception("%s failed", what)
 
 
 async def setup(bot: MemoryBot) -> None:

@@ -18,6 +18,7 @@ from tests.cogs.conftest import (
     GUILD_ID,
     LISTED,
     OTHER_BOT,
+    OTHER_GUILD,
     THREAD,
     rig,
 )
@@ -420,6 +421,38 @@ async def test_a_delete_and_an_edit_during_a_database_outage_are_applied_when_it
         assert deleted.left["n"] == 0 and edited.left["n"] == 0  # both failed first and were tried again
         assert await humans(r) == ["I like sailing"]
         assert "okapi_outage_1" not in " ".join(await contents(r, ALICE))
+
+
+async def test_a_removal_from_a_server_and_its_return_in_an_outage_are_retried_newest_last(tmp_path, monkeypatch):
+    """Discord sends GUILD_DELETE and GUILD_CREATE once. Dropped in an outage, a removal kept the server's
+    data past the promise, and a return missed let the hourly sweep delete the data of a server the bot is
+    back in. Both wait the outage out; a removal superseded by a return meanwhile is not applied."""
+    import cogs.message_events as events
+
+    async with rig(tmp_path) as r:
+        monkeypatch.setattr(events, "RETRY_FIRST_DELAY", 0.01)
+        removed = down_for(2, r.engine.server_removed)
+        back = down_for(1, r.engine.server_back)
+        monkeypatch.setattr(r.engine, "server_removed", removed)
+        monkeypatch.setattr(r.engine, "server_back", back)
+        cog = r.bot.get_cog("MessageEvents")
+        r.h.feed("GUILD_DELETE", {"id": str(OTHER_GUILD)})
+        for _ in range(100):
+            if cog._retrying:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(asyncio.gather(*cog._retrying), 20)
+        assert removed.left["n"] == 0  # failed, then tried again
+        assert [g for g in await r.engine.storage.removed_guilds.due(time.time() + 10**9)] == [str(OTHER_GUILD)]
+
+        removed.left["n"] = 1
+        r.h.feed("GUILD_DELETE", {"id": str(GUILD_ID)})  # removed in an outage ...
+        await asyncio.sleep(0)
+        r.h.feed("GUILD_CREATE", GUILD)  # ... and added back before the database answered
+        await settle(r)
+        await asyncio.wait_for(asyncio.gather(*cog._retrying), 20)
+        assert back.left["n"] == 0
+        assert [g for g in await r.engine.storage.removed_guilds.due(time.time() + 10**9)] == [str(OTHER_GUILD)]
 
 
 async def test_a_deletion_that_lost_the_erasure_lock_and_a_thread_deleted_in_an_outage_are_retried(

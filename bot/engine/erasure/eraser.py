@@ -48,6 +48,7 @@ import json
 import logging
 import time
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, AsyncExitStack, asynccontextmanager, nullcontext
+from dataclasses import dataclass
 from typing import AbstractSet, AsyncIterator, Awaitable, Callable, Iterable, TypeVar
 
 from bot.engine.concurrency import Hold, Holds
@@ -65,6 +66,13 @@ from bot.engine.stores import Storage
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+@dataclass
+class _Job:
+    """A journaled job as its body sees it: ``owes`` False when it removed nothing (no compaction)."""
+
+    owes: bool = True
 
 __all__ = ["ErasureResult", "Eraser", "MessageErasure", "request_erasure"]
 
@@ -125,13 +133,15 @@ class Eraser(JournalReplay):
         return self.holds.hold(user)
 
     @asynccontextmanager
-    async def _journaled(self, job_id: int, *, compact_now: bool = False) -> AsyncIterator[None]:
+    async def _journaled(self, job_id: int, *, compact_now: bool = False) -> AsyncIterator[_Job]:
         """Mark a journal row as run by this process for the duration, and finish it if the body succeeds
-        (compacting at once with ``compact_now``, else owing the batch's compaction; see ``compaction``)."""
+        (compacting at once with ``compact_now``, else owing the batch's compaction; see ``compaction``;
+        none when the body found nothing to remove and says so: ``_Job.owes``)."""
         self._running.add(job_id)
+        job = _Job()
         try:
-            yield
-            await self._finish(job_id, compact_now=compact_now)
+            yield job
+            await self._finish(job_id, compact_now=compact_now, owes=job.owes)
         finally:
             self._running.discard(job_id)
 
@@ -347,7 +357,7 @@ class Eraser(JournalReplay):
     async def erase_thread(self, thread_id: str, *, threads: bool = False) -> bool:
         """A channel or thread was deleted: its stored conversation goes, and its pending turns (journaled).
         ``threads``: a channel, whose threads go too (see ``ConversationEraser.threads_in_channel``)."""
-        return bool(await self._simple(THREAD, lambda: self.steps.thread(thread_id, threads=threads),
+        return bool(await self._simple(THREAD, lambda: self.steps.thread(thread_id, threads=threads), removed=bool,
                                        subject=json.dumps({"thread": thread_id, "threads": threads})))
 
     @counted
@@ -376,27 +386,35 @@ class Eraser(JournalReplay):
         return memories
 
     async def _simple(self, kind: str, step: Callable[[], Awaitable[T]], *, compact_now: bool = False,
-                      ready: Callable[[], Awaitable[bool]] | None = None, **row: str) -> T | None:
+                      ready: Callable[[], Awaitable[bool]] | None = None,
+                      removed: Callable[[T], bool] | None = None, **row: str) -> T | None:
         """Journal a removal named by IDs only, run its step, finish the row. ``ready`` runs first, under
-        the erasure lock and before anything is journaled: False, and nothing is done (None)."""
+        the erasure lock and before anything is journaled: False, and nothing is done (None). ``removed``
+        judges the step's result: False, and no compaction is owed (a channel the bot never saw: a
+        ticket or temporary-voice bot deletes them all day, and each would owe a VACUUM)."""
         async with self._exclusive():
             if ready is not None and not await ready():
                 return None
             job_id = await self.storage.erasures.begin(kind=kind, user_id="", **row)
-            async with self._journaled(job_id, compact_now=compact_now):
-                return await step()
+            async with self._journaled(job_id, compact_now=compact_now) as job:
+                result = await step()
+                job.owes = removed is None or removed(result)
+                return result
 
     # ---- the one compaction of a job (see ``erasure/compaction.py``)
-    async def _finish(self, job_id: int, *, compact_now: bool = False) -> None:
+    async def _finish(self, job_id: int, *, compact_now: bool = False, owes: bool = True) -> None:
         """The job's steps are done: record the compaction it owes, drop its row, then compact now or later.
 
         The debt is written before the row goes, so a crash between them leaves something that compacts;
         the compaction comes after the row is gone, so its quote hashes leave no page behind either.
         Called with the erasure lock held.
         """
-        await self._owe()
+        if owes:
+            await self._owe()
         await self.storage.erasures.finish(job_id)
         self.after()
+        if not owes:
+            return
         if compact_now:
             await self._compact()
         else:

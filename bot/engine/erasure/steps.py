@@ -201,9 +201,9 @@ class ErasureSteps:
         gone = False
         for one in doomed:
             erased = await self.conversations.erase_thread(one) if self.conversations is not None else False
-            gone = gone or erased
-            await self.storage.inbox.forget_thread(one)
-            await self.storage.reach.forget_thread(one)
+            queued = await self.storage.inbox.forget_thread(one)
+            gone = gone or erased or queued > 0
+            await self.storage.reach.forget_thread(one)  # (IDs only: no text, nothing to compact for)
         return gone
 
     async def guild(self, guild_id: str) -> int:

@@ -126,6 +126,19 @@ async def test_a_crash_in_the_middle_of_a_message_deletion_is_finished_at_restar
     assert _files_with(settings, canary) == []
 
 
+async def test_a_deleted_channel_the_bot_never_saw_owes_no_compaction(settings):
+    """A ticket or temporary-voice bot creates and deletes channels all day: each deletion owed a compaction
+    (a VACUUM on PostgreSQL) although nothing of it was stored. One that held a conversation still owes."""
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        assert await engine.eraser.erase_thread("never-seen", threads=True) is False
+        assert await engine.storage.erasures.compaction_owed() is None
+        assert await engine.storage.erasures.unfinished() == []
+        await engine.reply("t", Speaker(user_id="1", name="Ann", guild_id="9", channel_id="t", message_id="601"),
+                           "I like thread words")
+        assert await engine.eraser.erase_thread("t", threads=True) is True
+        assert await engine.storage.erasures.compaction_owed() is not None
+
+
 async def test_deleted_threads_and_servers_are_journaled_and_finished_at_restart(settings, monkeypatch):
     async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
         await engine.reply("t", Speaker(user_id="1", name="Ann", guild_id="9", channel_id="t", message_id="601"),
