@@ -41,7 +41,7 @@ from cogs._installs import guild_installed
 from cogs.memories import origin_of, reply, teach
 from cogs.moderation import has_server_wide_manage_messages, in_server, purge
 from cogs.chat import APOLOGY, OUT_OF_BUDGET, speaker_name_text
-from cogs.views import confirm, start_work
+from cogs.views import confirm, confirmed_work
 
 log = logging.getLogger(__name__)
 
@@ -176,10 +176,10 @@ class ContextMenus(commands.Cog):
                                    cancelled="Cancelled: nothing was forgotten.")
         if not ok:
             return
-        await start_work(button)
-        changes = await self.engine.delete_memories(interaction.user.id, [m.key for m in learned],
-                                                    by=Actor("user", str(interaction.user.id)))
-        await button.edit_original_response(content=f"Forgotten: {len(changes.deleted)} memories.", view=None)
+        async with confirmed_work(button, f"forgetting memories of user {interaction.user.id}"):
+            changes = await self.engine.delete_memories(interaction.user.id, [m.key for m in learned],
+                                                        by=Actor("user", str(interaction.user.id)))
+            await button.edit_original_response(content=f"Forgotten: {len(changes.deleted)} memories.", view=None)
 
     async def purge_member(self, interaction: discord.Interaction, member: discord.Member | discord.User) -> None:
         """``/purge-memories`` on this member (the checks ran before this is called)."""

@@ -22,7 +22,7 @@ from bot.engine import (MAX_CONTENT, MAX_HISTORY, MAX_IMPORT_BYTES, Actor, Impor
                         export_file, parse_import)
 from cogs import _memory_format as fmt
 from cogs._installs import NOT_A_MEMBER, bot_in_server, memory_place
-from cogs.views import PagerView, confirm, remember_prompt, start_work
+from cogs.views import ERASURE_UNFINISHED, PagerView, confirm, confirmed_work, remember_prompt
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,9 @@ async def refused_write(bot: MemoryBot, interaction: discord.Interaction, adding
 async def teach(bot: MemoryBot, interaction: discord.Interaction, text: str, origin: dict) -> None:
     """The one path of a person teaching the bot about themselves (``/memories remember``, "Remember this"):
     rate limit and cap first, then the memory, written by the person; the answer says where it counts."""
+    if not text.strip():  # spaces only: Discord's client trims them, other clients need not
+        await reply(interaction, "There is nothing to remember in that: nothing was saved.")
+        return
     if await refused_write(bot, interaction):
         return
     key = await bot.engine.remember(interaction.user.id, text.strip(), origin, by=Actor("user", str(interaction.user.id)))
@@ -184,6 +187,9 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
     async def edit(self, interaction: discord.Interaction, memory: str, text: app_commands.Range[str, 1, MAX_CONTENT]) -> None:
         """Correct one thing I remember about you."""
         await interaction.response.defer(ephemeral=True, thinking=True)
+        if not text.strip():  # an empty memory would also make the person's export fail its own import
+            await self.reply(interaction, "The corrected text is empty: nothing was changed.")
+            return
         found = await self.find(interaction, memory)
         if found is None:
             return
@@ -210,11 +216,11 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
                                    confirm_label="Delete", cancelled="Cancelled: nothing was deleted.")
         if not ok:
             return
-        await start_work(button)
-        changes = await self.engine.delete_memories(interaction.user.id, [found.key], by=self.actor(interaction))
-        said = (f"Deleted `{found.short_id}`: {fmt.clip(found.content)}" if changes.deleted
-                else f"`{found.short_id}` was already gone: nothing else was deleted.")
-        await button.edit_original_response(content=said, view=None)
+        async with confirmed_work(button, f"deleting a memory of user {interaction.user.id}"):
+            changes = await self.engine.delete_memories(interaction.user.id, [found.key], by=self.actor(interaction))
+            said = (f"Deleted `{found.short_id}`: {fmt.clip(found.content)}" if changes.deleted
+                    else f"`{found.short_id}` was already gone: nothing else was deleted.")
+            await button.edit_original_response(content=said, view=None)
 
     @edit.autocomplete("memory")
     @delete.autocomplete("memory")
@@ -238,9 +244,10 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
                                    cancelled="Cancelled: nothing was forgotten.")
         if not ok:
             return
-        await start_work(button)
-        changes = await self.engine.delete_memories(interaction.user.id, [m.key for m in matches], by=self.actor(interaction))
-        await button.edit_original_response(content=f"Forgotten: {len(changes.deleted)} memories.", view=None)
+        async with confirmed_work(button, f"forgetting memories of user {interaction.user.id}"):
+            changes = await self.engine.delete_memories(interaction.user.id, [m.key for m in matches],
+                                                        by=self.actor(interaction))
+            await button.edit_original_response(content=f"Forgotten: {len(changes.deleted)} memories.", view=None)
 
     # ---- erasing and importing
     @app_commands.command(name="wipe")
@@ -257,12 +264,14 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         )
         if not ok:
             return
-        await start_work(button)  # answered now: erasing every conversation can take longer than 3 seconds
-        result = await self.engine.erase_person(interaction.user.id)
-        log.info("user %s wiped their data: %d memories, %d messages", interaction.user.id, result.memories, result.messages)
-        await button.edit_original_response(
-            content=f"Done: deleted {result.memories} memories and {result.messages} stored messages.", view=None
-        )
+        # (answered at once: erasing every conversation can take longer than 3 seconds)
+        async with confirmed_work(button, f"the wipe of user {interaction.user.id}", failed=ERASURE_UNFINISHED):
+            result = await self.engine.erase_person(interaction.user.id)
+            log.info("user %s wiped their data: %d memories, %d messages", interaction.user.id, result.memories,
+                     result.messages)
+            await button.edit_original_response(
+                content=f"Done: deleted {result.memories} memories and {result.messages} stored messages.", view=None
+            )
 
     @app_commands.command(name="import")
     @app_commands.describe(file="A file from /memories export")
@@ -313,9 +322,9 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
             confirm_label="Import", cancelled="Cancelled: nothing was imported.")
         if not ok:
             return
-        await start_work(button)
-        count = await self.engine.restore_memories(interaction.user.id, memories, history, by=self.actor(interaction))
-        await button.edit_original_response(content=f"Imported {count} memories.", view=None)
+        async with confirmed_work(button, f"the import of user {interaction.user.id}"):
+            count = await self.engine.restore_memories(interaction.user.id, memories, history, by=self.actor(interaction))
+            await button.edit_original_response(content=f"Imported {count} memories.", view=None)
 
     # ---- settings
     async def set_pref(self, interaction: discord.Interaction, message: str, **values: bool | str) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
+from typing import Any
 
 import discord
 from discord import app_commands
@@ -30,7 +31,7 @@ from bot.client import MemoryBot
 from bot.engine import Actor
 from cogs._installs import guild_installed
 from cogs._modlog import post_mod_log
-from cogs.views import confirm, start_work, still_allowed
+from cogs.views import ERASURE_UNFINISHED, confirm, confirmed_work, still_allowed
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("bot.audit")
@@ -128,14 +129,23 @@ async def purge(bot: MemoryBot, interaction: discord.Interaction, member: discor
     if not await still_allowed(button, has_server_wide_manage_messages,
                                "You no longer have the Manage Messages permission: nothing was removed."):
         return
-    await start_work(button)  # answered now: the rank check asks Discord, erasing can take longer than 3 s
-    if not outranks(button.user, await _as_now(guild, member), guild):  # roles changed while the prompt was shown
-        await button.edit_original_response(content=f"{member.mention}'s highest role is no longer below yours: "
-                                            "nothing was removed.", view=None)
-        return
-    result = await bot.engine.erase_person(
-        member.id, guild_id=str(guild.id), by=Actor("moderator", str(interaction.user.id))
-    )
+    # (answered at once: the rank check asks Discord, erasing can take longer than 3 s)
+    what = f"the purge of member {member.id} in server {guild.id}"
+    async with confirmed_work(button, what, failed=ERASURE_UNFINISHED):
+        if not outranks(button.user, await _as_now(guild, member), guild):  # roles changed while the prompt was shown
+            await button.edit_original_response(content=f"{member.mention}'s highest role is no longer below yours: "
+                                                "nothing was removed.", view=None)
+            return
+        result = await bot.engine.erase_person(
+            member.id, guild_id=str(guild.id), by=Actor("moderator", str(interaction.user.id))
+        )
+        await _report_purge(bot, interaction, button, guild, member, result)
+
+
+async def _report_purge(bot: MemoryBot, interaction: discord.Interaction, button: discord.Interaction,
+                        guild: discord.Guild, member: discord.Member | discord.User, result: Any) -> None:
+    """The purge is done: the audit line, the moderator's answer, then the mod log (its channel read from
+    the server's settings: when that read fails, the purge is still reported as done)."""
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     line = (
         f"memory purge: moderator {interaction.user} ({interaction.user.id}) purged {result.memories} memories"
@@ -150,7 +160,11 @@ async def purge(bot: MemoryBot, interaction: discord.Interaction, member: discor
         + (f", and cut {result.reduced} back to what was learned elsewhere." if result.reduced else "."),
         view=None,
     )
-    policy = await bot.engine.guild_policy(guild.id)
+    try:
+        policy = await bot.engine.guild_policy(guild.id)
+    except Exception:  # noqa: BLE001 - the purge is done; only the mod-log line is lost (the audit log has it)
+        log.exception("could not read the mod-log channel of server %s after a purge", guild.id)
+        return
     await post_mod_log(guild, policy.mod_log_channel, line)
 
 

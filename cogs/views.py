@@ -5,13 +5,17 @@ Not an extension: helpers for the memories and moderation cogs.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import logging
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Callable, Sequence
 
 import discord
 from discord import app_commands
 from discord.ext import commands
 
 from cogs._installs import NOT_A_MEMBER
+
+log = logging.getLogger(__name__)
 
 CONFIRM_TIMEOUT = 60.0
 PROMPTS_REMEMBERED = 2000
@@ -168,6 +172,29 @@ class PagerView(OwnedView):
         self.index = min(len(self.pages) - 1, self.index + 1)
         await self._show(interaction)
 
+
+
+UNFINISHED = ("Sorry, something went wrong on my side, so this may not be done; it has been logged. "
+              "Please try again in a moment.")
+ERASURE_UNFINISHED = ("Sorry, something went wrong on my side before this erasure was done; it has been logged. "
+                      "It is recorded, and I finish it on my own as soon as I can.")
+
+
+@asynccontextmanager
+async def confirmed_work(button: discord.Interaction, what: str, *, failed: str = UNFINISHED) -> AsyncIterator[None]:
+    """The work after a Confirm click (``start_work`` first). If it fails (the database went away), the
+    prompt itself becomes a short apology (``failed``) and the log gets the details: left as it was, the
+    prompt still asked "Erase all ...? This cannot be undone." beside a separate apology, and for an
+    erasure, which its journal finishes later, "try again" was the wrong advice."""
+    await start_work(button)
+    try:
+        yield
+    except Exception:  # noqa: BLE001 - the person gets the apology, the log the details
+        log.exception("%s failed after it was confirmed", what)
+        try:
+            await button.edit_original_response(content=failed, view=None, embed=None)
+        except discord.HTTPException:
+            log.debug("could not put the apology on the prompt", exc_info=True)
 
 
 async def start_work(button: discord.Interaction) -> None:

@@ -221,7 +221,8 @@ async def test_a_confirmed_action_that_fails_leaves_no_live_button_behind(r, mon
     await r.h.click(button(prompt, "Delete"), prompt.message, user=ALICE)
     await r.h.settle()
     assert r.h.messages[int(prompt.message["id"])]["components"] == []
-    assert any("Something went wrong" in (c.content or "") for c in r.h.calls if c.body)
+    from cogs.views import UNFINISHED
+    assert r.h.messages[int(prompt.message["id"])]["content"] == UNFINISHED  # the prompt is the apology
     assert len(await r.engine.memories.list(str(ALICE["id"]))) == 1
 
 
@@ -297,4 +298,33 @@ async def test_a_click_on_a_prompt_already_answered_is_told_it_did_nothing(r):
     await r.h.click(button(prompt, "Cancel"), prompt.message, user=ALICE)
     again = await r.h.click(button(prompt, "Wipe"), prompt.message, user=ALICE)  # a client not yet redrawn
     assert [(c.content, c.ephemeral) for c in again] == [(ALREADY_ANSWERED, True)]
+    assert [m.content for m in await r.engine.memories.list(str(ALICE["id"]))] == ["Alice likes tea"]
+
+
+async def test_a_wipe_that_fails_after_confirm_turns_the_prompt_into_the_apology(r, monkeypatch, caplog):
+    """The database goes away after Wipe was pressed: the prompt still asked "Erase all ...? This cannot be
+    undone." beside a separate "try again later", wrong advice for an erasure its journal finishes later."""
+    from cogs.views import ERASURE_UNFINISHED
+
+    await seed(r, ALICE, ["Alice likes tea"])
+
+    async def down(*_a, **_k):
+        raise ConnectionError("database unreachable")
+
+    monkeypatch.setattr(r.engine, "erase_person", down)
+    res = await r.h.invoke_slash("memories wipe", user=ALICE, channel_id=GENERAL)
+    done = await click_erasure(r, button(res[-1], "Wipe"), res[-1].message, user=ALICE)
+    edits = [c for c in done if c.method == "PATCH"]
+    assert edits and edits[-1].json.get("content") == ERASURE_UNFINISHED
+    assert not any("Something went wrong" in (c.content or "") for c in done)  # one apology, on the prompt
+    assert any("failed after it was confirmed" in rec.getMessage() for rec in caplog.records)
+
+
+async def test_a_memory_of_spaces_only_is_refused(r):
+    res = await r.h.invoke_slash("memories remember", user=ALICE, channel_id=GENERAL, options={"text": "   "})
+    assert "nothing was saved" in res[-1].content
+    assert await r.engine.memories.list(str(ALICE["id"])) == []
+    (key,) = await seed(r, ALICE, ["Alice likes tea"])
+    res = await r.h.invoke_slash("memories edit", user=ALICE, channel_id=GENERAL, options={"memory": key, "text": "  "})
+    assert "nothing was changed" in res[-1].content
     assert [m.content for m in await r.engine.memories.list(str(ALICE["id"]))] == ["Alice likes tea"]
