@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import logging
 from dataclasses import replace
-from typing import Awaitable, Callable, Container
+from typing import Awaitable, Callable, Container, Iterable
 
 import discord
 
@@ -132,6 +132,12 @@ def quote_of(message: discord.Message, kind: str) -> Quote:
         text = f"{text}\n{embeds}".strip()
     return Quote(author_id=str(message.author.id), author_name=speaker_name(message.author),
                  text=_cut(text) or "(no text)", kind=kind, is_bot=message.author.bot, message_id=str(message.id))
+
+
+def marked_own(quotes: Iterable[Quote], me: discord.abc.User | None) -> tuple[Quote, ...]:
+    """The bot's own messages among ``quotes`` marked as its own (``Quote.is_self``)."""
+    mine = str(me.id) if me is not None else None
+    return tuple(replace(q, is_self=True) if q.author_id == mine else q for q in quotes)
 
 
 def _cached(bot: discord.Client, message_id: int) -> discord.Message | None:

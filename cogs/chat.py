@@ -23,7 +23,7 @@ from discord.ext import commands
 
 from bot.client import MemoryBot
 from bot.engine import EmptyAnswer, GuildPolicy, Incoming, Quote, Reply, Speaker, safe_name
-from cogs._context import StarterCache, carried_quotes, channel_context, reply_chain, speaker_name
+from cogs._context import StarterCache, carried_quotes, channel_context, marked_own, reply_chain, speaker_name
 from cogs._gate import access_allows, unknown_server
 from cogs._input import input_builder
 from cogs._gathering import ChannelTurns, Turn
@@ -157,7 +157,7 @@ class Chat(commands.Cog):
         for q in quotes:
             if q.message_id not in own:
                 unique.setdefault(q.message_id or str(len(unique)), q)
-        return tuple(unique.values())
+        return marked_own(unique.values(), self.bot.user)
 
     # ---- arrival
     @commands.Cog.listener()

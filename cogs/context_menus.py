@@ -34,7 +34,7 @@ from bot.client import MemoryBot
 from bot.chunking import split_message
 from bot.engine import MAX_CONTENT, Actor, EmptyAnswer, Incoming, Speaker, side_thread
 from cogs import _memory_format as fmt
-from cogs._context import quote_of, readable_text, speaker_name
+from cogs._context import marked_own, quote_of, readable_text, speaker_name
 from cogs._gate import interaction_allows
 from cogs._input import input_builder
 from cogs._installs import guild_installed
@@ -120,7 +120,7 @@ class ContextMenus(commands.Cog):
             # its pictures too (with vision on), as a reply to it would show them: asking about a photo
             # asks about the photo, not its file name
             images = await input_builder(self.bot).quoted_images(self.bot, message)
-            return (replace(quote_of(message, "reply"), images=images),)
+            return marked_own([replace(quote_of(message, "reply"), images=images)], self.bot.user)
 
         try:
             result = await self.engine.turn(thread, [Incoming(speaker, ASK_TEXT)], context=context, policy=policy,

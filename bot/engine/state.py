@@ -87,6 +87,7 @@ class Quote:
     text: str
     kind: str = "channel"
     is_bot: bool = False
+    is_self: bool = False  # the bot's own message: shown as the assistant's, never as another bot's
     message_id: str = ""  # a quote of a message the thread already holds is not shown twice
     images: tuple[Image, ...] = ()  # images of the message replied to (this answer only; see Image)
 

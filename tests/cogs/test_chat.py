@@ -103,6 +103,21 @@ async def test_listed_channel_and_reply_to_bot_trigger_answers(r):
     assert r.h.sent_messages(GENERAL) == []
 
 
+async def test_a_reply_to_the_bots_answer_shows_that_answer_once_as_its_own(r):
+    """The answer replied to is in the thread (the assistant's message): it was quoted again as a message of
+    some "bot", and nothing told the model that bot was itself (a webhook can take any name). A message of
+    its own the thread no longer holds is quoted as its own."""
+    await r.h.send_message(r.msg(ALICE, "tell me about otters", channel_id=LISTED))
+    (mine,) = r.h.sent_messages(LISTED)
+    await r.h.send_message(r.msg(BOB, "replying to you", channel_id=LISTED, referenced_message=mine.message))
+    prompt = r.model.chat_calls[-1].prompt_text
+    assert f"bot {dh.BOT_ID}]" not in prompt and "your own earlier message" not in prompt
+    old = dh.message(dh.snowflake(), LISTED, r.h.bot_user, "an answer from long ago")  # not in the thread
+    await r.h.send_message(r.msg(BOB, "about this one", channel_id=LISTED, referenced_message=old))
+    prompt = r.model.chat_calls[-1].prompt_text
+    assert "[you, the assistant (your own earlier message)]\n> an answer from long ago" in prompt
+
+
 async def test_a_reply_to_the_bot_without_the_referenced_message_in_its_payload_is_answered(r):
     """Discord leaves ``referenced_message`` out when it did not look the message up; the reply (ping off,
     so no mention) is still to the bot: the cached message says whose it is."""

@@ -171,6 +171,9 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
                                              if s.get("message_id") and str(s.get("channel_id", "")) != thread_id})
         system = SystemMessage(content=system_prompt(deps.persona, speaker, memories))
         stored = {str(m.additional_kwargs.get("message_id")) for m in state["messages"]}
+        # and the Discord messages that carry its own stored answers (a reply to the bot's last answer quoted
+        # that answer a second time, as another bot's message)
+        stored |= {str(i) for m in state["messages"] for i in m.additional_kwargs.get("discord_ids", [])}
         quotes = tuple(q for q in speaker.quotes if not q.message_id or q.message_id not in stored)
         # Images for this call only (runtime context): the turn's, and those of a replied-to message the
         # thread already holds (its quote is not repeated, its images go with the stored message).

@@ -60,6 +60,11 @@ def quoted(text: str) -> str:
     return "\n".join(f"> {line}" for line in (text.splitlines() or [""]))
 
 
+# The bot's own earlier message, quoted (replied to, or in the channel's recent messages): marked as its own,
+# since a bot header carries a name anyone can give a webhook ("Mnemo | bot 123" could be a proxy bot's).
+SELF_HEADER = "[you, the assistant (your own earlier message)]"
+
+
 def header(name: str, user_id: str, *, is_bot: bool = False) -> str:
     """The speaker line the model trusts: display name (cleaned by the Discord side, and again here: names
     stored by earlier releases were cleaned less) and Discord ID."""
@@ -78,7 +83,8 @@ def context_block(quotes: tuple[Quote, ...] | list[Quote]) -> str:
     for kind in ("starter", "reply", "channel", "forward", "poll"):
         chosen = [q for q in quotes if q.kind == kind]
         if chosen:
-            lines = [f"{header(q.author_name, q.author_id, is_bot=q.is_bot)}\n{quoted(q.text)}" for q in chosen]
+            lines = [f"{SELF_HEADER if q.is_self else header(q.author_name, q.author_id, is_bot=q.is_bot)}\n"
+                     f"{quoted(q.text)}" for q in chosen]
             parts.append(CONTEXT_HEADINGS[kind] + "\n" + "\n".join(lines))
     return "\n\n".join(parts)
 
