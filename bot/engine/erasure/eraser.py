@@ -182,6 +182,9 @@ class Eraser(JournalReplay):
                 result = await self.steps.person(job_id, user, guild_id, by, quotes)
                 if self.settled is not None:  # a turn of theirs that started meanwhile takes its messages back
                     await self.settled(user)
+                # Still theirs? A lease that ran out meanwhile (no fenced write since) let other processes
+                # record the person's turns: not "Done" then, the journal runs it again.
+                await self.storage.locks.still_held()
         return result
 
     @counted

@@ -54,6 +54,12 @@ class CrossProcessLocks(Protocol):
         """
         ...
 
+    async def still_held(self) -> None:
+        """Raise :class:`ClaimLost` unless every person claim the calling task holds is still its own and
+        unexpired. A wipe asks before "Done": its last steps make no fenced write (it waits for turns), and a
+        lease that ran out meanwhile let other processes treat the person as not being erased."""
+        ...
+
     async def erasing(self, user_ids: Iterable[str]) -> set[str]:
         """Which of these people an erasure holds right now, in any process (an ``ERASURE`` claim).
 
@@ -75,6 +81,9 @@ class SingleProcessLocks:
     @asynccontextmanager
     async def person(self, user_id: str, *, kind: str, wait: bool) -> AsyncIterator[bool]:
         yield True
+
+    async def still_held(self) -> None:
+        return None  # nothing to lose: no lease
 
     async def erasing(self, user_ids: Iterable[str]) -> set[str]:
         return set()  # one process: its own erasures mark its turns in memory

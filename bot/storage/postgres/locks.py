@@ -266,11 +266,16 @@ class PostgresLocks:
             await asyncio.sleep(self.lease_seconds / 3)
             try:
                 async with self._db.connection() as conn:
+                    # Not once it ran out: brought back silently, a lapse (renewals starved of a pooled
+                    # connection) would go unnoticed by the holder, while every other process saw the
+                    # person as free meanwhile. The fence and ``still_held`` then stop the holder.
                     cur = await conn.execute(
                         "UPDATE bot_claims SET lease_until = now() + make_interval(secs => %s)"
-                        " WHERE user_id = %s AND owner = %s", (self.lease_seconds, claim.user_id, claim.owner))
+                        " WHERE user_id = %s AND owner = %s AND lease_until > now()",
+                        (self.lease_seconds, claim.user_id, claim.owner))
                 if cur.rowcount == 0:
-                    log.warning("the claim on user %s was taken over; this run will write nothing", claim.user_id)
+                    log.warning("the claim on user %s ran out or was taken over; this run will write nothing",
+                                claim.user_id)
                     return
             except psycopg.Error as exc:  # an outage: the fence decides at write time
                 log.debug("renewing the claim on user %s failed: %r", claim.user_id, exc)
@@ -314,6 +319,12 @@ class PostgresLocks:
             _, cancelled = await run_through(self._release(claim, renewing))
             if cancelled:
                 raise asyncio.CancelledError
+
+    async def still_held(self) -> None:
+        if not CURRENT_CLAIM.get():
+            return
+        async with self._db.connection() as conn, conn.transaction():
+            await fence(conn)
 
     async def erasing(self, user_ids: Iterable[str]) -> set[str]:
         wanted = sorted(set(user_ids))

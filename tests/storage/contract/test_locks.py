@@ -316,15 +316,30 @@ async def test_a_live_holder_renews_its_lease(postgres_only, backend, open_again
     async with open_again(storage={"claim_lease_seconds": 3}) as one, open_again() as two:
         async with one.locks.person("42", kind=ERASURE, wait=False) as held:
             assert held is True
-            await raw.execute("UPDATE bot_claims SET lease_until = now() - interval '1 second'")
+            await raw.execute("UPDATE bot_claims SET lease_until = now() + interval '2 seconds'")  # running out
             await until(_renewed(raw), what="the holder renewed its lease")
             async with two.locks.person("42", kind=ERASURE, wait=False) as other:
                 assert other is False
+            await one.locks.still_held()  # its own, unexpired: nothing raised
+
+
+async def test_a_lease_that_ran_out_is_not_brought_back_silently(postgres_only, backend, open_again, raw):
+    """Renewals starved of a pooled connection let a lease run out: every other process then saw the person
+    as free (not being erased), and the next renewal used to bring the lease back as if nothing had
+    happened. It stays out, and the holder learns it before saying "Done" (``still_held``)."""
+    async with open_again(storage={"claim_lease_seconds": 3}) as storage, \
+            storage.locks.person("42", kind=ERASURE, wait=False) as held:
+        assert held is True
+        await raw.execute("UPDATE bot_claims SET lease_until = now() - interval '1 second'")
+        await asyncio.sleep(storage.locks.lease_seconds / 3 + 0.5)  # a renewal came and went
+        assert (await raw.rows("SELECT lease_until > now() FROM bot_claims"))[0][0] is False
+        with pytest.raises(ClaimLost):
+            await storage.locks.still_held()
 
 
 def _renewed(raw):
     async def check() -> bool:
-        return (await raw.rows("SELECT lease_until > now() FROM bot_claims"))[0][0]
+        return (await raw.rows("SELECT lease_until > now() + interval '2.5 seconds' FROM bot_claims"))[0][0]
     return check
 
 
