@@ -78,6 +78,10 @@ class MessageEvents(commands.Cog):
         self.inputs = input_builder(bot)
         self._retrying: set[asyncio.Task] = set()
         self._server_events: dict[int, bool] = {}  # server -> whether its newest event was a removal
+        # Messages whose last edit could not be applied (a file's download failed): discord.py's cache took the
+        # edit's timestamp all the same, so the next pin or unfurl would read as "not an edit" and the old
+        # text would stay; for these the next update is judged by the engine (bounded).
+        self._unapplied: dict[int, None] = {}
         self._changes = 0  # numbers the edits and deletions heard, in order
         self._newest: dict[int, int] = {}  # message ID -> the number of its newest edit or deletion (bounded)
 
@@ -177,7 +181,7 @@ class MessageEvents(commands.Cog):
             # so nothing of them is stored to edit; another AI bot streaming its answer edits once a second,
             # and each edit would otherwise read the learning queue and take the erasures' lock.
             return
-        if not_an_edit(payload):
+        if not_an_edit(payload) and payload.message_id not in self._unapplied:
             return
         edited = payload.message.edited_at
         stamp = edited.timestamp() if edited else None
@@ -190,10 +194,15 @@ class MessageEvents(commands.Cog):
         except DownloadFailed:  # judged again at its next update; a stub text would read as an edit
             log.warning("the update of message %s was not applied: an attachment could not be downloaded",
                         payload.message_id)
+            self._unapplied[payload.message_id] = None
+            while len(self._unapplied) > CHANGES_REMEMBERED:
+                del self._unapplied[next(iter(self._unapplied))]
             return
         except Exception:  # noqa: BLE001 - one failed edit must not stop the others
             log.exception("reading the edit of message %s failed", payload.message_id)
             return
+
+        self._unapplied.pop(payload.message_id, None)
 
         def apply() -> Awaitable[bool]:
             return self.engine.message_edited(str(payload.channel_id), str(payload.message_id), text, edited_at=stamp)

@@ -264,6 +264,32 @@ async def test_a_pin_after_a_restart_with_the_cdn_down_does_not_take_back_an_att
         assert await snapshot(r, ALICE) == before
 
 
+async def test_an_edit_not_applied_for_a_failed_download_is_applied_at_the_next_pin_of_a_cached_message(tmp_path):
+    """The edit's file could not be downloaded: it was left "to be judged again at its next update", but
+    discord.py's cache took its edited timestamp, so the next pin read as "not an edit" and the old text
+    stayed stored and learned."""
+    async with rig(tmp_path, ScriptedChatModel(no_echo)) as r:
+        r.h.cdn[NOTES_URL] = b"I like marmalade"
+        files = [dh.attachment(dh.snowflake(), "notes.txt", size=16, url=NOTES_URL, content_type="text/plain")]
+        said = r.mentioning(ALICE, "I like tea_before_edit", attachments=files)
+        await r.h.send_message(said)
+        real_cdn = r.bot.http.get_from_cdn
+
+        async def cdn_down(url):
+            raise dh.http_error(503, 0, "cdn down")
+
+        r.bot.http.get_from_cdn = cdn_down
+        fixed = edited(said, f"{r.mention()} I like coffee_after_edit")
+        r.h.feed("MESSAGE_UPDATE", fixed)
+        await settle(r)
+        assert any("tea_before_edit" in t for t in (await snapshot(r, ALICE))[2][0])  # not applied yet
+        r.bot.http.get_from_cdn = real_cdn
+        r.h.feed("MESSAGE_UPDATE", pinned(fixed))  # same edited timestamp as discord.py's cached copy
+        await settle(r)
+        stored = (await snapshot(r, ALICE))[2][0]
+        assert not any("tea_before_edit" in t for t in stored) and any("coffee_after_edit" in t for t in stored)
+
+
 @pytest.mark.parametrize("uncached", [False, True], ids=["cached", "uncached"])
 async def test_an_edit_that_does_not_list_the_files_keeps_their_words(tmp_path, uncached):
     """An update without an ``attachments`` key says nothing about the files, but discord.py builds the
