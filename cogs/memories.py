@@ -22,7 +22,7 @@ from bot.engine import (MAX_CONTENT, MAX_HISTORY, MAX_IMPORT_BYTES, Actor, Impor
                         export_file, parse_import)
 from cogs import _memory_format as fmt
 from cogs._installs import NOT_A_MEMBER, bot_in_server, memory_place
-from cogs.views import ERASURE_UNFINISHED, PagerView, confirm, confirmed_work, remember_prompt
+from cogs.views import PagerView, confirm, confirmed_work, remember_prompt
 
 log = logging.getLogger(__name__)
 
@@ -265,13 +265,16 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         if not ok:
             return
         # (answered at once: erasing every conversation can take longer than 3 seconds)
-        async with confirmed_work(button, f"the wipe of user {interaction.user.id}", failed=ERASURE_UNFINISHED):
+        async with confirmed_work(button, f"the wipe of user {interaction.user.id}",
+                                  recorded=lambda: self.engine.erasure_recorded(interaction.user.id)) as work:
             result = await self.engine.erase_person(interaction.user.id)
-            log.info("user %s wiped their data: %d memories, %d messages", interaction.user.id, result.memories,
-                     result.messages)
-            await button.edit_original_response(
-                content=f"Done: deleted {result.memories} memories and {result.messages} stored messages.", view=None
-            )
+        if not work.ok:
+            return
+        log.info("user %s wiped their data: %d memories, %d messages", interaction.user.id, result.memories,
+                 result.messages)
+        await button.edit_original_response(
+            content=f"Done: deleted {result.memories} memories and {result.messages} stored messages.", view=None
+        )
 
     @app_commands.command(name="import")
     @app_commands.describe(file="A file from /memories export")

@@ -77,7 +77,8 @@ class MessageEvents(commands.Cog):
         self.engine = bot.engine
         self.inputs = input_builder(bot)
         self._retrying: set[asyncio.Task] = set()
-        self._server_events: dict[int, bool] = {}  # server -> whether its newest event was a removal
+        self._server_events: dict[int, int] = {}  # server -> the number of its newest removal or return
+        self._server_locks: dict[int, asyncio.Lock] = {}  # a server's events apply one at a time
         # Messages whose last edit could not be applied (a file's download failed): discord.py's cache took the
         # edit's timestamp all the same, so the next pin or unfurl would read as "not an edit" and the old
         # text would stay; for these the next update is judged by the engine (bounded).
@@ -119,7 +120,7 @@ class MessageEvents(commands.Cog):
             while True:
                 await asyncio.sleep(delay)
                 if not still_wanted():
-                    log.debug("dropped %s: a newer change of the message came", what)
+                    log.debug("dropped %s: a newer change came", what)
                     return
                 try:
                     result = await call()
@@ -319,14 +320,25 @@ class MessageEvents(commands.Cog):
     async def _server_event(self, guild_id: int, *, removed: bool) -> None:
         """Record a removal from a server (its data goes after the retention period) or its end (added back,
         or there again after an outage). Discord sends each once: in a database outage it is retried, as a
-        deletion is, and only the newest of a server's events is (a removal missed would keep its data past
-        the promise; an end missed would let the sweep delete the data of a server the bot is in)."""
-        self._server_events[guild_id] = removed
+        deletion is (a removal missed would keep its data past the promise; an end missed would let the
+        sweep delete the data of a server the bot is in). A server's events apply one at a time, and each
+        only while it is the newest: a removal retried after the server came back is not applied."""
+        self._server_events.pop(guild_id, None)  # re-inserted last: the bound drops the oldest news first
+        number = self._server_events[guild_id] = self._changes = self._changes + 1
         while len(self._server_events) > SERVER_EVENTS_REMEMBERED:
-            del self._server_events[next(iter(self._server_events))]
+            oldest = next(iter(self._server_events))
+            del self._server_events[oldest]
+            self._server_locks.pop(oldest, None)
+        lock = self._server_locks.setdefault(guild_id, asyncio.Lock())
 
-        def call() -> Awaitable[object]:
-            return self.engine.server_removed(str(guild_id)) if removed else self.engine.server_back(str(guild_id))
+        def newest() -> bool:
+            return self._server_events.get(guild_id) == number
+
+        async def call() -> None:
+            async with lock:
+                if not newest():
+                    return
+                await (self.engine.server_removed(str(guild_id)) if removed else self.engine.server_back(str(guild_id)))
 
         what = f"recording {'the removal from' if removed else 'the return to'} server {guild_id}"
         try:
@@ -334,7 +346,7 @@ class MessageEvents(commands.Cog):
         except Exception as exc:  # noqa: BLE001 - logged; an outage is waited out
             if self.engine.outages(exc):
                 log.warning("%s waits for the database (%s)", what, type(exc).__name__)
-                self._retry_later(what, call, still_wanted=lambda: self._server_events.get(guild_id) is removed)
+                self._retry_later(what, call, still_wanted=newest)
                 return
             log.exception("%s failed", what)
 

@@ -31,7 +31,7 @@ from bot.client import MemoryBot
 from bot.engine import Actor
 from cogs._installs import guild_installed
 from cogs._modlog import post_mod_log
-from cogs.views import ERASURE_UNFINISHED, confirm, confirmed_work, still_allowed
+from cogs.views import confirm, confirmed_work, still_allowed
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("bot.audit")
@@ -131,7 +131,7 @@ async def purge(bot: MemoryBot, interaction: discord.Interaction, member: discor
         return
     # (answered at once: the rank check asks Discord, erasing can take longer than 3 s)
     what = f"the purge of member {member.id} in server {guild.id}"
-    async with confirmed_work(button, what, failed=ERASURE_UNFINISHED):
+    async with confirmed_work(button, what, recorded=lambda: bot.engine.erasure_recorded(member.id)) as work:
         if not outranks(button.user, await _as_now(guild, member), guild):  # roles changed while the prompt was shown
             await button.edit_original_response(content=f"{member.mention}'s highest role is no longer below yours: "
                                                 "nothing was removed.", view=None)
@@ -139,6 +139,7 @@ async def purge(bot: MemoryBot, interaction: discord.Interaction, member: discor
         result = await bot.engine.erase_person(
             member.id, guild_id=str(guild.id), by=Actor("moderator", str(interaction.user.id))
         )
+    if work.ok:
         await _report_purge(bot, interaction, button, guild, member, result)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Callable, Sequence
+from typing import AsyncIterator, Awaitable, Callable, Sequence
 
 import discord
 from discord import app_commands
@@ -60,7 +60,7 @@ class ConfirmView(OwnedView):
         """The first click decides. Two clicks can reach the view before it stops (a double click, or
         Cancel then Confirm delivered in one read of the gateway): the later one is told it did nothing,
         never taken as the answer, and never left for Discord to report as failed."""
-        if self.value is not None:
+        if self.value is not None or self.is_finished():  # (finished: it timed out as the click came)
             await interaction.response.send_message(ALREADY_ANSWERED, ephemeral=True)
             return
         self.value, self.interaction = value, interaction
@@ -180,17 +180,35 @@ ERASURE_UNFINISHED = ("Sorry, something went wrong on my side before this erasur
                       "It is recorded, and I finish it on my own as soon as I can.")
 
 
+class Work:
+    """What ``confirmed_work`` yields: ``ok`` once its body ran through (then say what was done)."""
+
+    def __init__(self) -> None:
+        self.ok = False
+
+
 @asynccontextmanager
-async def confirmed_work(button: discord.Interaction, what: str, *, failed: str = UNFINISHED) -> AsyncIterator[None]:
+async def confirmed_work(button: discord.Interaction, what: str, *,
+                         recorded: Callable[[], Awaitable[bool]] | None = None) -> AsyncIterator[Work]:
     """The work after a Confirm click (``start_work`` first). If it fails (the database went away), the
-    prompt itself becomes a short apology (``failed``) and the log gets the details: left as it was, the
-    prompt still asked "Erase all ...? This cannot be undone." beside a separate apology, and for an
-    erasure, which its journal finishes later, "try again" was the wrong advice."""
+    prompt itself becomes a short apology and the log gets the details: left as it was, the prompt still
+    asked "Erase all ...? This cannot be undone." beside a separate apology. ``recorded()`` says whether
+    an erasure that failed part-way is in the journal (it is then finished on its own, and the apology
+    says so; "try again" would be the wrong advice). The caller reports success after the block, when
+    ``ok``: a failure to report is not a failure of the work."""
     await start_work(button)
+    work = Work()
     try:
-        yield
+        yield work
+        work.ok = True
     except Exception:  # noqa: BLE001 - the person gets the apology, the log the details
         log.exception("%s failed after it was confirmed", what)
+        failed = UNFINISHED
+        try:
+            if recorded is not None and await recorded():
+                failed = ERASURE_UNFINISHED
+        except Exception:  # noqa: BLE001 - the database is still away: the plain apology
+            log.debug("could not read whether the erasure was recorded", exc_info=True)
         try:
             await button.edit_original_response(content=failed, view=None, embed=None)
         except discord.HTTPException:

@@ -303,21 +303,27 @@ async def test_a_click_on_a_prompt_already_answered_is_told_it_did_nothing(r):
 
 async def test_a_wipe_that_fails_after_confirm_turns_the_prompt_into_the_apology(r, monkeypatch, caplog):
     """The database goes away after Wipe was pressed: the prompt still asked "Erase all ...? This cannot be
-    undone." beside a separate "try again later", wrong advice for an erasure its journal finishes later."""
-    from cogs.views import ERASURE_UNFINISHED
+    undone." beside a separate apology. Failed before its journal row, it says to try again; failed after,
+    that the erasure is recorded and finished on its own (the journal is replayed)."""
+    from cogs.views import ERASURE_UNFINISHED, UNFINISHED
 
     await seed(r, ALICE, ["Alice likes tea"])
 
     async def down(*_a, **_k):
         raise ConnectionError("database unreachable")
 
-    monkeypatch.setattr(r.engine, "erase_person", down)
-    res = await r.h.invoke_slash("memories wipe", user=ALICE, channel_id=GENERAL)
-    done = await click_erasure(r, button(res[-1], "Wipe"), res[-1].message, user=ALICE)
-    edits = [c for c in done if c.method == "PATCH"]
-    assert edits and edits[-1].json.get("content") == ERASURE_UNFINISHED
-    assert not any("Something went wrong" in (c.content or "") for c in done)  # one apology, on the prompt
+    for where, said in ((r.engine, UNFINISHED), (r.engine.eraser.steps, ERASURE_UNFINISHED)):
+        with monkeypatch.context() as patch:
+            patch.setattr(where, "erase_person" if where is r.engine else "person", down)
+            res = await r.h.invoke_slash("memories wipe", user=ALICE, channel_id=GENERAL)
+            done = await click_erasure(r, button(res[-1], "Wipe"), res[-1].message, user=ALICE)
+        edits = [c for c in done if c.method == "PATCH"]
+        assert edits and edits[-1].json.get("content") == said
+        assert not any("Something went wrong" in (c.content or "") for c in done)  # one apology, on the prompt
     assert any("failed after it was confirmed" in rec.getMessage() for rec in caplog.records)
+    assert await r.engine.erasure_recorded(ALICE["id"])
+    await r.engine.eraser.resume()  # what the journal's replay does once the database is back
+    assert await r.engine.memories.list(str(ALICE["id"])) == []
 
 
 async def test_a_memory_of_spaces_only_is_refused(r):

@@ -34,19 +34,24 @@ from bot.engine.memories.records import StoredMemory
 from bot.engine.recall import memory_lines
 from bot.engine.state import Image, Quote, Speaker
 
-# Characters a name may not keep: the header's own ([ ] | `), line breaks and controls, and brackets and bars
-# that read like them but that NFKC leaves alone (it maps the full-width ones to ASCII first).
-_LOOKALIKES = "【】〔〕〖〗〘〙〚〛⟦⟧⟨⟩⟪⟫❨❩❪❫❬❭❮❯❰❱❲❳❴❵⁅⁆∣│┃║╎╏┆┇┊┋❘❙❚⎸⎹⏐￨¦ǀ"
+# Characters a name may not keep: the header's own ([ ] | `), line breaks and controls, and bars and bracket
+# pieces that read like them (NFKC maps the full-width ones to ASCII first; every other opening or closing
+# bracket, Unicode's Ps and Pe but ( ), goes by category).
+_LOOKALIKES = "∣│┃║╎╏┆┇┊┋❘❙❚⎸⎹⏐￨¦ǀ丨⎡⎢⎣⎤⎥⎦⌈⌉⌊⌋"
 _UNSAFE_NAME = re.compile(r"[\[\]|`\x00-\x1f\x7f-\x9f\u2028\u2029" + re.escape(_LOOKALIKES) + "]")
+
+
+def _kept(c: str) -> bool:
+    category = unicodedata.category(c)
+    return category != "Cf" and (category not in ("Ps", "Pe") or c in "()")
 
 
 def safe_name(name: str, most: int = 64) -> str:
     """A member-chosen name (display name, channel, server, file) as one line of plain text that cannot forge
     the ``[Name | user ID]`` header: NFKC first (``［｜］`` become ``[|]`` and go), then invisible format
-    characters (bidi overrides, zero-width ones: they reorder or hide what the model reads), then header
-    characters and their lookalikes; at most ``most`` characters; may be empty."""
-    text = unicodedata.normalize("NFKC", name)
-    text = "".join(c for c in text if unicodedata.category(c) != "Cf")
+    characters (bidi overrides, zero-width ones: they reorder or hide what the model reads) and brackets
+    but ( ), then header characters and their lookalikes; at most ``most`` characters; may be empty."""
+    text = "".join(c for c in unicodedata.normalize("NFKC", name) if _kept(c))
     return _UNSAFE_NAME.sub("", text).strip()[:most]
 
 

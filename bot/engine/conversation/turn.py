@@ -44,6 +44,7 @@ class Reply:
 
 
 TakenBack = tuple[int, AbstractSet[str]]  # (messages removed from the thread, the removed answers' texts)
+NOTHING_TAKEN: TakenBack = (0, frozenset())
 
 
 @dataclass
@@ -58,7 +59,7 @@ class _Turn:
     learning: bool
     timeout: float | None
     replaced: bool = False  # it stored a message over its earlier text (a turn restarted by an edit)
-    taken: TakenBack = (0, frozenset())  # what it took back of erased people before releasing the channel
+    taken: TakenBack | None = None  # what it took back of erased people before releasing the channel
 
 
 class TurnRunner:
@@ -147,20 +148,26 @@ class TurnRunner:
         incoming = [i for i in incoming if not tickets[i.speaker.user_id].erased]  # being erased: not kept
         if not incoming:
             return
-        async with self.locks.channel(thread_id), self.scopes.turn():
-            messages, again, rewritten = await self._human_messages(thread_id, incoming)
-            config = {"configurable": {"thread_id": thread_id}}
-            await self.graph.aupdate_state(config, {"messages": messages}, as_node="summarize")  # routes to END
-            self._remember_stored(thread_id)
-            if learning:
-                await self._queue_for_learning(thread_id, incoming, None, tickets, again=again)
-            # A flood of heard messages must not pile up checkpoints; a text stored over must leave none.
-            await self._maybe_prune(thread_id, now=rewritten)
-            if rewritten:
-                await self._owe()
-            taken = await self._take_back_held(thread_id, incoming, tickets)
-        await self._mark_erased_elsewhere(tickets)
-        await self._forget_erased(thread_id, incoming, tickets, taken)  # an erasure that began meanwhile
+        taken: TakenBack | None = None
+        try:
+            async with self.locks.channel(thread_id), self.scopes.turn():
+                try:
+                    messages, again, rewritten = await self._human_messages(thread_id, incoming)
+                    config = {"configurable": {"thread_id": thread_id}}
+                    await self.graph.aupdate_state(config, {"messages": messages}, as_node="summarize")  # to END
+                    self._remember_stored(thread_id)
+                    if learning:
+                        await self._queue_for_learning(thread_id, incoming, None, tickets, again=again)
+                    # A flood of heard messages must not pile up checkpoints; a text stored over must leave none.
+                    await self._maybe_prune(thread_id, now=rewritten)
+                    if rewritten:
+                        await self._owe()
+                finally:  # before the next turn gets the channel (see ``_take_back_held``)
+                    taken = await self._take_back_held(thread_id, incoming, tickets)
+        finally:  # an erasure that began meanwhile
+            if taken is None:
+                await self._mark_erased_elsewhere(tickets)
+            await self._forget_erased(thread_id, incoming, tickets, taken or NOTHING_TAKEN)
 
     async def _mark_erased_elsewhere(self, tickets: dict) -> None:
         """Mark the tickets of people an erasure in another process holds now (see ``InflightTurns``: the
@@ -258,13 +265,16 @@ class TurnRunner:
         except BaseException as exc:  # the channel's lock could not be taken (the database is away)
             if not turn.answered.done():  # the caller waits for an answer: it gets the failure instead
                 turn.answered.cancel() if isinstance(exc, asyncio.CancelledError) else turn.answered.set_exception(exc)
+            elif isinstance(exc, Exception):  # after the answer (its prune, a debt): nobody else hears of it
+                log.error("the end of a turn in thread %s failed: %r", turn.thread_id, exc, exc_info=exc)
             if not isinstance(exc, Exception):  # handed to the caller; a cancel or an exit goes on
                 raise
         finally:
             try:
-                await self._mark_erased_elsewhere(tickets)
+                if turn.taken is None:  # (asked already when the turn took them back under its lock)
+                    await self._mark_erased_elsewhere(tickets)
             finally:
-                await self._forget_erased(turn.thread_id, turn.incoming, tickets, turn.taken)
+                await self._forget_erased(turn.thread_id, turn.incoming, tickets, turn.taken or NOTHING_TAKEN)
 
     @staticmethod
     def _erased_ids(incoming: list[Incoming], tickets: dict) -> set[str]:
@@ -276,14 +286,19 @@ class TurnRunner:
         answer the erasure's quote rule, read before this turn wrote them, would not cut. Only the thread:
         their answers' queued copies need people's holds, which come before a channel in the global order
         (``_forget_erased`` does the rest once the lock is released, and all of it if this is cut short)."""
-        await self._mark_erased_elsewhere(tickets)
-        gone = self._erased_ids(incoming, tickets)
-        if not gone or self._drop_held is None:
-            return 0, frozenset()
-        return await self._drop_held(thread_id, gone)
+        try:
+            await self._mark_erased_elsewhere(tickets)
+            gone = self._erased_ids(incoming, tickets)
+            if not gone or self._drop_held is None:
+                return NOTHING_TAKEN
+            return await self._drop_held(thread_id, gone)
+        except Exception:  # noqa: BLE001 - the database went away: ``_forget_erased`` tries again after
+            log.warning("taking an erased person's messages back out of thread %s failed; tried again after",
+                        thread_id, exc_info=True)
+            return NOTHING_TAKEN
 
     async def _forget_erased(self, thread_id: str, incoming: list[Incoming], tickets: dict,
-                             taken: TakenBack = (0, frozenset())) -> None:
+                             taken: TakenBack = NOTHING_TAKEN) -> None:
         """Take the messages of people erased while the turn ran (or started) back out of the thread.
 
         The erasure may have passed this thread before the turn stored them; nothing of theirs from this
@@ -305,20 +320,22 @@ class TurnRunner:
                 turn.speaker = replace(turn.speaker, visibility=replace(turn.speaker.policy, use_memories=False),
                                        memories_going=True)
             try:
-                await self._stream(turn, tickets)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller, or logged
-                self._after_failure(turn, exc)
-                if not isinstance(exc, Exception):
-                    raise
-            if not turn.answered.done():  # pragma: no cover - the graph always runs respond
-                turn.answered.set_exception(RuntimeError("the graph produced no reply"))
-            # A restarted turn stored its messages over their earlier text (an edit while it was answered: the
-            # cancelled run wrote the old words as it ended). Superseded checkpoints still hold them: prune now,
-            # not up to PRUNE_EVERY turns later (a quiet thread might never get there).
-            await self._maybe_prune(turn.thread_id, now=turn.replaced)
-            if turn.replaced:
-                await self._owe()
-            turn.taken = await self._take_back_held(turn.thread_id, turn.incoming, tickets)
+                try:
+                    await self._stream(turn, tickets)
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller, or logged
+                    self._after_failure(turn, exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                if not turn.answered.done():  # pragma: no cover - the graph always runs respond
+                    turn.answered.set_exception(RuntimeError("the graph produced no reply"))
+                # A restarted turn stored its messages over their earlier text (an edit while it was answered:
+                # the cancelled run wrote the old words as it ended). Superseded checkpoints still hold them:
+                # prune now, not up to PRUNE_EVERY turns later (a quiet thread might never get there).
+                await self._maybe_prune(turn.thread_id, now=turn.replaced)
+                if turn.replaced:
+                    await self._owe()
+            finally:  # a cancelled run wrote its messages as it ended: they go before the next turn's too
+                turn.taken = await self._take_back_held(turn.thread_id, turn.incoming, tickets)
 
     async def _owe(self) -> None:
         """A compaction, owed durably: the edited-away words are on disk until it runs."""

@@ -331,6 +331,9 @@ class Eraser(JournalReplay):
         for :meth:`take_back_messages` to finish once the lock is released."""
         if self.conversations is None:
             return 0, set()
+        # The debt first, durably, as ``_finish`` does: a crash after the rewrite must leave something that
+        # compacts (a wipe in another process may have said "Done" already).
+        await self.owe_compaction()
         answers = await self.conversations.answers_removed_with(thread_id, message_ids)
         removed, _ = await self.conversations.erase_messages_held(thread_id, message_ids)
         return removed, answers
@@ -344,7 +347,9 @@ class Eraser(JournalReplay):
         if self.conversations is None:
             return
         answers = set(taken[1]) | await self.conversations.answers_removed_with(thread_id, message_ids)
-        await self.steps.forget_answers(thread_id, answers)
+        erased = {t.user_id for t in await self.storage.inbox.every_turn()
+                  if str(t.origin.get("message_id")) in message_ids}  # whose messages these are: being erased
+        await self.steps.forget_answers(thread_id, answers, skip=erased)
         removed, _ = await self.conversations.erase_messages(thread_id, message_ids)
         if removed or taken[0]:
             self.after()

@@ -12,6 +12,7 @@ from bot.engine.erasure.conversations import ConversationEraser
 from bot.engine.erasure.departures import absent_at_ready, servers_with_data
 from bot.engine.erasure.eraser import Eraser
 from bot.engine.erasure.events import DiscordChanges
+from bot.engine.erasure.jobs import PERSON
 from bot.engine.erasure.steps import ErasureResult, MessageErasure
 from bot.engine.memories.records import Actor
 from bot.engine.memories.repository import MemoryRepository
@@ -57,6 +58,11 @@ class ChangeVerbs:
         ``erasure/departures.py``). Returns them."""
         known = await servers_with_data(self.conversations, self.memories)
         return await absent_at_ready(present, known, mine=mine, removed=self.server_removed, back=self.server_back)
+
+    async def erasure_recorded(self, user_id: str | int) -> bool:
+        """Whether an erasure of the person is in the journal, unfinished: it will be finished (the journal
+        is replayed), so a wipe that failed part-way can say so instead of "try again"."""
+        return any(j.kind == PERSON and j.user_id == str(user_id) for j in await self.eraser.storage.erasures.unfinished())
 
     async def erase_person(self, user_id: str | int, *, guild_id: str | None = None,
                            by: Actor | None = None) -> ErasureResult:

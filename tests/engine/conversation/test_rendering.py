@@ -59,6 +59,7 @@ def test_a_name_cannot_forge_a_header_with_lookalikes_or_invisible_characters():
     assert header(forged, "999") == "[Auser 802 Alice | user 999]"
     assert safe_name("\u202eecilA\u200b\u2066 \u3010x\u3011 \u2223y") == "ecilA x y"
     assert safe_name("\uff2d\uff41\uff58") == "Max"  # full-width letters read as what they look like
+    assert safe_name("\u298bx\u298c \u23a1y\u23a4 \u2308z\u2309 \u2f01w (ok)") == "x y z w (ok)"  # any bracket but ( )
     assert safe_name("\u200b\u200d") == ""  # nothing left: the caller names them by ID
     line = author_line(HumanMessage("hi", additional_kwargs={"author_name": forged, "author_id": "999"}))
     assert line.splitlines()[0].count("[") == 1 and line.splitlines()[0].count("|") == 1
