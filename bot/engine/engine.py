@@ -153,8 +153,8 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         "Done" before this turn ended (one here waits for it: ``_settled``)."""
         await self.eraser.take_back_messages(thread_id, message_ids, taken=taken)
 
-    async def _drop_erased_held(self, thread_id: str, message_ids: set[str]) -> TakenBack:
-        return await self.eraser.take_back_in_thread(thread_id, message_ids)
+    async def _drop_erased_held(self, thread_id: str, message_ids: set[str], people: set[str]) -> TakenBack:
+        return await self.eraser.take_back_in_thread(thread_id, message_ids, people)
 
     @asynccontextmanager
     async def _hold(self, user: str, kind: str = ERASURE) -> AsyncIterator[None]:

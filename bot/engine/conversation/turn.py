@@ -69,13 +69,13 @@ class TurnRunner:
                  scheduler: ExtractionScheduler, policies: Policies, outages: Outages, observer: object,
                  drop_answer: Callable[[str, str], Awaitable[None]],
                  drop_messages: Callable[[str, set[str], TakenBack], Awaitable[object]] | None = None,
-                 drop_held: Callable[[str, set[str]], Awaitable[TakenBack]] | None = None,
+                 drop_held: Callable[[str, set[str], set[str]], Awaitable[TakenBack]] | None = None,
                  owe_compaction: Callable[[], Awaitable[object]] | None = None,
                  scopes: TurnScopes | None = None,
                  owed: tuple[Callable[[Speaker], None], Callable[[Speaker], None]] = (lambda _s: None,
                                                                                       lambda _s: None)) -> None:
         """``drop_answer(thread, answer_id)`` takes an unseen answer back out, ``drop_messages(thread, ids,
-        taken)`` Discord messages with their answers (the eraser's), and ``drop_held(thread, ids)`` their
+        taken)`` Discord messages with their answers (the eraser's), and ``drop_held(thread, ids, people)`` their
         thread part while the turn still holds the channel (``_take_back_held``); ``owe_compaction()`` is owed
         when a turn stored a message over its earlier text (an edit while it was answered: the old words
         are in superseded pages until a compaction, as after the eraser's own edits). ``scopes`` mark a turn's
@@ -291,7 +291,8 @@ class TurnRunner:
             gone = self._erased_ids(incoming, tickets)
             if not gone or self._drop_held is None:
                 return NOTHING_TAKEN
-            return await self._drop_held(thread_id, gone)
+            people = {i.speaker.user_id for i in incoming if tickets[i.speaker.user_id].erased}
+            return await self._drop_held(thread_id, gone, people)
         except Exception:  # noqa: BLE001 - the database went away: ``_forget_erased`` tries again after
             log.warning("taking an erased person's messages back out of thread %s failed; tried again after",
                         thread_id, exc_info=True)

@@ -48,7 +48,7 @@ import json
 import logging
 import time
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, AsyncExitStack, asynccontextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import AbstractSet, AsyncIterator, Awaitable, Callable, Iterable, TypeVar
 
 from bot.engine.concurrency import Hold, Holds
@@ -126,6 +126,9 @@ class Eraser(JournalReplay):
         self.active = 0  # erasures running right now
         self.owed = OwedCompaction(self.compact_owed)  # small removals' one compaction, batched
         self._resumed = False  # the first resume (start-up) pays any compaction a crash left owed
+        # People being erased here -> messages their turns took back out of threads meanwhile (a turn of
+        # theirs in flight takes its own messages back before the next turn may read them: the wipe's count)
+        self._taken_back: dict[str, int] = {}
         self._compact_failures: tuple[int, float] = (0, 0.0)  # failed compactions in a row, retry not before
 
     def hold(self, user: str) -> AbstractAsyncContextManager[None]:
@@ -173,6 +176,14 @@ class Eraser(JournalReplay):
             return await self._erase_person(user, guild_id, by)
 
     async def _erase_person(self, user: str, guild_id: str | None, by: Actor | None) -> ErasureResult:
+        self._taken_back.setdefault(user, 0)
+        try:
+            result = await self._erase_person_held(user, guild_id, by)
+            return replace(result, messages=result.messages + self._taken_back.get(user, 0))
+        finally:
+            self._taken_back.pop(user, None)
+
+    async def _erase_person_held(self, user: str, guild_id: str | None, by: Actor | None) -> ErasureResult:
         async with self._exclusive(), self.hold(user):
             quotes = await self.words_of(user, guild_id)
             job_id = await self.storage.erasures.begin(kind=PERSON, user_id=user, guild_id=guild_id,
@@ -324,7 +335,8 @@ class Eraser(JournalReplay):
             await self.steps.forget_answers(thread_id, {text})
         return text is not None
 
-    async def take_back_in_thread(self, thread_id: str, message_ids: set[str]) -> tuple[int, AbstractSet[str]]:
+    async def take_back_in_thread(self, thread_id: str, message_ids: set[str],
+                                  people: Iterable[str] = ()) -> tuple[int, AbstractSet[str]]:
         """The thread part of :meth:`take_back_messages`, for a turn that still holds the thread's lock: the
         next turn waiting for it must not read an erased person's messages. Takes no person's hold (the
         global order is person, then channel); returns (messages removed, the removed answers' texts),
@@ -336,6 +348,9 @@ class Eraser(JournalReplay):
         await self.owe_compaction()
         answers = await self.conversations.answers_removed_with(thread_id, message_ids)
         removed, _ = await self.conversations.erase_messages_held(thread_id, message_ids)
+        for person in people:  # counted in the "Done" of their erasure running here, as its own work
+            if person in self._taken_back:
+                self._taken_back[person] += removed
         return removed, answers
 
     async def take_back_messages(self, thread_id: str, message_ids: set[str], *,
@@ -399,7 +414,7 @@ class Eraser(JournalReplay):
         """Journal a removal named by IDs only, run its step, finish the row. ``ready`` runs first, under
         the erasure lock and before anything is journaled: False, and nothing is done (None). ``removed``
         judges the step's result: False, and no compaction is owed (a channel the bot never saw: a
-        ticket or temporary-voice bot deletes them all day, and each would owe a VACUUM)."""
+        ticket or temporary-voice bot deletes them all day, and each would owe a compaction)."""
         async with self._exclusive():
             if ready is not None and not await ready():
                 return None

@@ -78,6 +78,17 @@ async def ada_with_bees_and_a_slow_wipe(engine) -> tuple[asyncio.Event, asyncio.
     return release, started
 
 
+async def ada_answering_during_her_wipe(engine, model) -> tuple[asyncio.Event, asyncio.Task, asyncio.Task]:
+    """Ada's wipe waits on a step while her turn (a ``gated`` model) is being answered: (release the wipe's
+    step, the wipe, the turn); the turn is marked and holds the channel."""
+    release, started = await ada_with_bees_and_a_slow_wipe(engine)
+    wipe = asyncio.create_task(engine.erase_person("42"))
+    await started.wait()
+    turn = asyncio.create_task(engine.reply("c", ada("m9"), "my locker code is 5521-parsnip"))
+    await model.entered.wait()
+    return release, wipe, turn
+
+
 async def test_a_turn_that_starts_during_a_wipe_reads_no_memories_and_leaves_nothing_after_done(settings):
     """The wipe waits on a step; meanwhile the person writes and gets an answer. After "Done" nothing of
     that turn is kept: not in the thread, not in the learning queue, not learned."""
@@ -112,11 +123,7 @@ async def test_a_wipe_says_done_only_after_a_turn_that_started_during_it_has_tak
 
     model = gated()
     async with running_engine(settings, model) as engine:
-        release, started = await ada_with_bees_and_a_slow_wipe(engine)
-        wipe = asyncio.create_task(engine.erase_person("42"))
-        await started.wait()
-        turn = asyncio.create_task(engine.reply("c", ada("m9"), "my locker code is 5521-parsnip"))
-        await model.entered.wait()  # the turn is marked: the model is answering it
+        release, wipe, turn = await ada_answering_during_her_wipe(engine, model)
         release.set()
         await asyncio.sleep(0.5)
         assert not wipe.done()  # its steps are done; it waits for the turn
@@ -135,11 +142,7 @@ async def test_the_turn_waiting_next_never_reads_the_messages_of_a_person_erased
     the wipe's quote rule, read before her turn wrote it, would not cut."""
     model = gated()
     async with running_engine(settings, model) as engine:
-        release, started = await ada_with_bees_and_a_slow_wipe(engine)
-        wipe = asyncio.create_task(engine.erase_person("42"))
-        await started.wait()
-        ada_turn = asyncio.create_task(engine.reply("c", ada("m9"), "my locker code is 5521-parsnip"))
-        await model.entered.wait()  # Ada's turn holds the channel: the model is answering it
+        release, wipe, ada_turn = await ada_answering_during_her_wipe(engine, model)  # it holds the channel
         bob = Speaker(user_id="43", name="Bob", guild_id="900", channel_id="c", message_id="m10")
         bob_turn = asyncio.create_task(engine.reply("c", bob, "what did everyone say?"))
         await asyncio.sleep(0.3)  # Bob's turn is waiting for the channel
