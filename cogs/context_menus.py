@@ -23,6 +23,7 @@ The two message menus can be used wherever ``/memories`` can, also as a user-ins
 
 from __future__ import annotations
 
+import io
 import logging
 from dataclasses import replace
 
@@ -44,6 +45,9 @@ from cogs.chat import APOLOGY, OUT_OF_BUDGET, speaker_name_text
 from cogs.views import confirm, confirmed_work
 
 log = logging.getLogger(__name__)
+# Discord allows 5 follow-ups to an interaction of a user install where the bot is not in the server (a DM
+# between people, a group DM, a server it was not added to): past it, error 40094 and a cut-off answer.
+MAX_FOLLOWUPS = 5
 
 REMEMBER, FORGET, ASK, PURGE = "Remember this", "Forget this", "Ask about this", "Purge memories"
 ASK_TEXT = "What can you tell me about this message?"
@@ -135,8 +139,16 @@ class ContextMenus(commands.Cog):
         if result.reply is None:
             await interaction.followup.send(OUT_OF_BUDGET, ephemeral=True)
             return
-        for part in split_message(result.reply.text) or ["…"]:
+        parts = split_message(result.reply.text) or ["…"]
+        if len(parts) > MAX_FOLLOWUPS:  # the rest as a file in the last message Discord allows
+            rest = io.BytesIO(result.reply.text.encode())
+            parts, file = parts[:MAX_FOLLOWUPS - 1], discord.File(rest, filename="answer.txt")
+        else:
+            file = None
+        for part in parts:
             await interaction.followup.send(part, ephemeral=True, allowed_mentions=discord.AllowedMentions.none())
+        if file is not None:
+            await interaction.followup.send("The whole answer, as a file:", file=file, ephemeral=True)
 
     @staticmethod
     async def refuse(interaction: discord.Interaction, text: str) -> None:

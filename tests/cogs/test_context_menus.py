@@ -201,6 +201,24 @@ async def test_ask_about_this_answers_privately_with_the_message_as_context_and_
     assert await r.engine.list_memories(ALICE["id"]) == [] and await r.engine.list_memories(BOB["id"]) == []
 
 
+async def test_a_long_answer_to_ask_about_this_fits_discords_five_follow_ups(tmp_path):
+    """A user install where the bot is not in the server gets at most 5 follow-ups (error 40094 past it,
+    and a cut-off answer): a longer answer sends four parts and the whole of it as a file."""
+    from tests.cogs.conftest import rig
+
+    def long_answer(call):
+        return default_script(call) if call.is_extraction else " ".join(["lorem ipsum"] * 1200)  # ~13,000 chars
+
+    async with rig(tmp_path, ScriptedChatModel(long_answer)) as r:
+        bob = said(r, BOB, "tell me everything about the audit")
+        res = await r.h.invoke_context_menu("Ask about this", bob, user=ALICE, channel_id=GENERAL)
+        followups = [c for c in res if c.method == "POST" and c.template.startswith("/webhooks")]
+        assert len(followups) == 5
+        assert all(len(c.content or "") <= 2000 for c in followups)
+        (file,) = followups[-1].files
+        assert file.filename == "answer.txt" and file.data.decode() == " ".join(["lorem ipsum"] * 1200)
+
+
 async def test_ask_about_this_does_not_show_a_private_authors_words(r):
     await r.engine.set_preferences(str(BOB["id"]), private=True)
     bob = said(r, BOB, "my private plans for the weekend")
