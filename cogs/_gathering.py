@@ -90,12 +90,14 @@ class ChannelTurns(Generic[T]):
             self.worker = asyncio.create_task(self._work(), name="channel-turns")
         return True
 
-    def join_waiting(self, author_id: int, item: T, *, not_before: float | None = None) -> bool:
+    def join_waiting(self, author_id: int, item: T, *, not_before: float | None = None,
+                     most: int | None = None) -> bool:
         """Add a message to the author's turn that is waiting to start, if there is one (also a follow-up
         while the bot shuts down: answered with what it follows, in order; never a new turn). ``not_before``:
-        the turn waits at least until then (a quiet moment after a quick follow-up)."""
+        the turn waits at least until then (a quiet moment after a quick follow-up); ``most``: not into a
+        turn that holds that many messages already."""
         for turn in self.waiting:
-            if turn.author_id == author_id:
+            if turn.author_id == author_id and (most is None or len(turn.items) < most):
                 turn.items.append(item)
                 if not_before is not None:
                     turn.not_before = max(turn.not_before, not_before)

@@ -36,6 +36,7 @@ SLOW_DOWN = "You're going a bit fast for me. I've noted what you said and will t
 BUSY = "Lots of people are talking to me here right now. I've noted what you said; ask me again in a moment."
 OUT_OF_BUDGET = "I've used up today's allowance here, so I'm taking a break until midnight UTC."
 MAX_CHANNELS = 10_000  # channel queues kept in memory; idle ones are dropped past this
+JOIN_OVER_LIMIT = 10  # a message over the rate limit joins its author's waiting turn up to this many messages
 DELETED_REMEMBERED = 10_000  # deleted message IDs kept, so a create handled after its delete is ignored
 HEARD_REMEMBERED = 10_000  # message IDs; a replay comes within seconds of the original
 
@@ -199,6 +200,12 @@ class Chat(commands.Cog):
             return
         allowed = self.engine.admit(message.author.id)
         if allowed and self.turns_for(message.channel.id).offer(message.author.id, Pending(message, policy)):
+            return
+        # Over the rate limit with a turn of theirs still waiting to start: it joins that turn (no model call
+        # more), so it is stored after the messages it follows; recorded at once, it came before them.
+        turns = self.channels.get(message.channel.id)
+        if not allowed and turns is not None and turns.join_waiting(message.author.id, Pending(message, policy),
+                                                                     most=JOIN_OVER_LIMIT):
             return
         notice = (SLOW_DOWN if not allowed else BUSY) if self.engine.notice_due(message.author.id) else None
         await self.hear(message, policy, notice)

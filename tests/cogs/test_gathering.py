@@ -90,6 +90,25 @@ async def test_other_people_are_answered_in_their_own_turns_in_order(tmp_path):
         assert sent[0].content.endswith("alice asks") and sent[1].content.endswith("bob asks")
 
 
+async def test_a_message_over_the_limit_joins_its_authors_waiting_turn_in_order(tmp_path):
+    """Alice's first message waits behind Bob's turn; her second is over the rate limit. Recorded at once it
+    took the channel before her waiting turn and was stored first: the model and the extractor read her
+    messages out of order. It joins her waiting turn (no model call more) and is answered with it."""
+    async with rig(tmp_path, chat_model=ScriptedChatModel(thinking), limits={"burst": 1, "refill_seconds": 3600},
+                   discord={"gather_seconds": 0}) as r:
+        r.h.feed("MESSAGE_CREATE", r.mentioning(BOB, "bob goes first"))
+        await asyncio.sleep(0.05)  # Bob's turn is being answered
+        r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, "alice one"))
+        await asyncio.sleep(0.02)
+        r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, "alice two, over the limit"))
+        await until(lambda: len(r.h.sent_messages(GENERAL)) >= 2)
+        await r.h.settle(quiet=0.6)
+        assert await humans(r) == ["bob goes first", "alice one", "alice two, over the limit"]
+        assert len(r.model.chat_calls) == 2  # Bob's and Alice's turn, both of her messages in it
+        assert "> alice two, over the limit" in r.model.chat_calls[-1].prompt_text
+        assert SLOW_DOWN not in [s.content for s in r.h.sent_messages(GENERAL)]
+
+
 async def test_over_the_bucket_messages_are_heard_with_one_notice_and_known_next_time(tmp_path):
     async with rig(tmp_path, limits={"burst": 2, "refill_seconds": 3600}) as r:
         for i in range(5):
