@@ -147,11 +147,11 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
     async def _take_back_answer(self, thread_id: str, answer_id: str) -> None:
         await self.eraser.take_back_answer(thread_id, answer_id)
 
-    async def _drop_erased(self, thread_id: str, message_ids: set[str], taken: TakenBack) -> None:
+    async def _drop_erased(self, thread_id: str, message_ids: set[str], people: set[str], taken: TakenBack) -> None:
         """A turn's messages of a person erased while it ran, taken back out of its thread. They were written
         after the erasure passed: a compaction is owed (durably), for a wipe in another process that said
         "Done" before this turn ended (one here waits for it: ``_settled``)."""
-        await self.eraser.take_back_messages(thread_id, message_ids, taken=taken)
+        await self.eraser.take_back_messages(thread_id, message_ids, people, taken=taken)
 
     async def _drop_erased_held(self, thread_id: str, message_ids: set[str], people: set[str]) -> TakenBack:
         return await self.eraser.take_back_in_thread(thread_id, message_ids, people)

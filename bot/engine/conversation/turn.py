@@ -43,8 +43,8 @@ class Reply:
     message_id: str = ""  # the answer's ID in the thread (see ChatEngine.attach_sent)
 
 
-TakenBack = tuple[int, AbstractSet[str]]  # (messages removed from the thread, the removed answers' texts)
-NOTHING_TAKEN: TakenBack = (0, frozenset())
+TakenBack = AbstractSet[str]  # the texts of the answers a take-back removed from the thread
+NOTHING_TAKEN: TakenBack = frozenset()
 
 
 @dataclass
@@ -68,15 +68,16 @@ class TurnRunner:
     def __init__(self, *, graph: CompiledStateGraph, inbox: Inbox, maintenance: Maintenance, locks: Locks,
                  scheduler: ExtractionScheduler, policies: Policies, outages: Outages, observer: object,
                  drop_answer: Callable[[str, str], Awaitable[None]],
-                 drop_messages: Callable[[str, set[str], TakenBack], Awaitable[object]] | None = None,
+                 drop_messages: Callable[[str, set[str], set[str], TakenBack], Awaitable[object]] | None = None,
                  drop_held: Callable[[str, set[str], set[str]], Awaitable[TakenBack]] | None = None,
                  owe_compaction: Callable[[], Awaitable[object]] | None = None,
                  scopes: TurnScopes | None = None,
                  owed: tuple[Callable[[Speaker], None], Callable[[Speaker], None]] = (lambda _s: None,
                                                                                       lambda _s: None)) -> None:
         """``drop_answer(thread, answer_id)`` takes an unseen answer back out, ``drop_messages(thread, ids,
-        taken)`` Discord messages with their answers (the eraser's), and ``drop_held(thread, ids, people)`` their
-        thread part while the turn still holds the channel (``_take_back_held``); ``owe_compaction()`` is owed
+        people, taken)`` Discord messages of erased ``people`` with their answers (the eraser's), and
+        ``drop_held(thread, ids, people)`` their thread part while the turn still holds the channel
+        (``_take_back_held``); ``owe_compaction()`` is owed
         when a turn stored a message over its earlier text (an edit while it was answered: the old words
         are in superseded pages until a compaction, as after the eraser's own edits). ``scopes`` mark a turn's
         storage work as one unit (``bot.engine.stores.scopes``: one pooled connection on PostgreSQL).
@@ -280,6 +281,10 @@ class TurnRunner:
     def _erased_ids(incoming: list[Incoming], tickets: dict) -> set[str]:
         return {i.speaker.message_id for i in incoming if tickets[i.speaker.user_id].erased and i.speaker.message_id}
 
+    @staticmethod
+    def _erased_people(incoming: list[Incoming], tickets: dict) -> set[str]:
+        return {i.speaker.user_id for i in incoming if tickets[i.speaker.user_id].erased}
+
     async def _take_back_held(self, thread_id: str, incoming: list[Incoming], tickets: dict) -> TakenBack:
         """Before the turn lets the channel go: the messages of people erased while it ran leave the thread
         now, so the turn waiting next (here or in another process) never reads them, nor repeats them in an
@@ -291,8 +296,7 @@ class TurnRunner:
             gone = self._erased_ids(incoming, tickets)
             if not gone or self._drop_held is None:
                 return NOTHING_TAKEN
-            people = {i.speaker.user_id for i in incoming if tickets[i.speaker.user_id].erased}
-            return await self._drop_held(thread_id, gone, people)
+            return await self._drop_held(thread_id, gone, self._erased_people(incoming, tickets))
         except Exception:  # noqa: BLE001 - the database went away: ``_forget_erased`` tries again after
             log.warning("taking an erased person's messages back out of thread %s failed; tried again after",
                         thread_id, exc_info=True)
@@ -308,7 +312,7 @@ class TurnRunner:
         """
         gone = self._erased_ids(incoming, tickets)
         if gone and self._drop_messages is not None:
-            await asyncio.shield(self._drop_messages(thread_id, gone, taken))
+            await asyncio.shield(self._drop_messages(thread_id, gone, self._erased_people(incoming, tickets), taken))
 
     async def _run_locked(self, turn: _Turn, tickets: dict) -> None:
         # The unit of work starts once the channel is ours: waiting for it holds nothing of storage's.

@@ -325,48 +325,49 @@ class Eraser(JournalReplay):
             async with self._journaled(job_id):
                 yield
 
-    async def take_back_answer(self, thread_id: str, answer_id: str) -> bool:
+    async def take_back_answer(self, thread_id: str, answer_id: str) -> None:
         """An answer nobody saw (Discord refused it, or its turn was cancelled just after it was written) out
         of the thread and out of the learning queue's copy, which extraction would otherwise read as said."""
         if self.conversations is None:
-            return False
+            return
         text = await self.conversations.drop_answer(thread_id, answer_id)
         if text:
             await self.steps.forget_answers(thread_id, {text})
-        return text is not None
 
     async def take_back_in_thread(self, thread_id: str, message_ids: set[str],
-                                  people: Iterable[str] = ()) -> tuple[int, AbstractSet[str]]:
+                                  people: Iterable[str] = ()) -> AbstractSet[str]:
         """The thread part of :meth:`take_back_messages`, for a turn that still holds the thread's lock: the
         next turn waiting for it must not read an erased person's messages. Takes no person's hold (the
-        global order is person, then channel); returns (messages removed, the removed answers' texts),
-        for :meth:`take_back_messages` to finish once the lock is released."""
+        global order is person, then channel); returns the removed answers' texts, for
+        :meth:`take_back_messages` to finish once the lock is released."""
         if self.conversations is None:
-            return 0, set()
+            return frozenset()
         # The debt first, durably, as ``_finish`` does: a crash after the rewrite must leave something that
         # compacts (a wipe in another process may have said "Done" already).
         await self.owe_compaction()
         answers = await self.conversations.answers_removed_with(thread_id, message_ids)
         removed, _ = await self.conversations.erase_messages_held(thread_id, message_ids)
+        if removed:
+            self.after()
         for person in people:  # counted in the "Done" of their erasure running here, as its own work
             if person in self._taken_back:
                 self._taken_back[person] += removed
-        return removed, answers
+        return answers
 
-    async def take_back_messages(self, thread_id: str, message_ids: set[str], *,
-                                 taken: tuple[int, AbstractSet[str]] = (0, frozenset())) -> None:
+    async def take_back_messages(self, thread_id: str, message_ids: set[str], people: AbstractSet[str], *,
+                                 taken: AbstractSet[str] = frozenset()) -> None:
         """A turn's messages of a person erased while it ran, out of the thread with the answers to them (and
         those answers' copies on other people's queued turns). Written after the erasure passed: a
-        compaction is owed (durably), for a wipe that said "Done" before this turn ended. ``taken``: what
-        :meth:`take_back_in_thread` already removed under the turn's lock."""
+        compaction is owed (durably), for a wipe that said "Done" before this turn ended. ``people``: whose
+        messages these are (being erased: their own queued rows are left to their erasure); ``taken``: the
+        answers :meth:`take_back_in_thread` already removed under the turn's lock (which owed and
+        invalidated for what it removed)."""
         if self.conversations is None:
             return
-        answers = set(taken[1]) | await self.conversations.answers_removed_with(thread_id, message_ids)
-        erased = {t.user_id for t in await self.storage.inbox.every_turn()
-                  if str(t.origin.get("message_id")) in message_ids}  # whose messages these are: being erased
-        await self.steps.forget_answers(thread_id, answers, skip=erased)
+        answers = set(taken) | await self.conversations.answers_removed_with(thread_id, message_ids)
+        await self.steps.forget_answers(thread_id, answers, skip=people)
         removed, _ = await self.conversations.erase_messages(thread_id, message_ids)
-        if removed or taken[0]:
+        if removed:
             self.after()
             await self.owe_compaction()
 
