@@ -140,3 +140,69 @@ async def test_a_cancelled_or_failed_memory_batch_leaves_nothing_half_done(tmp_p
         assert await store.aget(ns, "new") is None
         await store.abatch([PutOp(ns, "old", None), PutOp(ns, "new", {"content": "new fact"})])  # and it works
         assert await store.aget(ns, "old") is None and (await store.aget(ns, "new")).value == {"content": "new fact"}
+
+
+async def _churned(path: Path, seed: int, canary: bytes):
+    """A file shaped like the checkpoint tables after many turns: rows written, replaced and deleted, so
+    pages split and are rebuilt; the ``canary`` rows are deleted at the end. Returns the open connection."""
+    import random
+
+    from bot.storage.sqlite.connection import connect
+
+    rng = random.Random(seed)
+    conn = await connect(path)
+    await conn.execute("CREATE TABLE cp(thread TEXT, id TEXT, blob BLOB, PRIMARY KEY(thread, id))")
+    await conn.execute("CREATE TABLE w(thread TEXT, id TEXT, task TEXT, v BLOB, PRIMARY KEY(thread, id, task))")
+    for i in range(30):
+        def body() -> bytes:
+            return b"x" * rng.randint(50, 1200) + (canary if i < 10 else b"clean") + b"y" * rng.randint(0, 600)
+        await conn.execute("INSERT OR REPLACE INTO cp VALUES(?,?,?)", (rng.choice("abc"), f"{i:08d}", body()))
+        for _ in range(rng.randint(1, 3)):
+            await conn.execute("INSERT OR REPLACE INTO w VALUES(?,?,?,?)",
+                               (rng.choice("abc"), f"{i:08d}", f"{rng.getrandbits(64):x}", body()))
+        if rng.random() < 0.3:
+            await conn.execute("DELETE FROM cp WHERE id<? AND id>?", (f"{i:08d}", f"{i - 3:08d}"))
+    await conn.execute("DELETE FROM cp WHERE id<'00000010'")
+    await conn.execute("DELETE FROM w WHERE id<'00000010'")
+    return conn
+
+
+async def test_a_compaction_leaves_no_copy_of_deleted_rows_in_live_pages(tmp_path):
+    """``secure_delete`` zeroes deleted cells and free pages, but not the unused gap inside a live page,
+    where SQLite's page rebuilds leave stale copies of cells moved earlier: after enough churn a deleted
+    row's bytes survived there, in the main file, past the WAL's truncation. The compaction rebuilds the
+    file (VACUUM), so no deleted byte is anywhere."""
+    from bot.storage.sqlite.maintenance import compact_file
+
+    canary = b"CANARY_gap_7731"
+    left = []
+    for seed in range(60):
+        path = tmp_path / f"churn{seed}.sqlite"
+        conn = await _churned(path, seed, canary)
+        try:
+            await compact_file(conn, "churn", commit=False)
+        finally:
+            await conn.close()
+        left += [seed for p in tmp_path.glob(f"churn{seed}.sqlite*") if canary in p.read_bytes()]
+    assert left == []
+
+
+async def test_pruning_returns_every_free_page_to_the_file_system(tmp_path):
+    """``PRAGMA incremental_vacuum`` frees one page per step of its statement: run once through
+    ``execute`` it freed a single page, and the file never shrank. It is run to the end."""
+    from bot.storage.sqlite.connection import connect
+    from bot.storage.sqlite.maintenance import vacuum_free_pages
+
+    conn = await connect(tmp_path / "f.sqlite")
+    try:
+        await conn.execute("CREATE TABLE t(v BLOB)")
+        for _ in range(300):
+            await conn.execute("INSERT INTO t VALUES(?)", (b"z" * 4000,))
+        await conn.execute("DELETE FROM t")
+        cur = await conn.execute("PRAGMA freelist_count")
+        assert (await cur.fetchone())[0] >= 300
+        await vacuum_free_pages(conn)
+        cur = await conn.execute("PRAGMA freelist_count")
+        assert (await cur.fetchone())[0] == 0
+    finally:
+        await conn.close()

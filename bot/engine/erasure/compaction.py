@@ -1,7 +1,8 @@
 """When erased content is made unrecoverable: one compaction per erasure job, small removals batched.
 
-A compaction (``Maintenance.compact``: SQLite's checked WAL truncation, PostgreSQL's verbose clean-up
-of the erased tables) is the expensive part of an erasure, and it used to run after every step. Now:
+A compaction (``Maintenance.compact``: SQLite's rebuild of each file and checked WAL truncation,
+PostgreSQL's verbose clean-up of the erased tables) is the expensive part of an erasure, and it used to
+run after every step. Now:
 
 - every job ends with exactly one, after all its steps and after its journal row is gone (the row's
   quote hashes must leave no page behind either);
@@ -10,7 +11,9 @@ of the erased tables) is the expensive part of an erasure, and it used to run af
 - small removals nobody is told "Done" about in those words (a deleted message, an edit, a deleted
   channel, ``/memories delete`` and ``forget``, whose change log keeps the text anyway) only *owe* one:
   the owed compaction runs in the background after :data:`QUIET_SECONDS` without another small removal,
-  and at most :data:`MOST_SECONDS` after the first, so a burst of ten deletions costs one;
+  and at most :data:`MOST_SECONDS` after the first, so a burst of ten deletions costs one; its cost grows
+  with the data (SQLite rewrites whole files), so after one that took *d* seconds the next batch waits at
+  least :data:`REST_FACTOR` · *d* (a 1 s rebuild: 20 s), keeping rebuilds under ~5% of the time;
 - the debt is durable: before a job's row goes, a ``compact`` row is written to the journal (no text,
   no hashes), and it is finished only after a compaction. A crash in between leaves it, and the next
   start (or, on a shared database, another process's poll once it is :data:`MOST_SECONDS` old)
@@ -28,6 +31,7 @@ log = logging.getLogger(__name__)
 
 QUIET_SECONDS = 2.0  # a small removal waits this long for another before the batch is compacted
 MOST_SECONDS = 10.0  # and never longer than this after the first one of the batch
+REST_FACTOR = 20.0  # after a compaction that took d seconds, the next batch waits at least 20·d after it
 TICK_SECONDS = 0.25  # how often a waiting timer looks at its deadline again
 
 
@@ -46,6 +50,7 @@ class OwedCompaction:
         self._first: float | None = None  # when the batch began owing
         self._last = 0.0  # the latest small removal of the batch
         self._task: asyncio.Task | None = None
+        self._rest_until = 0.0  # a slow compaction's rest: the next batch runs no earlier (REST_FACTOR)
 
     def due(self) -> None:
         """A small removal finished owing a compaction: (re)start the quiet period, within the longest wait."""
@@ -64,9 +69,14 @@ class OwedCompaction:
         """A compaction just ran (a wipe's, or start-up's): whatever was owed before it is paid."""
         self._first = None
 
+    def took(self, seconds: float) -> None:
+        """A compaction (this batch's, or a wipe's) just took ``seconds``: the next batch rests
+        ``REST_FACTOR`` times that first. Measured around the rebuild alone, not the wait for the lock."""
+        self._rest_until = self.clock() + REST_FACTOR * seconds
+
     def _deadline(self) -> float:
         first = self._first if self._first is not None else self._last
-        return min(self._last + self.quiet, first + self.most)
+        return max(min(self._last + self.quiet, first + self.most), self._rest_until)
 
     async def _wait_then_run(self) -> None:
         while self._first is not None:

@@ -456,8 +456,10 @@ class Eraser(JournalReplay):
         """One compaction, paying every debt recorded before it (with the erasure lock held)."""
         self.owed.paid()
         mark = await self.storage.erasures.owed_mark()  # a debt recorded while it runs waits for the next
+        began = time.monotonic()
         try:
             await self.storage.maintenance.compact()
+            self.owed.took(time.monotonic() - began)
         except Exception:
             failures = self._compact_failures[0] + 1
             self._compact_failures = (failures, time.monotonic() + min(300.0, 5.0 * 2 ** (failures - 1)))

@@ -334,15 +334,17 @@ class ErasureSteps:
         erase: dict[str, list[str]] = {}
         relearn: dict[str, dict[str, Any]] = {}
         for user in sorted(set(authors)):
-            hits = [m for m in await self.memories.list(user) if message_id in m.message_ids() and not m.hand_written
-                    and not m.imported_from(message_id)]  # a file's word is no proof they wrote it: theirs stays
+            # Live sources only: a message deleted since is never learned from again, whatever update of it
+            # arrives after its deletion. An imported file's word is no proof they wrote it: theirs stays.
+            hits = [m for m in await self.memories.list(user) if message_id in m.live_message_ids()
+                    and not m.hand_written and not m.imported_from(message_id)]
             if not hits:
                 continue
             erase[user] = [m.key for m in hits if m.live_message_ids() <= {message_id}]
             author = next((r.author for r in rows if r.user_id == user), user)
             relearn[user] = {"author": author, "origin": _origin_of(hits, message_id)}
         if not held and relearn and edited_at is not None and _learned_after(
-                [m for u in relearn for m in await self.memories.list(u) if message_id in m.message_ids()],
+                [m for u in relearn for m in await self.memories.list(u) if message_id in m.live_message_ids()],
                 message_id, edited_at):
             return None  # an old message the bot learned after its last edit: this update changes nothing
         if not (held or in_thread or erase or relearn):

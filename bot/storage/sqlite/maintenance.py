@@ -28,9 +28,24 @@ class CompactionIncomplete(RuntimeError):
     """A write-ahead log could not be truncated (another connection kept reading): erased pages may remain."""
 
 
-async def _checkpoint(conn: aiosqlite.Connection, name: str, *, commit: bool) -> None:
-    """Checkpoint-and-truncate one file's WAL, retrying while a reader blocks it; raise if it never works.
+async def vacuum_free_pages(conn: aiosqlite.Connection) -> None:
+    """Give every free page back to the file system (``auto_vacuum=INCREMENTAL``).
 
+    ``PRAGMA incremental_vacuum`` frees one page per step of its statement, and Python's ``execute`` steps
+    a statement without result columns only once: 300 free pages became 299. ``executescript`` runs it to
+    the end (it commits first: callers have committed already).
+    """
+    await conn.executescript("PRAGMA incremental_vacuum;")
+
+
+async def compact_file(conn: aiosqlite.Connection, name: str, *, commit: bool) -> None:
+    """Rebuild one file and empty its WAL (checkpoint-and-truncate), retrying while a reader blocks it;
+    raise if it never works.
+
+    ``secure_delete`` zeroes deleted cells and free pages, but not the unused gap inside a live page, where
+    SQLite's page rebuilds leave stale copies of cells moved earlier: a deleted row's bytes can survive
+    there. ``VACUUM`` writes every live row into fresh pages, so nothing deleted is left in the main file;
+    its cost grows with the file, which is why small removals batch their compaction (``erasure/compaction``).
     ``wal_checkpoint(TRUNCATE)`` answers ``(busy, wal pages, checkpointed pages)``: busy 1 means a reader
     (another process: a shell command) holds an old snapshot and the log was not emptied. The result is
     checked, the step retried with a growing pause, and a failure raised, so an erasure is never
@@ -40,9 +55,7 @@ async def _checkpoint(conn: aiosqlite.Connection, name: str, *, commit: bool) ->
         try:
             if commit:
                 await conn.commit()
-            await conn.execute("PRAGMA incremental_vacuum")
-            if commit:
-                await conn.commit()
+            await conn.execute("VACUUM")
             await conn.execute(f"PRAGMA busy_timeout={CHECKPOINT_BUSY_MS}")
             try:
                 async with conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cur:
@@ -52,9 +65,10 @@ async def _checkpoint(conn: aiosqlite.Connection, name: str, *, commit: bool) ->
             if busy == 0 and pages in (0, -1):  # -1: not in WAL mode (nothing to truncate)
                 return
         except sqlite3.OperationalError as exc:
-            # "database table is locked": a statement of this connection not yet finalized (a cursor the
-            # garbage collector has not reached). It is gone after a moment, so this is retried too.
-            if "locked" not in str(exc):
+            # "database table is locked", "cannot VACUUM - SQL statements in progress": a statement of this
+            # connection not yet finalized (a cursor the garbage collector has not reached). It is gone after
+            # a moment, so this is retried too.
+            if "locked" not in str(exc) and "in progress" not in str(exc):
                 raise
         await asyncio.sleep(min(2.0, 0.05 * 2**attempt))
     raise CompactionIncomplete(f"the write-ahead log of {name} could not be truncated (a reader kept it busy)")
@@ -91,7 +105,7 @@ class SqliteMaintenance:
             cur = await conn.execute("PRAGMA freelist_count")
             (free,) = await cur.fetchone()
             if free >= VACUUM_FREE_PAGES:
-                await conn.execute("PRAGMA incremental_vacuum")
+                await vacuum_free_pages(conn)
                 await conn.commit()
 
     async def conversations_named(self, prefix: str) -> list[str]:
@@ -114,15 +128,16 @@ class SqliteMaintenance:
             return int(pending)
 
     async def compact(self) -> dict[str, int]:
-        """Flush the write-ahead logs into the databases and truncate them, reclaiming free pages.
+        """Rebuild each file and truncate its write-ahead log (see :func:`compact_file`).
 
-        The WAL files still hold page images written before the delete; ``secure_delete`` zeroed the
-        pages in the main files. Nothing is ever held back here (one process owns the files): returns {}.
+        The WAL files still hold page images written before the delete, and live pages may hold stale
+        copies of deleted rows; both are gone after this. Nothing is ever held back here (one process owns
+        the files): returns {}.
         """
         async with self._saver.lock:
-            await _checkpoint(self._saver.conn, "conversations", commit=True)
+            await compact_file(self._saver.conn, "conversations", commit=True)
         async with self._store.lock:
-            await _checkpoint(self._store.conn, "memories", commit=True)
+            await compact_file(self._store.conn, "memories", commit=True)
         async with self._ledger.lock:
-            await _checkpoint(self._ledger.conn, "the ledger", commit=False)
+            await compact_file(self._ledger.conn, "the ledger", commit=False)
         return {}

@@ -283,3 +283,37 @@ async def test_learning_an_edited_message_again_does_not_undo_the_persons_hand_c
         assert await engine.message_edited("c", "801", "I live in Berlin and work at Initech")
         await engine.scheduler.flush()
         assert sorted(m.content for m in await engine.memories.list("1")) == ["Lives in Munich", "Works at Initech"]
+
+
+async def test_an_edit_of_a_deleted_message_learns_nothing_from_its_new_text(settings):
+    """Ann's two messages taught one memory; she deletes the second (the memory stays: the first still
+    backs it), and an update of the deleted message comes in after (Discord's edit raced the deletion,
+    or a file download kept the edit waiting). Nothing holds the message any more: its new text must not
+    be queued and learned, as if the deletion had never happened."""
+    from langchain_core.messages import AIMessage
+
+    from tests.conftest import cited_facts, tool_call
+
+    def script(call: Call):
+        if call.is_extraction:
+            facts = cited_facts(call)
+            if not facts:
+                return AIMessage(content="", tool_calls=[])
+            content = " and ".join(f for f, _ in facts)
+            return AIMessage(content="", tool_calls=[tool_call("Memory", {
+                "content": content, "source_messages": sorted({n for _, n in facts})})])
+        return "Noted!"
+
+    async with running_engine(settings, ScriptedChatModel(script)) as engine:
+        await engine.reply("c", ann("901"), "I like okapis")
+        await engine.reply("c", ann("902"), "I like narwhals")
+        await engine.scheduler.flush()
+        (memory,) = await engine.memories.list("1")
+        assert memory.message_ids() >= {"901", "902"}
+        await engine.messages_deleted("c", {"902"})
+        assert [m.key for m in await engine.memories.list("1")] == [memory.key]  # 901 still backs it
+
+        assert not await engine.message_edited("c", "902", "I like zebras_after_delete_5150")
+        assert all("zebras" not in t.human for t in await engine.storage.inbox.every_turn())
+        await engine.scheduler.flush()
+        assert all("zebras" not in m.content for m in await engine.memories.list("1"))

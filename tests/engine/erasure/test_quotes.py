@@ -62,16 +62,16 @@ async def test_an_edits_taken_back_words_leave_the_bots_answers_the_queue_and_th
 
     alice = Speaker(user_id="42", name="Alice", guild_id="9", channel_id="c", message_id="m1")
     async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
-        await engine.reply("c", alice, "my door code is 4417")  # the scripted answer repeats it
-        assert "4417" in " ".join(m.text for m in (await engine.thread_state("c"))["messages"])
+        await engine.reply("c", alice, "my door code is QX4417ZV")  # the scripted answer repeats it
+        assert "QX4417ZV" in " ".join(m.text for m in (await engine.thread_state("c"))["messages"])
         assert await engine.message_edited("c", "m1", "my door code is secret")
         texts = [m.text for m in (await engine.thread_state("c"))["messages"]]
-        assert texts[0] == "my door code is secret" and not any("4417" in t for t in texts)
+        assert texts[0] == "my door code is secret" and not any("QX4417ZV" in t for t in texts)
         assert any("[erased]" in t for t in texts[1:])  # the bot's answer lost the taken-back run
         rows = [t for t in await engine.inbox.every_turn() if t.thread_id == "c"]
-        assert rows and not any("4417" in t.human + t.ai for t in rows)
+        assert rows and not any("QX4417ZV" in t.human + t.ai for t in rows)
         assert await engine.storage.erasures.unfinished() == []
-    assert files_with(settings, b"4417") == []
+    assert files_with(settings, b"QX4417ZV") == []
 
 
 async def test_an_extraction_in_flight_with_the_erased_words_as_context_cannot_write_them_back(settings):
