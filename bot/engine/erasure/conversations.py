@@ -263,6 +263,11 @@ class ConversationEraser:
                                                    as_node="summarize")
                     return
 
+    async def answer_text(self, thread_id: str, answer_id: str) -> str | None:
+        """The text of one of the bot's answers in a thread (read only); None when it is not there."""
+        messages = (await self._values(thread_id)).get("messages", [])
+        return next((m.text for m in messages if m.id == answer_id and isinstance(m, AIMessage)), None)
+
     async def drop_answer(self, thread_id: str, answer_id: str) -> str | None:
         """Remove an answer nobody saw (its turn was cancelled right after it was written, or Discord refused
         it); its text, when it was there."""

@@ -330,9 +330,16 @@ class Eraser(JournalReplay):
         of the thread and out of the learning queue's copy, which extraction would otherwise read as said."""
         if self.conversations is None:
             return
-        text = await self.conversations.drop_answer(thread_id, answer_id)
-        if text:
-            await self.steps.forget_answers(thread_id, {text})
+        text = await self.conversations.answer_text(thread_id, answer_id)
+        if not text:
+            return
+        # The queue's copy first: a failure before the thread's rewrite must not leave it to be learned as
+        # said (with the thread's copy gone, nothing would find it again). Then the thread's, owing a
+        # compaction for both like any other removal.
+        await self.steps.forget_answers(thread_id, {text})
+        if await self.conversations.drop_answer(thread_id, answer_id):
+            self.after()
+        await self.owe_compaction()
 
     async def take_back_in_thread(self, thread_id: str, message_ids: set[str],
                                   people: Iterable[str] = ()) -> AbstractSet[str]:
@@ -349,6 +356,9 @@ class Eraser(JournalReplay):
         removed, _ = await self.conversations.erase_messages_held(thread_id, message_ids)
         if removed:
             self.after()
+            # And again after it: a compaction that ran in between (another process's wipe, the batch's
+            # timer) paid the first debt before this rewrite wrote anything.
+            await self.owe_compaction()
         for person in people:  # counted in the "Done" of their erasure running here, as its own work
             if person in self._taken_back:
                 self._taken_back[person] += removed
@@ -365,9 +375,9 @@ class Eraser(JournalReplay):
         if self.conversations is None:
             return
         answers = set(taken) | await self.conversations.answers_removed_with(thread_id, message_ids)
-        await self.steps.forget_answers(thread_id, answers, skip=people)
+        blanked = await self.steps.forget_answers(thread_id, answers, skip=people)
         removed, _ = await self.conversations.erase_messages(thread_id, message_ids)
-        if removed:
+        if removed or blanked:
             self.after()
             await self.owe_compaction()
 

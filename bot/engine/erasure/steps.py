@@ -150,19 +150,20 @@ class ErasureSteps:
         await self.storage.reach.forget(ids)  # last: a rerun after a crash still finds where they went
         return MessageErasure(messages=removed, pending_turns=pending, memories=memories, quotes=redacted)
 
-    async def forget_answers(self, thread_id: str, answers: set[str], *, skip: AbstractSet[str] = frozenset()) -> None:
+    async def forget_answers(self, thread_id: str, answers: set[str], *, skip: AbstractSet[str] = frozenset()) -> int:
         """Blank the ``ai`` text of the thread's queued turns that carry one of these (removed) answers, each
         person held meanwhile: extraction reads that text as context, and the row outlives the thread's
         copy (a deleted reply of the bot's; an answer to a gathered turn whose first message was deleted).
         ``skip``: people whose rows are not touched (being erased: their rows go with them, and a hold on
-        them here would wait for the very erasure that waits for this)."""
+        them here would wait for the very erasure that waits for this). Returns how many rows it blanked."""
         if not answers:
-            return
+            return 0
         rows = [t for t in await self.storage.inbox.every_turn() if t.thread_id == thread_id and t.ai in answers
                 and t.user_id not in skip]
         for person in sorted({t.user_id for t in rows}):
             async with self.holds.hold(person, light=True):
                 await self.storage.inbox.rewrite_turns({t.id: (t.human, "") for t in rows if t.user_id == person})
+        return len(rows)
 
     async def reached(self, thread_id: str, ids: set[str]) -> set[str] | None:
         """The threads deleted messages' text reached (where they were posted, and every thread the index

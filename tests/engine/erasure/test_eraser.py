@@ -165,3 +165,50 @@ async def test_deleted_threads_and_servers_are_journaled_and_finished_at_restart
         assert not (await engine.thread_state("t")).get("messages")
         assert not [t for t in await engine.storage.inbox.every_turn() if t.thread_id in ("t", "g")]
     assert _files_with(settings, "guild_canary_4422") == []
+
+
+async def test_a_compaction_between_a_take_backs_debt_and_its_rewrite_leaves_one_owed(settings, monkeypatch):
+    """A turn takes an erased person's message back under its channel lock: it records the compaction it
+    owes first (a crash after the rewrite must leave one owed). A compaction running meanwhile (another
+    process's wipe, the batch's timer) paid that debt before the rewrite wrote anything, and nothing owed
+    one for the rewrite itself: its text stayed in the files' old pages."""
+    ann = Speaker(user_id="1", name="Ann", guild_id="9", channel_id="c", message_id="m1")
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("c", ann, "my locker code is QZ5521PV")
+        conversations = engine.eraser.conversations
+        held = conversations.erase_messages_held
+
+        async def a_compaction_first(*args, **kwargs):
+            assert await engine.eraser.compact_owed()  # pays the debt recorded so far
+            return await held(*args, **kwargs)
+
+        monkeypatch.setattr(conversations, "erase_messages_held", a_compaction_first)
+        await engine.eraser.take_back_in_thread("c", {"m1"}, ["1"])
+        assert "QZ5521PV" not in " ".join(m.text for m in (await engine.thread_state("c")).get("messages", []))
+        assert await engine.storage.erasures.compaction_owed() is not None
+
+
+async def test_an_answer_taken_back_leaves_the_queue_first_and_owes_a_compaction(settings, monkeypatch):
+    """An answer nobody saw (Discord refused it) is taken back: its copy on the learning queue goes first,
+    so a failure before the thread's rewrite cannot leave it there to be learned as said (the thread no
+    longer names it, and nothing would find it again); then the thread's, and a compaction is owed."""
+    ann = Speaker(user_id="1", name="Ann", guild_id="9", channel_id="c", message_id="m1")
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("c", ann, "tell me about QZ7788KW")
+        answer = (await engine.thread_state("c"))["messages"][-1]
+        assert isinstance(answer, AIMessage) and "QZ7788KW" in answer.text
+        conversations = engine.eraser.conversations
+
+        async def crash(*_args, **_kwargs):
+            raise RuntimeError("the database went away")
+
+        monkeypatch.setattr(conversations, "_rewrite", crash)
+        with pytest.raises(RuntimeError):
+            await engine.eraser.take_back_answer("c", answer.id)
+        assert not any("QZ7788KW" in t.ai for t in await engine.storage.inbox.every_turn())
+        monkeypatch.undo()
+        await engine.eraser.owed.close()  # (the debt is looked at, not paid by the timer)
+        await engine.eraser.compact_owed()
+        await engine.eraser.take_back_answer("c", answer.id)
+        assert "QZ7788KW" not in " ".join(m.text for m in (await engine.thread_state("c"))["messages"][1:])
+        assert await engine.storage.erasures.compaction_owed() is not None
