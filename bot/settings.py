@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Literal, Mapping
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, StringConstraints, ValidationError
 
 
 class ConfigError(Exception):
@@ -37,8 +37,21 @@ def _discord_id(value: object) -> object:
     return value
 
 
-#: A Discord ID: written as a number or, as Discord's client copies it, as a string of digits.
-DiscordId = Annotated[int, BeforeValidator(_discord_id)]
+#: A Discord ID: written as a number or, as Discord's client copies it, as a string of digits; a snowflake
+#: is positive and fits 64 bits (an ID Discord never issues would fail every call that names it).
+DiscordId = Annotated[int, BeforeValidator(_discord_id), Field(gt=0, lt=2**64)]
+
+
+def _env_name(value: str) -> str:
+    """The *name* of a variable: a key pasted here instead would be printed in the error line (before
+    logging's redaction exists) and sit in the config file, so the value is judged, never repeated."""
+    if value and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+        raise ValueError("must be the name of an environment variable (letters, digits and _), not the key itself")
+    return value
+
+
+#: The name of the environment variable that holds a secret (``DEEPSEEK_API_KEY``), never the secret.
+EnvName = Annotated[str, AfterValidator(_env_name)]
 
 
 class BotSection(_Section):
@@ -61,13 +74,13 @@ class ModelSection(_Section):
     """``[model]``: which chat model answers, how it samples, and how long and how often it is tried."""
 
     provider: Literal["deepseek", "openai_compatible"] = "deepseek"
-    name: str = Field(min_length=1, default="deepseek-chat")
+    name: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)] = "deepseek-chat"
     temperature: float = Field(ge=0.0, le=2.0, default=0.7)
     max_output_tokens: int = Field(ge=16, le=32768, default=1024)
     timeout_seconds: float = Field(gt=0, le=600, default=60.0)
     max_retries: int = Field(ge=0, le=10, default=2)
     base_url: str = ""
-    api_key_env: str = ""
+    api_key_env: EnvName = ""
     max_concurrent_calls: int = Field(ge=1, le=1000, default=8)
     streaming: bool = True
     # Images (issue 21): whether image attachments reach the model as image parts; see ``takes_images``.
@@ -112,7 +125,7 @@ class MemorySection(_Section):
     max_per_person: int = Field(ge=1, le=100_000, default=1000)
     embeddings_model: str = ""
     embeddings_base_url: str = ""
-    embeddings_api_key_env: str = ""
+    embeddings_api_key_env: EnvName = ""
     # recall (issue 12): where semantic relevance comes from; see bot.engine.recall.embedders
     semantic: Literal["auto", "local", "endpoint", "off"] = "auto"
     semantic_threads: int = Field(ge=1, le=64, default=1)  # CPU threads for the embedded model

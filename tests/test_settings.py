@@ -61,6 +61,11 @@ def test_shipped_config_is_valid_and_resolves_data_dir():
         ("[discord]\ndev_guild_id = true\n", ENV, "'discord.dev_guild_id'"),
         ("[access]\nblock_users = [true]\n", ENV, "'access.block_users.0'"),
         ("", {**ENV, "DISCORD_API_BASE": "127.0.0.1:8080/api"}, "'DISCORD_API_BASE' must be"),
+        # IDs Discord never issues, and a model name of spaces: every sync or model call would fail later
+        ("[discord]\ndev_guild_id = -5\n", ENV, "'discord.dev_guild_id'"),
+        ("[discord]\nrespond_channels = [0]\n", ENV, "'discord.respond_channels.0'"),
+        ("[access]\nblock_users = ['18446744073709551616']\n", ENV, "'access.block_users.0'"),
+        ("[model]\nname = '  '\n", ENV, "'model.name'"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path, text, env, needle):
@@ -192,3 +197,16 @@ def test_discord_ids_may_be_written_as_strings_and_paths_as_text(tmp_path):
     assert s.discord.respond_channels == [123456789012345678, 223456789012345678]
     assert s.discord.mod_log_channel_id == 323456789012345678 and s.model.timeout_seconds == 30.0
 
+
+
+@pytest.mark.parametrize("key", ["[model]\napi_key_env", "[memory]\nembeddings_model = 'm'\nembeddings_base_url = 'http://127.0.0.1:1/v1'\nembeddings_api_key_env"])
+def test_a_key_pasted_where_its_variables_name_goes_is_refused_without_being_repeated(tmp_path, key):
+    """``api_key_env = "sk-..."``: the key itself where the name of the variable holding it goes. Start-up
+    stops naming the setting, and the line (printed before logging's redaction exists) never repeats it."""
+    secret = "sk-live-0123456789abcdef"
+    path = tmp_path / "c.toml"
+    path.write_text(f"{key} = '{secret}'\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(path, ENV, need_discord=True)
+    assert "api_key_env" in str(err.value) and "environment variable" in str(err.value)
+    assert secret not in str(err.value) and "sk-live" not in str(err.value)
