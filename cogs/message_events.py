@@ -226,13 +226,31 @@ class MessageEvents(commands.Cog):
 
     @commands.Cog.listener()
     async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
-        await self._deleted(payload.channel_id, payload.guild_id, {payload.message_id})
+        cached = [payload.cached_message] if payload.cached_message is not None else []
+        await self._deleted(payload.channel_id, payload.guild_id, {payload.message_id}, self._texts(cached))
 
     @commands.Cog.listener()
     async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
-        await self._deleted(payload.channel_id, payload.guild_id, set(payload.message_ids))
+        await self._deleted(payload.channel_id, payload.guild_id, set(payload.message_ids),
+                            self._texts(payload.cached_messages))
 
-    async def _deleted(self, channel_id: int, guild_id: int | None, message_ids: set[int]) -> None:
+    def _texts(self, messages: list[discord.Message]) -> dict[str, str]:
+        """What deleted messages said, as discord.py's cache still holds them (others' messages only): one
+        the bot showed only as context (a reply chain, channel context, a forward) has no stored text, and
+        the eraser cuts these words from the answers that repeated it (see ``Eraser.erase_messages``)."""
+        me = self.bot.user
+        texts: dict[str, str] = {}
+        for message in messages:
+            if me is not None and message.author.id == me.id:
+                continue
+            parts = [message.content, *(s.content for s in getattr(message, "message_snapshots", ()) or ())]
+            text = "\n".join(p for p in parts if p)
+            if text.strip():
+                texts[str(message.id)] = text
+        return texts
+
+    async def _deleted(self, channel_id: int, guild_id: int | None, message_ids: set[int],
+                       shown: dict[str, str] | None = None) -> None:
         ids = {str(i) for i in message_ids}
         for message_id in message_ids:
             self._heard_change(message_id)  # an edit of it still waiting is not applied
@@ -242,13 +260,14 @@ class MessageEvents(commands.Cog):
                 await self._delete_replies(channel_id, result.replies)
 
         try:
-            result = await self.engine.messages_deleted(str(channel_id), ids)
+            result = await self.engine.messages_deleted(str(channel_id), ids, shown=shown)
         except Exception as exc:  # noqa: BLE001 - logged; the next delete is handled all the same
             if self.engine.outages(exc):
                 log.warning("erasing %d deleted messages in channel %s waits for the database (%s)",
                             len(ids), channel_id, type(exc).__name__)
                 self._retry_later(f"erasing {len(ids)} deleted messages in channel {channel_id}",
-                                  lambda: self.engine.messages_deleted(str(channel_id), ids), replies_too)
+                                  lambda: self.engine.messages_deleted(str(channel_id), ids, shown=shown),
+                                  replies_too)
                 return
             log.exception("erasing %d deleted messages in channel %s failed", len(message_ids), channel_id)
             return

@@ -831,3 +831,28 @@ async def test_edits_of_other_bots_and_webhooks_messages_are_not_looked_at(tmp_p
         r.h.feed("MESSAGE_UPDATE", partial_update(said, f"{r.mention()} I like coffee"))
         await settle(r)
         assert taken and await humans(r) == ["I like coffee"]
+
+
+async def test_deleting_a_message_the_bot_only_quoted_cuts_it_from_the_answer_that_repeated_it(tmp_path):
+    """Alice never spoke to the bot; Bob replied to her message asking the bot about it, and the answer
+    repeated it. Her deletion found no stored text and left the words in the answer. discord.py's cache
+    still held her message: its text is handed to the deletion, and the answer loses the words."""
+    code = "locker code QZ3344ML opens it"
+
+    def repeating(call: Call):
+        if not call.is_extraction and code in call.prompt_text and "Summarize" not in call.messages[-1].text:
+            return f"She said: {code}."
+        return no_echo(call)
+
+    async with rig(tmp_path, chat_model=ScriptedChatModel(repeating)) as r:
+        note = r.msg(ALICE, f"my {code}")
+        await r.h.send_message(note)
+        await r.h.send_message(r.mentioning(BOB, "what did she say?", referenced_message=note))
+        await settle(r)
+        assert not any(code in h for h in await humans(r))  # never stored: only shown as the reply's context
+        assert any(code in m.text for m in await ais(r))
+        r.h.feed("MESSAGE_DELETE", delete(note))
+        await settle(r)
+        texts = [m.text for m in await ais(r)]
+        assert not any(code in t for t in texts) and any("[erased]" in t for t in texts)
+        assert all(code not in t.ai for t in await r.engine.storage.inbox.every_turn())

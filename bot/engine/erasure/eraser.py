@@ -49,7 +49,7 @@ import logging
 import time
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, AsyncExitStack, asynccontextmanager, nullcontext
 from dataclasses import dataclass, replace
-from typing import AbstractSet, AsyncIterator, Awaitable, Callable, Iterable, TypeVar
+from typing import AbstractSet, AsyncIterator, Awaitable, Callable, Iterable, Mapping, TypeVar
 
 from bot.engine.concurrency import Hold, Holds
 from bot.engine.erasure.conversations import ConversationEraser
@@ -218,7 +218,8 @@ class Eraser(JournalReplay):
         return await request_erasure(self.storage, user_id)
 
     @counted
-    async def erase_messages(self, thread_id: str, message_ids: set[str], *, authors: Iterable[str] = ()) -> MessageErasure:
+    async def erase_messages(self, thread_id: str, message_ids: set[str], *, authors: Iterable[str] = (),
+                             shown: Mapping[str, str] | None = None) -> MessageErasure:
         """Erase deleted Discord messages: from the conversation (with the answers to them and any summary
         built from them), from the learning queue, every memory learned only from them, and their words
         wherever the bot repeated them; then compact, as after a wipe. Unknown IDs write nothing.
@@ -227,6 +228,10 @@ class Eraser(JournalReplay):
         before the first deletion, so a crash part-way is finished by :meth:`resume`. Extraction of the
         ``authors`` known beforehand is held throughout (and of anyone whose memories turn out to be
         learned from them, while those go), so nothing is written back.
+
+        ``shown``: the deleted messages' texts as Discord's cache still had them. A message the bot never
+        stored but showed as context (a reply chain, channel context, a forward) left no words to gather,
+        yet an answer may repeat it: when the index says it reached a thread, these texts join the rule.
         """
         ids = {str(i) for i in message_ids}
         authors = sorted(set(authors))
@@ -234,6 +239,10 @@ class Eraser(JournalReplay):
             for user in authors:  # a light hold: their new messages are still recorded meanwhile
                 await stack.enter_async_context(self.holds.hold(user, light=True))
             quotes, learned, found = await self.steps.message_words(thread_id, ids, authors)
+            texts = [t for i, t in (shown or {}).items() if str(i) in ids and t.strip()]
+            if texts and await self.storage.reach.threads_of(ids):  # shown in a thread: may be repeated there
+                quotes.merge(QuoteRule.from_texts(texts, quotes.key))
+                found = True
             if not (quotes or learned or found):
                 return MessageErasure(messages=0, pending_turns=0, memories=0)  # unknown IDs: nothing written
             known = sorted(set(authors) | {t.user_id for t in await self.storage.inbox.every_turn()

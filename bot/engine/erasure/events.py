@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from dataclasses import replace
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Mapping
 
 from langchain_core.messages import HumanMessage
 
@@ -65,7 +65,8 @@ class DiscordChanges:
                 if isinstance(m, HumanMessage) and str(m.additional_kwargs.get("message_id")) in message_ids}
 
     # ---- deleted messages, channels, threads
-    async def forget_messages(self, thread_id: str, message_ids: set[str] | list[str]) -> MessageErasure:
+    async def forget_messages(self, thread_id: str, message_ids: set[str] | list[str], *,
+                              shown: Mapping[str, str] | None = None) -> MessageErasure:
         """Discord messages were deleted: erase them everywhere (see :meth:`Eraser.erase_messages`).
 
         Extraction for their known authors is held meanwhile, so nothing learned from them is written back;
@@ -75,7 +76,7 @@ class DiscordChanges:
         async with self._one_at_a_time:
             authors = await self.authors_in_thread(thread_id, ids)
             replies = await self.conversations.replies_to(thread_id, ids)  # before the answers go
-            result = await self.eraser.erase_messages(thread_id, ids, authors=authors)
+            result = await self.eraser.erase_messages(thread_id, ids, authors=authors, shown=shown)
             return replace(result, replies=tuple(replies))
 
     async def forget_thread(self, thread_id: str, *, threads: bool = False) -> bool:

@@ -6,7 +6,7 @@ ends in the one :class:`~bot.engine.erasure.eraser.Eraser`, through ``DiscordCha
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from bot.engine.erasure.conversations import ConversationEraser
 from bot.engine.erasure.departures import absent_at_ready, servers_with_data
@@ -33,10 +33,12 @@ class ChangeVerbs:
         nothing touched, when that is what it stored (not an edit); ``edited_at``: see ``erasure.events``."""
         return await self.changes.edit_message(thread_id, message_id, text, edited_at=edited_at)
 
-    async def messages_deleted(self, thread_id: str, message_ids: set[str]) -> MessageErasure:
+    async def messages_deleted(self, thread_id: str, message_ids: set[str], *,
+                               shown: Mapping[str, str] | None = None) -> MessageErasure:
         """Messages were deleted on Discord: they go everywhere (see ``erasure``). The result names, in
-        ``replies``, the bot's own Discord messages that answered them (for ``/settings delete-replies``)."""
-        return await self.changes.forget_messages(thread_id, message_ids)
+        ``replies``, the bot's own Discord messages that answered them (for ``/settings delete-replies``).
+        ``shown``: their texts, where Discord's cache still has them (for one only ever shown as context)."""
+        return await self.changes.forget_messages(thread_id, message_ids, shown=shown)
 
     async def channel_deleted(self, thread_id: str, *, threads: bool = True) -> None:
         """A channel or thread was deleted: its stored conversation goes, and (``threads``, for a channel)

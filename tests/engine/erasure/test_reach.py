@@ -194,3 +194,25 @@ async def test_after_an_erasure_the_pairs_are_written_again(settings):
         await engine.messages_deleted("z", {"1180000000000000099"})  # any erasure
         await engine.reply("c", ann("c", "1180000000000000006"), "and where is that?")
         assert "c" in await engine.storage.reach.threads_of({POSTED})
+
+
+async def test_a_deleted_message_the_bot_only_quoted_leaves_the_answers_that_repeated_it(settings):
+    """Ann never spoke to the bot: her message was only shown as Bob's reply context, and the answer
+    repeated it. The bot stored none of her text, so her deletion found no words to cut, and the answer
+    (and its copy on Bob's learning-queue row, and what Bob's extraction learned from it) kept them. The
+    Discord side hands the deleted message's text when its cache still has it: the words of a message
+    the index says reached a thread are cut there. A deleted message nobody quoted writes nothing."""
+    async with running_engine(settings, ScriptedChatModel(repeating)) as engine:
+        await engine.reply_to("b", [Incoming(bob("b", "1180000000000000002"), "what did Ann say?")],
+                              quotes=quote_of_ann())
+        await engine.memories.apply("2", inserts=[(f"Bob heard that {SECRET}", bob("b", "1180000000000000002").origin())])
+        assert f"Ann said {SECRET}." in await answers(engine, "b")
+        unrelated = await engine.messages_deleted("a", {"1180000000000000009"}, shown={"1180000000000000009": SECRET})
+        assert unrelated.messages == 0 and await engine.storage.erasures.unfinished() == []
+        assert f"Ann said {SECRET}." in await answers(engine, "b")  # (that message reached no thread)
+
+        await engine.messages_deleted("a", {POSTED}, shown={POSTED: SECRET})
+        assert await answers(engine, "b") == ["Ann said [erased]."]
+        assert all(SECRET not in t.ai for t in await engine.storage.inbox.every_turn())
+        assert [m.content for m in await engine.memories.list("2")] == ["Bob heard that [erased]"]
+        assert await engine.storage.reach.threads_of({POSTED}) == set()
