@@ -121,9 +121,11 @@ def with_images(text: str, parts: list[dict]) -> str | list:
 
 
 def pending_start(messages: list[AnyMessage]) -> int:
-    """Index of the first human message after the bot's last answer: the messages this turn answers."""
+    """Index of the first human message after the bot's last answer: the messages this turn answers. A
+    message whose answer was deleted since is marked ``answered`` (``erasure/conversations.py``) and ends
+    the search as an answer would."""
     i = len(messages)
-    while i > 0 and isinstance(messages[i - 1], HumanMessage):
+    while i > 0 and isinstance(messages[i - 1], HumanMessage) and not messages[i - 1].additional_kwargs.get("answered"):
         i -= 1
     return i
 

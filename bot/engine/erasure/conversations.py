@@ -228,7 +228,7 @@ class ConversationEraser:
                 await self.prune(thread_id)
             return 0, []
         said = [m.text for m in messages if m.id in hit]
-        await self._rewrite(thread_id, doomed, drop_summary)
+        await self._rewrite(thread_id, doomed, drop_summary, _still_answered(messages, doomed))
         log.info("removed %d deleted messages from thread %s%s", len(doomed), thread_id,
                  " and its summary" if drop_summary else "")
         return len(doomed), said
@@ -323,6 +323,19 @@ def _doomed(messages: list, message_ids: set[str]) -> tuple[set[str], list[str]]
     doomed += [m.id for m in messages if isinstance(m, AIMessage) and m.id not in doomed
                and message_ids & {str(i) for i in m.additional_kwargs.get("discord_ids", [])}]
     return hit, doomed
+
+
+def _still_answered(messages: list, doomed: list[str]) -> list:
+    """The messages that stay while the answer to them goes (a moderator deleted the bot's reply), marked
+    ``answered``: after the last answer they would read as waiting (``rendering.pending_start``), and the
+    next person's answer would answer them again and list them as its own."""
+    gone = set(doomed)
+    answered: set[str] = set()
+    for m in messages:
+        if isinstance(m, AIMessage) and m.id in gone:
+            answered |= set(m.additional_kwargs.get("answers") or [])
+    return [m.model_copy(update={"additional_kwargs": {**m.additional_kwargs, "answered": True}})
+            for m in messages if isinstance(m, HumanMessage) and m.id in answered - gone]
 
 
 def with_answers(messages: list, human_ids: set[str]) -> list[str]:

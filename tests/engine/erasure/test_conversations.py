@@ -105,6 +105,29 @@ async def test_a_deleted_bot_reply_leaves_alone_and_the_question_stays(settings)
         assert await _said(engine, "c1") == [("H", "question")]
 
 
+async def test_a_question_whose_answer_a_moderator_deleted_is_not_answered_again_for_someone_else(settings):
+    """A moderator deletes the bot's answer to Alice; later Bob talks to the bot. Alice's question stayed
+    after the last answer, so it read as waiting: the model was told to answer it again in Bob's reply,
+    and Bob's answer recorded it as answered (deleting Alice's message later took Bob's answer with it).
+    The question stays in the conversation, marked answered."""
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        reply = await engine.reply("c1", speaker("a", "Alice", "g1", "c1", "m1"), "alice question QV41")
+        await engine.attach_sent("c1", reply, ["d1"])
+        await engine.messages_deleted("c1", {"d1"})
+        assert await _said(engine, "c1") == [("H", "alice question QV41")]
+        await engine.reply("c1", speaker("b", "Bob", "g1", "c1", "m2"), "bob says hi")
+        prompt = [m.text for m in model.chat_calls[-1].messages]
+        alice = next(i for i, t in enumerate(prompt) if "alice question QV41" in t)
+        note = next(i for i, t in enumerate(prompt) if t.startswith("[where this conversation is"))
+        assert alice < note  # before the note that opens what this answer answers: history, not waiting
+        answer = (await engine.thread_state("c1"))["messages"][-1]
+        alice_id = (await engine.thread_state("c1"))["messages"][0].id
+        assert alice_id not in answer.additional_kwargs["answers"]
+        await engine.messages_deleted("c1", {"m1"})  # Alice's deletion leaves Bob's answer alone
+        assert [kind for kind, _ in await _said(engine, "c1")] == ["H", "A"]
+
+
 async def test_a_removed_answer_leaves_the_learning_queue_too(settings):
     """The learning queue keeps an answer's text on the row of the last message it answered. A moderator
     deleting the bot's reply, or the first message of a gathered turn being deleted, took the answer out of
