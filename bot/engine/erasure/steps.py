@@ -363,23 +363,11 @@ class ErasureSteps:
 
     async def cut_taken_back(self, thread_id: str, rule: QuoteRule, author: str | None) -> int:
         """An edit's taken-back words leave the thread (the bot's answers that repeated them, the summary,
-        others' messages) and that thread's queued turns (the bot's answers kept with them); idempotent."""
+        others' messages), that thread's queued turns (the bot's answers kept with them) and the memories of
+        the people in it (who could have learned them there), as a deletion's do; idempotent."""
         if not rule:
             return 0
-        cut = 0
-        if self.conversations is not None:
-            cut = await self.conversations.cut_quotes_in_thread(thread_id, rule, keep_author=author)
-        changed: dict[int, tuple[str, str]] = {}
-        for t in await self.storage.inbox.every_turn():
-            if t.thread_id != thread_id:
-                continue
-            human = t.human if t.user_id == author else rule.redact(t.human)
-            ai = rule.redact(t.ai)
-            if (human, ai) != (t.human, t.ai):
-                changed[t.id] = (human, ai)
-        if changed:
-            await self.storage.inbox.rewrite_turns(changed)
-        return cut + len(changed)
+        return await self.cut_quotes_in({thread_id}, rule, author)
 
     async def edit(self, plan: dict[str, Any]) -> int:
         """Apply an edit's plan (idempotent): the thread and the learning queue take the new text (a summary

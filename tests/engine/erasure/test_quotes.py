@@ -123,3 +123,20 @@ def test_a_copy_with_runs_cut_out_is_told_from_an_edit():
     assert not redaction_of("Bob: as Ann said, ok?", text)  # nothing cut: compared as text, elsewhere
     assert not redaction_of("Bob: [erased][erased], ok?", "Bob: x, ok?")  # two cuts need two characters
     assert not redaction_of("[erased]", "")
+
+
+async def test_an_edits_taken_back_words_leave_the_memories_others_learned_from_them(settings):
+    """Bob was in the thread when Alice said her door code, and his extraction learned it ("Alice's door
+    code is ..."). Alice edits the number away: the thread and the queue lost it, Bob's memory kept it.
+    Like a deletion's, an edit's taken-back words leave the memories of the people in that thread."""
+    from bot.engine.state import Speaker
+
+    alice = Speaker(user_id="42", name="Alice", guild_id="9", channel_id="c", message_id="m1")
+    bob = Speaker(user_id="43", name="Bob", guild_id="9", channel_id="c", message_id="m2")
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("c", alice, "my door code is QX4417ZV, remember")
+        await engine.reply("c", bob, "noted, I will remember that")
+        await engine.memories.apply("43", inserts=[("Alice's door code is QX4417ZV, remember", bob.origin())])
+        assert await engine.message_edited("c", "m1", "my door code is secret")
+        assert not any("QX4417ZV" in m.content for m in await engine.memories.list("43"))
+        assert [m.content for m in await engine.memories.list("43") if "[erased]" in m.content]
