@@ -122,7 +122,8 @@ class MemorySection(_Section):
     extraction_context_messages: int = Field(ge=0, le=20, default=4)
     dm_memories_in_servers: bool = False
     scope: Literal["global", "server"] = "server"  # where server-learned memories may be used
-    max_per_person: int = Field(ge=1, le=100_000, default=1000)
+    # at most what an import takes back (memories/export.py MAX_MEMORIES): a person's export must import
+    max_per_person: int = Field(ge=1, le=5000, default=1000)
     embeddings_model: str = ""
     embeddings_base_url: str = ""
     embeddings_api_key_env: EnvName = ""

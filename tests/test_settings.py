@@ -66,6 +66,7 @@ def test_shipped_config_is_valid_and_resolves_data_dir():
         ("[discord]\nrespond_channels = [0]\n", ENV, "'discord.respond_channels.0'"),
         ("[access]\nblock_users = ['18446744073709551616']\n", ENV, "'access.block_users.0'"),
         ("[model]\nname = '  '\n", ENV, "'model.name'"),
+        ("[memory]\nmax_per_person = 6000\n", ENV, "'memory.max_per_person'"),  # more than an import takes back
     ],
 )
 def test_bad_config_names_the_key(tmp_path, text, env, needle):

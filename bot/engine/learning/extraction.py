@@ -33,7 +33,7 @@ from bot.engine.learning.transcript import (
     quoted,
     source_of,
 )
-from bot.engine.memories.records import Memory, MemoryChanges
+from bot.engine.memories.records import Memory, MemoryChanges, clipped
 from bot.engine.memories.repository import MemoryRepository
 from bot.engine.policy.visibility import Visibility, allowed_here
 from bot.engine.recall import estimate_tokens, related
@@ -193,7 +193,7 @@ async def apply_results(
             if key is not None and key not in protected:
                 deletes.add(key)
             continue
-        content = str(getattr(response, "content", "")).strip()
+        content = clipped(str(getattr(response, "content", "")).strip())  # as an import takes it back
         if not content:
             continue
         turns = attribute(content, getattr(response, "source_messages", None) or [], request.new)

@@ -12,10 +12,10 @@ import zlib
 from datetime import datetime, timezone
 from typing import Annotated, Any, Sequence
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from bot.engine.errors import ImportRefused
-from bot.engine.memories.records import HistoryEntry, StoredMemory, as_utc, is_snowflake
+from bot.engine.memories.records import MAX_CONTENT, HistoryEntry, StoredMemory, as_utc, is_snowflake
 
 FORMAT = "remembering-bot.memories"
 EXPORT_VERSION = 2
@@ -25,10 +25,8 @@ EXPORT_VERSION = 2
 MAX_IMPORT_BYTES = 25_000_000
 UPLOAD_LIMIT = 10_000_000  # what Discord takes from a bot without a boosted server (10 MiB), with room
 MAX_MEMORIES = 5000
-MAX_CONTENT = 2000
-MAX_SOURCES = 200  # per memory: every message that patched it, de-duplicated (years of a busy fact)
-MAX_ALL_SOURCES = 25_000  # per file: bounds the message index one import writes in its one batch
-MAX_HISTORY = MAX_MEMORIES * 20  # change-log entries a file may bring, and a person may hold after an import
+MAX_SOURCES = 200  # per memory kept by an import: the newest (a fact patched for years holds more)
+MAX_HISTORY = MAX_MEMORIES * 20  # change-log entries an import keeps (the newest), and a person may hold after it
 # What ``json.loads`` may build, counted on the bytes before it runs: a real export at the caps above holds
 # about 240,000 objects and lists (a memory, its origin, its sources; two a change-log entry) and 1.4 million
 # commas. A 25 KB gzip of "[[],[],..." unpacks to 25 MB of empty lists, which Python builds into about half a
@@ -102,6 +100,14 @@ Provenance = Annotated[dict[Annotated[str, Field(max_length=32)], Scalar], Field
                        AfterValidator(_server_id)]
 
 
+def _newest(most: int) -> BeforeValidator:
+    """Keep the last ``most`` items of a list (files list oldest first): what the bot itself writes has no
+    such cap (sources a fact gathered over years, its change log), and its own export must import back."""
+    def keep(value: object) -> object:
+        return value[-most:] if isinstance(value, list) else value
+    return BeforeValidator(keep)
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -110,7 +116,7 @@ class _Memory(_Strict):
     id: str = Field(min_length=1, max_length=64)
     content: str = Field(min_length=1, max_length=MAX_CONTENT)
     origin: Provenance
-    sources: list[Provenance] = Field(default_factory=list, max_length=MAX_SOURCES)
+    sources: Annotated[list[Provenance], _newest(MAX_SOURCES)] = Field(default_factory=list)
     created_at: Time
     updated_at: Time
 
@@ -133,7 +139,7 @@ class _Document(_Strict):
     user_id: str
     exported_at: str
     memories: list[_Memory] = Field(max_length=MAX_MEMORIES)
-    history: list[_Entry] = Field(default_factory=list, max_length=MAX_HISTORY)
+    history: Annotated[list[_Entry], _newest(MAX_HISTORY)] = Field(default_factory=list)
 
 
 def export_file(document: dict, limit: int = UPLOAD_LIMIT) -> tuple[bytes, str] | None:
@@ -198,8 +204,6 @@ def parse_import(data: bytes, user_id: str) -> tuple[list[dict], list[dict]]:
     ids = [m.id for m in doc.memories]
     if len(set(ids)) != len(ids):
         raise ImportRefused("the file lists the same memory twice")
-    if sum(len(m.sources) for m in doc.memories) > MAX_ALL_SOURCES:
-        raise ImportRefused(f"the file lists more than {MAX_ALL_SOURCES:,} sources")
     memories = [
         {**m.model_dump(), "sources": [_imported_source(x) for x in m.sources],
          "created_at": m.created_at.isoformat(), "updated_at": m.updated_at.isoformat()}

@@ -92,6 +92,16 @@ def _source_id(source: dict[str, Any]) -> tuple:
     return ("place", str(source.get("guild_id")), str(source.get("channel_id")), str(source.get("source")))
 
 
+MAX_CONTENT = 2000  # characters of one memory: what a person can write, an import takes, extraction keeps
+
+
+def clipped(content: str) -> str:
+    """A memory's text within :data:`MAX_CONTENT` (a model that wrote a page is cut, at a word)."""
+    if len(content) <= MAX_CONTENT:
+        return content
+    return content[: MAX_CONTENT - 1].rsplit(" ", 1)[0].rstrip() + "…"
+
+
 def merge_sources(*lists: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Concatenate source lists, oldest first, keeping the first occurrence of each source."""
     seen: set[tuple] = set()

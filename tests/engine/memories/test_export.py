@@ -78,7 +78,6 @@ def test_a_source_naming_a_message_is_kept_but_marked_as_the_files_word():
 @pytest.mark.parametrize("bad, says", [
     ({"origin": {"guild_id": {"deep": [1, 2, 3]}}}, "origin.guild_id"),
     ({"sources": [{"message_id": "1", "x": [[[]]]}]}, "sources.0.x"),
-    ({"sources": [{"message_id": str(i)} for i in range(201)]}, "sources"),
     ({"created_at": "yesterday"}, "created_at"),
     # IDs the bot turns into numbers: one "x" stopped the start-up sweep of servers for every server
     ({"origin": {"guild_id": "x"}}, "origin"),
@@ -137,3 +136,42 @@ def test_a_refusal_stays_one_short_sentence_whatever_the_file_holds(document):
     with pytest.raises(ImportRefused) as refused:
         parse_import(document(), "7")
     assert 0 < len(str(refused.value)) <= 300
+
+
+def test_what_the_bot_writes_over_years_imports_back_keeping_the_newest_sources():
+    """A fact patched from hundreds of messages over the years holds more sources than an import took
+    (200), and the whole file was refused: the member's own export, after a wipe, could not come back.
+    The newest 200 are kept (the oldest say least about where the fact stands now)."""
+    memory = StoredMemory(key="k1", content="likes tea", created_at=WHEN, updated_at=WHEN,
+                          origin={"guild_id": "1", "channel_id": "2", "message_id": "3"},
+                          sources=[{"guild_id": "1", "channel_id": "2", "message_id": str(1000 + i)} for i in range(250)])
+    data, _ = export_file(export_memories("7", [memory]), 10**9)
+    (restored,), _ = parse_import(data, "7")
+    assert [s["message_id"] for s in restored["sources"]] == [str(1000 + i) for i in range(50, 250)]
+
+
+async def test_extraction_keeps_a_memory_within_what_an_import_takes(tmp_path):
+    """A model that writes a 3,000-character "fact": stored cut to the import's limit, so the export of it
+    (and of its change-log entry) imports back."""
+    from langchain_core.messages import AIMessage
+
+    from bot.engine.memories.export import MAX_CONTENT
+    from bot.engine.state import Speaker
+    from tests.conftest import ScriptedChatModel, make_settings, running_engine, tool_call
+
+    def script(call):
+        if call.is_extraction:
+            return AIMessage(content="", tool_calls=[tool_call("Memory", {"content": "likes " + "tea " * 750,
+                                                                          "source_messages": [1]})])
+        return "Noted!"
+
+    ann = Speaker(user_id="7", name="Ann", guild_id="9", channel_id="c", message_id="m1")
+    async with running_engine(make_settings(tmp_path), ScriptedChatModel(script)) as engine:
+        await engine.reply("c", ann, "I like tea")
+        await engine.scheduler.flush()
+        (memory,) = await engine.memories.list("7")
+        assert memory.content.startswith("likes tea") and len(memory.content) <= MAX_CONTENT
+        history = await engine.memories.history("7")
+        data, _ = export_file(export_memories("7", await engine.memories.list("7"), history), 10**9)
+        restored, entries = parse_import(data, "7")
+        assert [m["content"] for m in restored] == [memory.content] and entries
