@@ -158,4 +158,5 @@ class JournalReplay:
             await self.steps.person(job.id, job.user_id, job.guild_id, by, quotes)
             if self.settled is not None:  # as for a command: their turns marked meanwhile take theirs back first
                 await self.settled(job.user_id)
+            await self.storage.locks.still_held()  # as for a command: a lapsed claim leaves the row for a rerun
             await self._finish(job.id, compact_now=True)

@@ -236,6 +236,8 @@ class ErasureSteps:
                 await self.forget_answers(thread_id, answers)
             # then the thread: it waits for any turn of theirs in flight to finish
             messages, redacted = await self.conversations.erase_author(user, guild_id=guild_id, quotes=quotes)
+        # and again, last thing before their rows go: whoever queued beside them while every thread was walked
+        beside |= await self.learning_beside(user, guild_id)
         pending = await self.storage.maintenance.erase_person_rows(user, guild_id=guild_id)
         erased = await erase_memories(self.memories, user, guild_id=guild_id, record=by, record_key=f"erasure-{job_id}")
         await self.drop_vectors(user, erased.keys)  # (erase_person_rows dropped them all already; a rerun too)

@@ -212,3 +212,28 @@ async def test_an_answer_taken_back_leaves_the_queue_first_and_owes_a_compaction
         await engine.eraser.take_back_answer("c", answer.id)
         assert "QZ7788KW" not in " ".join(m.text for m in (await engine.thread_state("c"))["messages"][1:])
         assert await engine.storage.erasures.compaction_owed() is not None
+
+
+async def test_a_wipe_whose_claim_lapsed_is_not_finished_by_the_command_or_the_replay(settings, monkeypatch):
+    """A wipe's claim on the person ran out part-way (its renewals starved): other processes may have
+    recorded the person's turns meanwhile, so the job must stay in the journal to run again, whether the
+    command or the journal's replay ran it. The replay finished its row without asking."""
+    from bot.engine.stores.locks import ClaimLost
+
+    ann = Speaker(user_id="1", name="Ann", guild_id="9", channel_id="c", message_id="m1")
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("c", ann, "I like tea")
+
+        async def lapsed() -> None:
+            raise ClaimLost("the claim on user 1 ran out")
+
+        monkeypatch.setattr(engine.storage.locks, "still_held", lapsed)
+        with pytest.raises(ClaimLost):
+            await engine.erase_person("1")
+        assert [j.kind for j in await engine.storage.erasures.unfinished()] == ["person"]
+        await engine.eraser.resume()
+        assert [j.kind for j in await engine.storage.erasures.unfinished()] == ["person"]
+        monkeypatch.undo()
+        engine.eraser._failures.clear()  # (skip the pause after a failure)
+        await engine.eraser.resume()
+        assert await engine.storage.erasures.unfinished() == []

@@ -140,3 +140,30 @@ async def test_an_edits_taken_back_words_leave_the_memories_others_learned_from_
         assert await engine.message_edited("c", "m1", "my door code is secret")
         assert not any("QX4417ZV" in m.content for m in await engine.memories.list("43"))
         assert [m.content for m in await engine.memories.list("43") if "[erased]" in m.content]
+
+
+async def test_someone_who_joins_the_persons_thread_during_their_wipe_is_held_too(settings, monkeypatch):
+    """Pat's wipe reads who is queued beside Pat (their extraction reads Pat's turns as context) before it
+    walks every thread. Quinn speaks in Pat's thread meanwhile, and an extraction of Quinn's starting then
+    could read Pat's turns and write Pat's words into Quinn's memory after "Done". Who is beside Pat is
+    read again just before Pat's rows go, and Quinn is held and checked too."""
+    pat = Speaker(user_id="1", name="Pat", guild_id="9", channel_id="t", message_id="11")
+    quinn = Speaker(user_id="2", name="Quinn", guild_id="9", channel_id="t", message_id="12")
+    seen: list[set[str]] = []
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("t", pat, "psst: the spare key hides under the blue flowerpot")
+        steps = engine.eraser.steps
+        walk, cut = steps.conversations.erase_author, steps.cut_quotes_in_learning
+
+        async def quinn_speaks_meanwhile(*args, **kwargs):
+            await engine.reply("t", quinn, "I like gardening")
+            return await walk(*args, **kwargs)
+
+        async def watched(quotes, author, *, also=()):
+            seen.append(set(also))
+            return await cut(quotes, author, also=also)
+
+        monkeypatch.setattr(steps.conversations, "erase_author", quinn_speaks_meanwhile)
+        monkeypatch.setattr(steps, "cut_quotes_in_learning", watched)
+        await engine.erase_person("1")
+        assert seen and "2" in seen[-1]
