@@ -67,7 +67,8 @@ class Chat(commands.Cog):
         self.max_waiting = bot.settings.limits.max_waiting_turns
         self.channels: dict[int, ChannelTurns[Pending]] = {}
         self.starters = StarterCache()
-        self._hearing: dict[int, str] = {}  # messages being recorded without an answer -> their latest text
+        # messages being recorded without an answer -> their latest text and attachment IDs
+        self._hearing: dict[int, tuple[str, list[int]]] = {}
         self._deleted: dict[int, None] = {}  # recently deleted message IDs (bounded), for out-of-order events
         self._edited: dict[int, None] = {}  # recently edited message IDs (bounded): a reply's copy of one is stale
         self.draining = False  # shutting down (``drain``): messages are recorded, not answered
@@ -223,16 +224,20 @@ class Chat(commands.Cog):
 
     async def hear(self, message: discord.Message, policy: GuildPolicy, notice: str | None) -> None:
         """Record a message over a limit in the conversation, without a model call; notice if asked."""
-        self._hearing[message.id] = message.content  # an edit may come meanwhile (``edited``)
+        files = [a.id for a in message.attachments]
+        self._hearing[message.id] = (message.content, files)  # an edit may come meanwhile (``edited``)
         try:
             item = Pending(message, policy)
             heard = await self.incoming([item], answer=False)
             if message.id not in self._deleted:  # deleted while its attachments were read: nothing to keep
                 await self.engine.hear(str(message.channel.id), heard)
+            latest, kept = self._hearing.get(message.id, (item.content, files))
             if message.id in self._deleted:  # deleted while it was being stored: the deletion may have run
                 await self.engine.messages_deleted(str(message.channel.id), {str(message.id)})  # before it
-            elif (latest := self._hearing.get(message.id, item.content)) != item.content:
-                # edited while it was being read or stored: the edit found nothing stored yet, so it is applied now
+            elif latest != item.content or kept != files:
+                # edited while it was being read or stored (its text, or a file removed): the edit found
+                # nothing stored yet, so it is applied now, without the removed files
+                message.attachments = [a for a in message.attachments if a.id in set(kept)]
                 text = await self.build_input(message, latest)
                 await self.engine.message_edited(str(message.channel.id), str(message.id), text)
         except Exception:  # noqa: BLE001 - logged; the notice still goes out
@@ -325,7 +330,8 @@ class Chat(commands.Cog):
         """
         self.starters.forget_message(message_id)
         if message_id in self._hearing:
-            self._hearing[message_id] = content
+            _, files = self._hearing[message_id]
+            self._hearing[message_id] = (content, files if attachments is None else list(attachments))
         turns = self.channels.get(channel_id)
         changed = False
         for item in turns.items() if turns is not None else []:

@@ -856,3 +856,34 @@ async def test_deleting_a_message_the_bot_only_quoted_cuts_it_from_the_answer_th
         texts = [m.text for m in await ais(r)]
         assert not any(code in t for t in texts) and any("[erased]" in t for t in texts)
         assert all(code not in t.ai for t in await r.engine.storage.inbox.every_turn())
+
+
+async def test_a_file_removed_while_a_heard_message_is_being_recorded_is_not_kept(tmp_path):
+    """Over the rate limit, a message with a text file is recorded without an answer; its author removes
+    the file while it downloads (same text, no attachments). Only the text was compared, so the file's
+    words were stored and learned; the file's removal is applied once the message is stored."""
+    async with rig(tmp_path, chat_model=ScriptedChatModel(no_echo)) as r:
+        url = "https://cdn.discordapp.com/attachments/1/2/wrong.txt"
+        r.h.cdn[url] = b"heardfile_canary_words"
+        wrong = dh.attachment(dh.snowflake(), "wrong.txt", size=22, url=url, content_type="text/plain")
+        chat = r.bot.get_cog("Chat")
+        real_incoming = chat.incoming
+        started = asyncio.Event()
+
+        async def slow_incoming(items, **kw):
+            out = await real_incoming(items, **kw)
+            started.set()
+            await asyncio.sleep(0.3)
+            return out
+
+        chat.incoming = slow_incoming
+        r.engine.admit = lambda _user: False  # over the limit: heard, not answered
+        said = r.mentioning(ALICE, "I like tea_with_a_heard_file", attachments=[wrong])
+        r.h.feed("MESSAGE_CREATE", said)
+        await asyncio.wait_for(started.wait(), 5)
+        r.h.feed("MESSAGE_UPDATE", {**said, "attachments": [], "edited_timestamp": dh.discord.utils.utcnow().isoformat()})
+        await settle(r)
+        assert any("tea_with_a_heard_file" in h for h in await humans(r))
+        assert "heardfile_canary_words" not in " ".join(await humans(r))
+        await r.engine.scheduler.flush()
+        assert files_containing(r.data_dir, "heardfile_canary_words") == []
