@@ -22,7 +22,9 @@ def jump_url(origin: dict) -> str | None:
     if not (is_snowflake(channel) and is_snowflake(message)):
         return None
     guild = origin.get("guild_id")
-    return f"https://discord.com/channels/{guild if is_snowflake(guild) else '@me'}/{channel}/{message}"
+    if not is_snowflake(guild):  # a DM, or a server the bot is not in (kept as a DM memory, linked there)
+        guild = origin.get("link_guild_id") if is_snowflake(origin.get("link_guild_id")) else "@me"
+    return f"https://discord.com/channels/{guild}/{channel}/{message}"
 
 
 def clip(text: str, limit: int = SHOWN_CHARS) -> str:

@@ -32,10 +32,14 @@ FORGET_LIMIT = 10
 def origin_of(interaction: discord.Interaction, message: discord.Message | None = None) -> dict:
     """Where a command was used, as a memory origin: a slash command has no message to link to; a message
     menu links to its message, so deleting that message later follows the rules of learned memories. A
-    server the bot is not in counts as a DM (see ``cogs._installs``)."""
+    server the bot is not in counts as a DM (see ``cogs._installs``); its ID is kept for the link alone
+    (``link_guild_id``: an ``@me`` link to a server's channel opens nothing)."""
     channel_id = message.channel.id if message is not None else interaction.channel_id
-    return {"guild_id": memory_place(interaction), "channel_id": str(channel_id or ""),
-            "message_id": str(message.id) if message is not None else "", "source": "user"}
+    origin = {"guild_id": memory_place(interaction), "channel_id": str(channel_id or ""),
+              "message_id": str(message.id) if message is not None else "", "source": "user"}
+    if message is not None and origin["guild_id"] == "dm" and interaction.guild_id:
+        origin["link_guild_id"] = str(interaction.guild_id)
+    return origin
 
 
 AUTOCOMPLETE_SECONDS = 2.0  # of Discord's 3-second deadline, leaving the rest for the network

@@ -10,6 +10,7 @@ from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, MOD
 from tests.cogs.test_context_menus import final
 from tests.cogs.test_memories import seed
 from tests.fakes import discord_harness as dh
+from cogs._memory_format import jump_url
 
 ELSEWHERE, ELSEWHERE_CHANNEL = 7700, 7701  # a server the bot is not in
 PEOPLE_DM = 7702  # a DM between Alice and Bob
@@ -76,7 +77,9 @@ async def test_remember_this_on_ones_own_message_in_a_server_without_the_bot(r):
     assert res[0].callback_type == 5 and "I'll remember that" in final(res).content
     (memory,) = await r.engine.list_memories(ALICE["id"])
     assert memory.origin == {"guild_id": "dm", "channel_id": str(ELSEWHERE_CHANNEL), "message_id": mine["id"],
-                             "source": "user"}
+                             "source": "user", "link_guild_id": str(ELSEWHERE)}
+    # kept as a DM memory, but linked where the message is (an @me link to a server channel opens nothing)
+    assert jump_url(memory.origin) == f"https://discord.com/channels/{ELSEWHERE}/{ELSEWHERE_CHANNEL}/{mine['id']}"
     theirs = elsewhere(BOB, "Alice speaks Welsh badly")
     res = await r.h.invoke_context_menu("Remember this", theirs, user=ALICE, channel_id=ELSEWHERE_CHANNEL,
                                         **foreign(integration_owners=user_install(ALICE)))
