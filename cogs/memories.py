@@ -169,14 +169,21 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         document = await self.engine.export(user)
         memories = document["memories"]
         made = await asyncio.to_thread(export_file, document)
+        without = ""
+        if made is None and document.get("history"):
+            # The change log keeps every old text and only grows (deleting memories adds to it): the
+            # memories themselves still come, without it, rather than nothing.
+            made = await asyncio.to_thread(export_file, {**document, "history": []})
+            without = (" Their change history is too large for one file on Discord, so this file holds the memories"
+                       " without their change history.")
         if made is None:
-            await self.reply(interaction, f"Your {len(memories)} memories and their history are too large for one "
-                             "file on Discord. Deleting old memories you no longer need makes it smaller.")
+            await self.reply(interaction, f"Your {len(memories)} memories are too large for one file on Discord,"
+                             " even compressed.")
             return
         data, ending = made
         file = discord.File(io.BytesIO(data), filename=f"memories-{user}{ending}")
         packed = " (compressed: `/memories import` takes it as it is)" if ending.endswith(".gz") else ""
-        await self.reply(interaction, f"Here are your {len(memories)} memories{packed}.", file=file)
+        await self.reply(interaction, f"Here are your {len(memories)} memories{packed}.{without}", file=file)
 
     # ---- teaching and correcting
     @app_commands.command(name="remember")

@@ -334,3 +334,26 @@ async def test_a_memory_of_spaces_only_is_refused(r):
     res = await r.h.invoke_slash("memories edit", user=ALICE, channel_id=GENERAL, options={"memory": key, "text": "  "})
     assert "nothing was changed" in res[-1].content
     assert [m.content for m in await r.engine.memories.list(str(ALICE["id"]))] == ["Alice likes tea"]
+
+
+async def test_an_export_whose_history_is_too_large_comes_without_it(r, monkeypatch):
+    """The change log keeps every old text, so a long-time member's export outgrew Discord's upload
+    limit, and the advice to delete memories only made the log longer. The memories come without their
+    history then, and the answer says so; only memories that cannot fit at all are refused."""
+    import cogs.memories as module
+
+    await seed(r, ALICE, ["Alice likes tea"])
+    real = module.export_file
+
+    def history_too_large(document: dict, *args):
+        return None if document.get("history") else real(document, *args)
+
+    monkeypatch.setattr(module, "export_file", history_too_large)
+    res = await r.h.invoke_slash("memories export", user=ALICE, channel_id=GENERAL)
+    (file,) = res[-1].files
+    doc = json.loads(file.data)
+    assert [m["content"] for m in doc["memories"]] == ["Alice likes tea"] and doc["history"] == []
+    assert "without their change history" in res[-1].content
+    monkeypatch.setattr(module, "export_file", lambda *_a: None)
+    res = await r.h.invoke_slash("memories export", user=ALICE, channel_id=GENERAL)
+    assert not res[-1].files and "too large" in res[-1].content and "Deleting" not in res[-1].content
