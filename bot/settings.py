@@ -45,8 +45,11 @@ DiscordId = Annotated[int, BeforeValidator(_discord_id), Field(gt=0, lt=2**64)]
 def _env_name(value: str) -> str:
     """The *name* of a variable: a key pasted here instead would be printed in the error line (before
     logging's redaction exists) and sit in the config file, so the value is judged, never repeated."""
-    if value and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
-        raise ValueError("must be the name of an environment variable (letters, digits and _), not the key itself")
+    # Upper case only: keys made of letters, digits and "_" ("gsk_...", "hf_...") would pass a looser rule
+    # and then be printed as "missing secret '<the key>'".
+    if value and not re.fullmatch(r"[A-Z_][A-Z0-9_]{0,63}", value):
+        raise ValueError("must be the name of an environment variable (upper-case letters, digits and _, "
+                         "like DEEPSEEK_API_KEY), not the key itself")
     return value
 
 

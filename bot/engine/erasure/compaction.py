@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 QUIET_SECONDS = 2.0  # a small removal waits this long for another before the batch is compacted
 MOST_SECONDS = 10.0  # and never longer than this after the first one of the batch
 REST_FACTOR = 20.0  # after a compaction that took d seconds, the next batch waits at least 20·d after it
+MOST_REST = 120.0  # but never longer (d includes waits for a busy reader, which say nothing of the cost)
 TICK_SECONDS = 0.25  # how often a waiting timer looks at its deadline again
 
 
@@ -71,8 +72,9 @@ class OwedCompaction:
 
     def took(self, seconds: float) -> None:
         """A compaction (this batch's, or a wipe's) just took ``seconds``: the next batch rests
-        ``REST_FACTOR`` times that first. Measured around the rebuild alone, not the wait for the lock."""
-        self._rest_until = self.clock() + REST_FACTOR * seconds
+        ``REST_FACTOR`` times that first, at most :data:`MOST_REST`. Measured around the storage's compaction
+        (not the wait for the erasure lock; a reader it waited for counts, hence the cap)."""
+        self._rest_until = self.clock() + min(REST_FACTOR * seconds, MOST_REST)
 
     def _deadline(self) -> float:
         first = self._first if self._first is not None else self._last

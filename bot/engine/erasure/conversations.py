@@ -144,7 +144,12 @@ class ConversationEraser:
             await self.prune(thread_id)
         if not doomed and not rewritten and not update:
             return 0, 0
-        update["messages"] = [RemoveMessage(id=i) for i in doomed] + rewritten
+        # others' questions whose answer goes with the person's messages (a gathered turn) stay answered
+        cut = {m.id: m for m in rewritten}
+        for m in _still_answered(messages, doomed):
+            base = cut.get(m.id)
+            cut[m.id] = m if base is None else base.model_copy(update={"additional_kwargs": m.additional_kwargs})
+        update["messages"] = [RemoveMessage(id=i) for i in doomed] + list(cut.values())
         await self.graph.aupdate_state(config, update, as_node="summarize")
         if self.prune is not None:
             await self.prune(thread_id)

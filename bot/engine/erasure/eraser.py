@@ -241,8 +241,9 @@ class Eraser(JournalReplay):
             quotes, learned, found = await self.steps.message_words(thread_id, ids, authors)
             texts = [t for i, t in (shown or {}).items() if str(i) in ids and t.strip()]
             if texts and await self.storage.reach.threads_of(ids):  # shown in a thread: may be repeated there
-                quotes.merge(QuoteRule.from_texts(texts, quotes.key))
-                found = True
+                shown_rule = QuoteRule.from_texts(texts, quotes.key)
+                quotes.merge(shown_rule)
+                found = found or bool(shown_rule)  # ("ok lol" has no run to cut: nothing to do for it)
             if not (quotes or learned or found):
                 return MessageErasure(messages=0, pending_turns=0, memories=0)  # unknown IDs: nothing written
             known = sorted(set(authors) | {t.user_id for t in await self.storage.inbox.every_turn()
@@ -342,13 +343,15 @@ class Eraser(JournalReplay):
         text = await self.conversations.answer_text(thread_id, answer_id)
         if not text:
             return
-        # The queue's copy first: a failure before the thread's rewrite must not leave it to be learned as
-        # said (with the thread's copy gone, nothing would find it again). Then the thread's, owing a
-        # compaction for both like any other removal.
+        # The debt first, durably (a failure part-way must still leave its text compacted), then the queue's
+        # copy: a failure before the thread's rewrite must not leave it to be learned as said (with the
+        # thread's copy gone, nothing would find it again). Then the thread's, owing again after it (a
+        # compaction in between paid the first debt).
+        await self.owe_compaction()
         await self.steps.forget_answers(thread_id, {text})
         if await self.conversations.drop_answer(thread_id, answer_id):
             self.after()
-        await self.owe_compaction()
+            await self.owe_compaction()
 
     async def take_back_in_thread(self, thread_id: str, message_ids: set[str],
                                   people: Iterable[str] = ()) -> AbstractSet[str]:
@@ -475,10 +478,10 @@ class Eraser(JournalReplay):
         """One compaction, paying every debt recorded before it (with the erasure lock held)."""
         self.owed.paid()
         mark = await self.storage.erasures.owed_mark()  # a debt recorded while it runs waits for the next
-        began = time.monotonic()
+        began = self.owed.clock()
         try:
             await self.storage.maintenance.compact()
-            self.owed.took(time.monotonic() - began)
+            self.owed.took(self.owed.clock() - began)
         except Exception:
             failures = self._compact_failures[0] + 1
             self._compact_failures = (failures, time.monotonic() + min(300.0, 5.0 * 2 ** (failures - 1)))

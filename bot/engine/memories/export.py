@@ -15,7 +15,7 @@ from typing import Annotated, Any, Sequence
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from bot.engine.errors import ImportRefused
-from bot.engine.memories.records import MAX_CONTENT, HistoryEntry, StoredMemory, as_utc, is_snowflake
+from bot.engine.memories.records import MAX_CONTENT, HistoryEntry, StoredMemory, as_utc, clipped, is_snowflake
 
 FORMAT = "remembering-bot.memories"
 EXPORT_VERSION = 2
@@ -27,11 +27,13 @@ UPLOAD_LIMIT = 10_000_000  # what Discord takes from a bot without a boosted ser
 MAX_MEMORIES = 5000
 MAX_SOURCES = 200  # per memory kept by an import: the newest (a fact patched for years holds more)
 MAX_HISTORY = MAX_MEMORIES * 20  # change-log entries an import keeps (the newest), and a person may hold after it
-# What ``json.loads`` may build, counted on the bytes before it runs: a real export at the caps above holds
-# about 240,000 objects and lists (a memory, its origin, its sources; two a change-log entry) and 1.4 million
-# commas. A 25 KB gzip of "[[],[],..." unpacks to 25 MB of empty lists, which Python builds into about half a
-# gigabyte; counting first refuses it with a reason, in milliseconds (brackets and commas inside texts count
-# too, which only errs on the side of refusing a file no export looks like).
+# What ``json.loads`` may build, counted on the bytes before it runs: a large real export (thousands of
+# memories, their sources and changes) holds about 240,000 objects and lists (a memory, its origin, its
+# sources; two a change-log entry) and 1.4 million commas; the count also bounds the message-index rows
+# one import writes in its one batch (a source is an object). A 25 KB gzip of "[[],[],..." unpacks to 25 MB
+# of empty lists, which Python builds into about half a gigabyte; counting first refuses it with a reason,
+# in milliseconds (brackets and commas inside texts count too, which only errs on the side of refusing a
+# file no export looks like).
 MAX_CONTAINERS = 400_000
 MAX_COMMAS = 2_000_000
 
@@ -108,13 +110,18 @@ def _newest(most: int) -> BeforeValidator:
     return BeforeValidator(keep)
 
 
+#: A text longer than a memory may be (one the bot stored before extraction kept them within it) is cut
+#: as extraction cuts them (``records.clipped``), not refused: the bot's own export imports back.
+_clip = BeforeValidator(lambda v: clipped(v) if isinstance(v, str) else v)
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 class _Memory(_Strict):
     id: str = Field(min_length=1, max_length=64)
-    content: str = Field(min_length=1, max_length=MAX_CONTENT)
+    content: Annotated[str, _clip] = Field(min_length=1, max_length=MAX_CONTENT)
     origin: Provenance
     sources: Annotated[list[Provenance], _newest(MAX_SOURCES)] = Field(default_factory=list)
     created_at: Time
@@ -128,8 +135,8 @@ class _Entry(_Strict):
     actor: str = Field(pattern="^(extraction|user|moderator|import)$")
     actor_id: str | None = Field(default=None, max_length=32)
     at: TimeText
-    before: str | None = Field(default=None, max_length=MAX_CONTENT)
-    after: str | None = Field(default=None, max_length=MAX_CONTENT)
+    before: Annotated[str | None, _clip] = Field(default=None, max_length=MAX_CONTENT)
+    after: Annotated[str | None, _clip] = Field(default=None, max_length=MAX_CONTENT)
     origin: Provenance
 
 

@@ -51,11 +51,14 @@ async def compact_file(conn: aiosqlite.Connection, name: str, *, commit: bool) -
     checked, the step retried with a growing pause, and a failure raised, so an erasure is never
     reported done while its text may still be in a ``-wal`` file (the journal keeps it for a retry).
     """
+    rebuilt = False
     for attempt in range(TRUNCATE_ATTEMPTS):
         try:
             if commit:
                 await conn.commit()
-            await conn.execute("VACUUM")
+            if not rebuilt:  # once: a retry waits for a reader, and each rebuild writes the whole file again
+                await conn.execute("VACUUM")
+                rebuilt = True
             await conn.execute(f"PRAGMA busy_timeout={CHECKPOINT_BUSY_MS}")
             try:
                 async with conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cur:

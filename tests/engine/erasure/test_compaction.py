@@ -92,33 +92,42 @@ async def test_ten_deletions_in_a_burst_share_one_compaction_run_in_its_own_task
         assert [f for i in range(10) for f in files_with(settings, f"burst_canary_{i}_x")] == []
 
 
-async def test_a_slow_compaction_spaces_out_the_next_batch():
+async def test_a_slow_compaction_spaces_out_the_next_batch(settings, monkeypatch):
     """A compaction rebuilds the files (SQLite's VACUUM), so its cost grows with the data: one that took
     3 s is followed by at least ``REST_FACTOR`` times that of rest, so a steady stream of deletions in a
-    big server cannot keep the files rebuilding back to back. A wipe's own compaction does not wait."""
-    from bot.engine.erasure.compaction import REST_FACTOR
+    big server cannot keep the files rebuilding back to back (a reader it waited for counts too, hence a
+    cap). A wipe's own compaction does not wait."""
+    from bot.engine.erasure.compaction import MOST_REST, REST_FACTOR
 
-    clock = Clock()
-    runs: list[float] = []
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        clock = Clock()
+        owed = engine.eraser.owed
+        owed.clock = clock
+        maintenance = engine.storage.maintenance
+        real, runs = maintenance.compact, []
 
-    async def run() -> bool:
-        runs.append(clock.now)
-        clock.now += 3.0  # the rebuild took 3 s (the eraser measures it around the storage's compact)
-        owed.took(3.0)
-        return True
+        async def slow() -> dict:
+            runs.append(clock.now)
+            clock.now += 3.0  # the rebuild took 3 s
+            return await real()
 
-    owed = OwedCompaction(run, quiet=2.0, most=10.0, clock=clock)
-    owed.due()
-    clock.now += owed.quiet
-    await owed.settle()
-    ended = clock.now
-    owed.due()  # the next deletion, just after
-    clock.now += owed.most  # past the batch's usual longest wait
-    await asyncio.sleep(TICK_SECONDS + 0.05)
-    assert len(runs) == 1  # still resting
-    clock.now = ended + REST_FACTOR * 3.0
-    await owed.settle()
-    assert len(runs) == 2
+        monkeypatch.setattr(maintenance, "compact", slow)
+        await engine.reply("c", ann("m1"), "I like tea")
+        await engine.messages_deleted("c", {"m1"})  # owes one
+        clock.now += owed.quiet
+        await owed.settle()
+        assert len(runs) == 1
+        ended = clock.now
+        await engine.reply("c", ann("m2"), "I like coffee")
+        await engine.messages_deleted("c", {"m2"})  # the next deletion, just after
+        clock.now += owed.most  # past the batch's usual longest wait
+        await asyncio.sleep(TICK_SECONDS + 0.05)
+        assert len(runs) == 1  # still resting
+        clock.now = ended + REST_FACTOR * 3.0
+        await owed.settle()
+        assert len(runs) == 2
+        owed.took(3600.0)  # a compaction that waited an hour for a reader
+        assert owed._rest_until <= clock.now + MOST_REST
 
 
 async def test_a_batch_waits_for_quiet_but_never_past_the_longest_wait():

@@ -128,6 +128,22 @@ async def test_a_question_whose_answer_a_moderator_deleted_is_not_answered_again
         assert [kind for kind, _ in await _said(engine, "c1")] == ["H", "A"]
 
 
+async def test_a_wipe_leaves_the_other_persons_question_of_a_gathered_turn_answered(settings):
+    """Alice and Bob were answered together (one gathered turn); Alice wipes, and the answer goes with her
+    messages. Bob's question stays, and must not read as waiting for the next person's answer."""
+    from bot.engine.state import Incoming
+
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply_to("c1", [Incoming(speaker("b", "Bob", "g1", "c1", "m1"), "bob question QV52"),
+                                     Incoming(speaker("a", "Alice", "g1", "c1", "m2"), "alice adds QV53")])
+        await engine.thread_state("c1")  # (the turn has ended: the wipe, not the turn, removes the answer)
+        await engine.erase_person("a")
+        assert await _said(engine, "c1") == [("H", "bob question QV52")]
+        await engine.reply("c1", speaker("c", "Cy", "g1", "c1", "m3"), "cy says hi")
+        messages = (await engine.thread_state("c1"))["messages"]
+        assert messages[0].id not in messages[-1].additional_kwargs["answers"]
+
+
 async def test_a_removed_answer_leaves_the_learning_queue_too(settings):
     """The learning queue keeps an answer's text on the row of the last message it answered. A moderator
     deleting the bot's reply, or the first message of a gathered turn being deleted, took the answer out of

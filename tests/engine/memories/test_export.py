@@ -175,3 +175,14 @@ async def test_extraction_keeps_a_memory_within_what_an_import_takes(tmp_path):
         data, _ = export_file(export_memories("7", await engine.memories.list("7"), history), 10**9)
         restored, entries = parse_import(data, "7")
         assert [m["content"] for m in restored] == [memory.content] and entries
+
+
+def test_a_memory_stored_longer_than_an_import_takes_is_cut_not_refused():
+    """Memories stored before extraction kept them within 2,000 characters (and their change-log texts)
+    still import back, cut as extraction cuts them."""
+    long = "likes " + "tea " * 750
+    memory = StoredMemory(key="k1", content=long, created_at=WHEN, updated_at=WHEN,
+                          origin={"guild_id": "1", "channel_id": "2", "message_id": "3"})
+    data, _ = export_file(export_memories("7", [memory]), 10**9)
+    (restored,), _ = parse_import(data, "7")
+    assert restored["content"].startswith("likes tea") and len(restored["content"]) <= 2000
