@@ -27,6 +27,7 @@ from bot.storage.postgres.inbox import PostgresInbox
 from bot.storage.postgres.locks import PostgresLocks
 from bot.storage.postgres.maintenance import PostgresMaintenance
 from bot.storage.postgres.migrations import migrate
+from bot.storage.shielding import to_the_end
 from bot.storage.postgres.prefs import PostgresPrefs
 from bot.storage.postgres.removed_guilds import PostgresRemovedGuilds
 from bot.storage.postgres.saver import NulFreePostgresSaver
@@ -65,7 +66,9 @@ async def open_postgres(settings: Settings) -> AsyncIterator[OpenStorage]:
         saver = NulFreePostgresSaver(pool, outages)
         store = TransactionalPostgresStore(pool, outages)
         async with pool.connection() as conn:
-            epoch = await migrate(conn, saver, store)
+            # to its end even if start-up is cancelled: a CREATE INDEX CONCURRENTLY cut off leaves an invalid
+            # index (rebuilt at the next start, see migrations) and LangGraph's own steps half-recorded
+            epoch = await to_the_end(migrate(conn, saver, store))
         db = PgDb(pool, outages)
         guild_settings = PostgresGuildSettings(db, dsn)
         await guild_settings.start()  # its LISTEN connection: other processes' /settings changes

@@ -31,6 +31,26 @@ PRUNE_ATTEMPTS = 3
 COMPACT_RETRY_SECONDS = (0.2, 1.0)
 _FINISHED = re.compile(r'finished vacuuming "(?:[^"]*\.)?([^".]+)"')
 _HELD_BACK = re.compile(r"tuples: \d+ removed, \d+ remain, (\d+) are dead but not yet removable")
+# A page another process was reading (pinned) is skipped: its dead rows stay, reported on a line of their
+# own ("tuples missed: N dead from M pages not removed due to cleanup lock contention"; PostgreSQL 14 and
+# older: "N skipped due to pins"). Held back as well: retried, then reported, never "Done" unseen.
+_MISSED = re.compile(r"tuples missed: (\d+) dead|(\d+) skipped due to pins")
+
+
+def held_back(reports: list[str]) -> dict[str, int]:
+    """Dead row versions ``VACUUM (VERBOSE)`` left, by table, read from its per-table reports: those an
+    older snapshot may still see, and those on pages another session had pinned (skipped, not waited for)."""
+    held: dict[str, int] = {}
+    for report in reports:
+        table = _FINISHED.search(report)
+        if table is None:
+            continue
+        dead = _HELD_BACK.search(report)
+        left = int(dead.group(1)) if dead else 0
+        left += sum(int(m.group(1) or m.group(2)) for m in _MISSED.finditer(report))
+        if left:
+            held[table.group(1)] = held.get(table.group(1), 0) + left
+    return held
 
 
 class PostgresMaintenance:
@@ -106,9 +126,4 @@ class PostgresMaintenance:
                 await conn.execute("VACUUM (VERBOSE) " + ", ".join(ERASURE_TABLES))  # constant table names
             finally:
                 conn.remove_notice_handler(collect)
-        held: dict[str, int] = {}
-        for report in reports:
-            table, dead = _FINISHED.search(report), _HELD_BACK.search(report)
-            if table and dead and int(dead.group(1)):
-                held[table.group(1)] = held.get(table.group(1), 0) + int(dead.group(1))
-        return held
+        return held_back(reports)

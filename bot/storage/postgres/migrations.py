@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import uuid
 
 import psycopg
+from psycopg import sql as pgsql
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.postgres.base import BasePostgresSaver
 from langgraph.store.postgres.aio import AsyncPostgresStore
@@ -129,6 +131,30 @@ async def _take_migration_lock(conn: psycopg.AsyncConnection) -> None:
         waited += MIGRATION_POLL_SECONDS
 
 
+async def _rebuild_invalid_indexes(conn: psycopg.AsyncConnection) -> None:
+    """Rebuild the indexes a ``CREATE INDEX CONCURRENTLY`` left invalid (its start-up was killed or cut
+    off part-way). ``IF NOT EXISTS`` then skips the name, and the version was recorded all the same: the
+    index stayed unused for good, and every memory search (``store_prefix_idx``) scanned the whole table.
+    Each is dropped and created again by the statement that created it (the bot's or LangGraph's)."""
+    rows = await (await conn.execute(
+        "SELECT c.relname AS name FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE NOT i.indisvalid AND n.nspname = current_schema()"
+    )).fetchall()
+    if not rows:
+        return
+    statements = [text for group in MIGRATIONS for text in group]
+    statements += [text for text in (*BasePostgresSaver.MIGRATIONS, *BasePostgresStore.MIGRATIONS)
+                   if isinstance(text, str)]
+    for row in rows:
+        name = row["name"]
+        creating = [text for text in statements
+                    if "CREATE" in text.upper() and re.search(rf"\b{re.escape(name)}\s+ON\b", text)]
+        log.warning("index %s was left invalid by an interrupted migration: rebuilding it", name)
+        await conn.execute(pgsql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(pgsql.Identifier(name)))
+        for text in creating[:1]:
+            await conn.execute(text)
+
+
 async def migrate(conn: psycopg.AsyncConnection, saver: AsyncPostgresSaver, store: AsyncPostgresStore) -> str:
     """Bring the schema up to date (LangGraph's tables, then the bot's); return the inbox epoch.
 
@@ -136,6 +162,7 @@ async def migrate(conn: psycopg.AsyncConnection, saver: AsyncPostgresSaver, stor
     """
     await _take_migration_lock(conn)
     try:
+        await _rebuild_invalid_indexes(conn)
         version = await _version(conn)
         await _refuse_newer(conn, version)
         await saver.setup()

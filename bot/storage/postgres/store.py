@@ -41,8 +41,19 @@ def _in_turn() -> bool:
     return scope is not None and scope.open
 
 
+#: Upstream pages a namespace by ``updated_at`` alone. Every item one batch writes (an import, an
+#: extraction's memories, a wipe's history) shares it, and PostgreSQL's top-N sort orders ties differently
+#: for each LIMIT/OFFSET: pages overlapped and skipped items, so a wipe listing a person's 1,300 memories
+#: saw 1,197 and left 103 behind. The key breaks the ties (a unique order across pages).
+TIE_BREAK = ("ORDER BY store.updated_at DESC", "ORDER BY store.updated_at DESC, store.prefix, store.key")
+
+
 class TransactionalPostgresStore(AsyncPostgresStore):
     """``AsyncPostgresStore`` over a pool whose batches are transactions (and whose values hold no NUL)."""
+
+    def _prepare_batch_search_queries(self, search_ops: Any) -> Any:
+        queries, embeddings = super()._prepare_batch_search_queries(search_ops)
+        return [(sql.replace(*TIE_BREAK), params) for sql, params in queries], embeddings
 
     def __init__(self, pool: AsyncConnectionPool, outages: Outages, **kwargs: Any) -> None:
         super().__init__(pool, **kwargs)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 import aiosqlite
 from langgraph.store.sqlite.aio import AsyncSqliteStore
@@ -23,8 +23,17 @@ from langgraph.store.sqlite.aio import AsyncSqliteStore
 from bot.storage.shielding import run_through
 
 
+#: Upstream pages a namespace by ``updated_at`` alone, which every item of one batch shares: the key breaks
+#: the ties, so pages never overlap or skip (see the PostgreSQL store, where they did).
+TIE_BREAK = (" ORDER BY updated_at DESC", " ORDER BY updated_at DESC, prefix, key")
+
+
 class TransactionalSqliteStore(AsyncSqliteStore):
     """``AsyncSqliteStore`` whose batches commit whole or not at all."""
+
+    def _prepare_batch_search_queries(self, search_ops: Any) -> Any:
+        queries, embeddings = super()._prepare_batch_search_queries(search_ops)
+        return [(sql.replace(*TIE_BREAK), *rest) for sql, *rest in queries], embeddings
 
     async def _statement(self, sql: str) -> bool:
         """Run one frame statement to its end; return whether a cancel arrived meanwhile (raises its error)."""

@@ -55,3 +55,20 @@ async def test_memories_survive_reopening(open_again):
         await storage.store.aput(NS, "k", {"content": "kept"})
     async with open_again() as storage:
         assert (await storage.store.aget(NS, "k")).value == {"content": "kept"}
+
+
+async def test_items_written_together_page_through_exactly_once(storage):
+    """One batch writes its items with one ``updated_at`` (an import, a wipe's history). Paged by that
+    alone, PostgreSQL ordered the ties differently for each page: pages overlapped and skipped items, and
+    a wipe listing a person's memories this way left some behind. Paged as the engine pages (500)."""
+    await storage.store.abatch([PutOp(NS, f"k{n:04}", {"content": str(n)}) for n in range(1000)])  # an import
+    for b in range(100):  # then extractions, three memories each
+        await storage.store.abatch([PutOp(NS, f"k{1000 + 3 * b + i:04}", {"content": "x"}) for i in range(3)])
+    seen, offset = [], 0
+    while True:
+        page = await storage.store.asearch(NS, limit=500, offset=offset)
+        seen += [i.key for i in page]
+        if len(page) < 500:
+            break
+        offset += 500
+    assert len(seen) == 1300 and sorted(seen) == [f"k{n:04}" for n in range(1300)]
