@@ -12,6 +12,7 @@ other attachment (name, type, size), and the log says why, once per process.
 
 from __future__ import annotations
 
+import codecs
 import logging
 import re
 from dataclasses import replace
@@ -29,6 +30,19 @@ TEXT_SUFFIXES = (".txt", ".md", ".py", ".json", ".csv", ".log", ".yaml", ".yml",
                  ".html", ".css", ".xml", ".sh", ".rs", ".go", ".java", ".c", ".h", ".cpp", ".sql")
 
 
+def decoded(data: bytes) -> str:
+    """A text file's bytes as text: by its byte-order mark (UTF-8, UTF-16 as Windows PowerShell writes
+    with ``>``, UTF-32), else UTF-8, else Windows-1252 (Notepad's "ANSI"). Decoding everything as UTF-8 gave
+    a null between every character of a UTF-16 file, and replacement marks in accented ANSI text."""
+    for bom, codec in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF32_LE, "utf-32"),
+                       (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF16_LE, "utf-16"),
+                       (codecs.BOM_UTF16_BE, "utf-16")):
+        if data.startswith(bom):
+            return data.decode(codec, errors="replace")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("cp1252", errors="replace")
 
 class DownloadFailed(Exception):
     """A text attachment could not be downloaded while an edit's text was being built."""
@@ -87,7 +101,7 @@ class InputBuilder:
         if is_text and attachment.size <= self.max_attachment_bytes:
             try:
                 data = await attachment.read()
-                body = data.decode("utf-8", errors="replace").replace("```", "'''")
+                body = decoded(data).replace("```", "'''")
                 return f"\n\n[attached file {attachment.filename}]\n```\n{body}\n```"
             except Exception as exc:  # noqa: BLE001 - a failed download is mentioned, not fatal
                 log.warning("could not download attachment %s: %r", attachment.id, exc)

@@ -275,6 +275,23 @@ async def test_text_attachment_is_read_and_binary_is_mentioned(tmp_path):
     assert "photo.png (image/png, 123456 bytes): not a text file" in prompt
 
 
+async def test_text_files_in_utf16_and_windows_ansi_are_read_as_text(tmp_path):
+    """Windows PowerShell's ``>`` writes UTF-16 with a byte-order mark, Notepad's "ANSI" is Windows-1252:
+    read as UTF-8 they reached the model as a null between every character, or replacement marks."""
+    async with rig(tmp_path) as r:
+        files = []
+        for name, data in (("ps.log", "Grüße from PowerShell".encode("utf-16")),
+                           ("ansi.txt", "café déjà vu".encode("cp1252")),
+                           ("bom.txt", "\ufeffplain with a BOM".encode("utf-8"))):
+            url = f"https://cdn.discordapp.com/attachments/1/2/{name}"
+            r.h.cdn[url] = data
+            files.append(dh.attachment(dh.snowflake(), name, size=len(data), url=url, content_type="text/plain"))
+        await r.h.send_message(r.mentioning(ALICE, "see attached", attachments=files))
+        prompt = r.model.chat_calls[-1].prompt_text
+    assert "Grüße from PowerShell" in prompt and "café déjà vu" in prompt
+    assert "plain with a BOM" in prompt and "\ufeff" not in prompt and "\x00" not in prompt and "\ufffd" not in prompt
+
+
 async def test_overlong_message_is_cut_with_a_note(tmp_path):
     async with rig(tmp_path, conversation={"max_input_chars": 500}) as r:
         await r.h.send_message(r.mentioning(ALICE, "x" * 3000))

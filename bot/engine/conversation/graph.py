@@ -35,7 +35,7 @@ from langgraph.runtime import Runtime
 from bot.engine.errors import EmptyAnswer
 from bot.engine.prompts import SUMMARIZE_EXTEND, SUMMARIZE_NEW
 from bot.engine.conversation.rendering import (
-    for_model, image_tokens, pending_start, quoted, recall_query, system_prompt,
+    for_model, image_tokens, pending_start, quoted, recall_query, said, system_prompt,
 )
 from bot.engine.memories.records import StoredMemory
 from bot.engine.memories.repository import MemoryRepository
@@ -197,6 +197,7 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
             history = for_model(state["messages"], summary=state.get("summary", ""), quotes=quotes,
                                 speaker=speaker, images={k: tuple(_refused(i) for i in v) for k, v in images.items()})
             reply = await call([system, *history], speaker)
+        reply = reply.model_copy(update={"content": said(reply.text)})  # (inline reasoning is not said)
         if not reply.text.strip():  # "(no answer)" posted, stored and learned from was the old result
             raise EmptyAnswer(f"the model answered with no text (finish reason: "
                               f"{reply.response_metadata.get('finish_reason', 'unknown')})")

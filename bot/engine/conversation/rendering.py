@@ -120,6 +120,16 @@ def with_images(text: str, parts: list[dict]) -> str | list:
     return [{"type": "text", "text": text}, *parts] if parts else text
 
 
+_THINKING = re.compile(r"\s*<think>.*?(?:</think>\s*|$)", re.DOTALL)
+
+
+def said(text: str) -> str:
+    """An answer without the reasoning some OpenAI-compatible servers write inline first (``<think>...
+    </think>``, local R1 and Qwen3 setups): it is not for the members, the thread or the extractor. While
+    the block is still open (a streamed answer), nothing of it is said yet."""
+    return _THINKING.sub("", text, count=1) if text.lstrip().startswith("<think>") else text
+
+
 def pending_start(messages: list[AnyMessage]) -> int:
     """Index of the first human message after the bot's last answer: the messages this turn answers. A
     message whose answer was deleted since is marked ``answered`` (``erasure/conversations.py``) and ends

@@ -20,7 +20,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from bot.engine.concurrency import InflightTurns, Locks
 from bot.engine.conversation.graph import AFTER_ANSWER, Later
-from bot.engine.conversation.rendering import pending_start
+from bot.engine.conversation.rendering import pending_start, said
 from bot.engine.errors import Outages
 from bot.engine.learning.scheduler import ExtractionScheduler
 from bot.engine.policy.turn_policy import Policies, TurnPolicy
@@ -385,7 +385,8 @@ class TurnRunner:
                             piece, meta = chunk
                             if turn.on_delta and meta.get("langgraph_node") == "respond" and piece.text:
                                 streamed += piece.text
-                                turn.on_delta(streamed)
+                                if shown := said(streamed):  # (inline reasoning is never previewed)
+                                    turn.on_delta(shown)
                             continue
                         if "respond" in chunk:
                             clock.reschedule(None)  # answered: the summary after it is on nobody's clock
@@ -399,11 +400,23 @@ class TurnRunner:
                     self._remember_stored(turn.thread_id)
                 await later.run()  # the answer's usage
                 if summarize:  # resumes the run where it stopped: summarize, then one more checkpoint
-                    await self.graph.ainvoke(None, config, context=turn.speaker, durability="exit")
+                    await self._summarize(turn, config)
         finally:
             AFTER_ANSWER.reset(token)
             if later:  # usage of calls made before a failure (the summary's, or the answer's if its turn failed)
                 await asyncio.shield(later.run())
+
+    async def _summarize(self, turn: _Turn, config: dict) -> None:
+        """The summary after an answer, within the turn's own deadline: it still holds the channel, so the
+        next member's turn waits for it. A model that keeps a slow call open (keep-alive lines reset the
+        client's timeout) or asks to retry in a minute froze the channel with "typing" shown; past the
+        deadline the summary is dropped, and tried again after a later answer."""
+        try:
+            async with asyncio.timeout(turn.timeout):
+                await self.graph.ainvoke(None, config, context=turn.speaker, durability="exit")
+        except TimeoutError:
+            log.warning("the summary of thread %s took longer than %s s: dropped, tried again later",
+                        turn.thread_id, turn.timeout)
 
     def _usage_failed(self, exc: BaseException) -> None:
         """A usage record left for after the answer failed: an outage is reported once, by the storage

@@ -329,3 +329,49 @@ async def test_a_deleted_threads_next_first_message_is_stored_before_the_model_a
             model.gate.set()
         await turn
         assert "c" in found
+
+
+async def test_a_summary_that_hangs_does_not_hold_the_channel_past_the_turns_deadline(tmp_path):
+    """The summary after an answer runs while the turn still holds the channel. A model that keeps the
+    call open (keep-alive lines reset the client's own timeout) held the next member's turn behind it,
+    with "typing" shown, for as long as it liked. The summary gets the turn's deadline and is dropped past
+    it; the next turn is answered. (``wait_for`` only guards against the hang; nothing is timed.)"""
+    import threading
+
+    from tests.conftest import make_settings
+
+    release = threading.Event()
+
+    def script(call):
+        if not call.is_extraction and any("Summarize" in m.text or "Extend the summary" in m.text
+                                          for m in call.messages[-1:]):
+            release.wait(30)  # the model keeps the call open
+            return "SUMMARY: never in time"
+        return default_script(call)
+
+    settings = make_settings(tmp_path, conversation={"summarize_after_messages": 4, "keep_messages": 2})
+    try:
+        async with running_engine(settings, ScriptedChatModel(script)) as engine:
+            for n in range(3):
+                await engine.reply("c", ada(f"m{n}"), f"message {n}", timeout=3)
+            answer = await asyncio.wait_for(engine.reply("c", ada("m9"), "still there?", timeout=3), 20)
+            assert "still there" in answer.text
+            assert "never in time" not in str(await engine.thread_state("c"))
+    finally:
+        release.set()
+
+
+async def test_reasoning_a_server_writes_inline_is_neither_shown_nor_stored(settings):
+    """Some OpenAI-compatible servers (local R1 or Qwen3 setups) write their reasoning into the answer as
+    ``<think>...</think>``: it streamed into the preview and was posted, stored and learned from."""
+    def script(call):
+        if call.is_extraction:
+            return default_script(call)
+        return "<think>the user seems upset QZ61 so I should</think>\n\nHello there!"
+
+    deltas: list[str] = []
+    async with running_engine(settings, ScriptedChatModel(script)) as engine:
+        reply = await engine.reply("c", ada("m1"), "hi", on_delta=deltas.append)
+        assert reply.text == "Hello there!"
+        assert not any("QZ61" in d or "<think>" in d for d in deltas)
+        assert "QZ61" not in str(await engine.thread_state("c"))
