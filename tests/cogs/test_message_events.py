@@ -771,22 +771,29 @@ async def test_edits_that_restart_an_answer_are_within_the_persons_limits(tmp_pa
         assert await humans(r) == ["I like tea_3"]
 
 
+def heard_slowly(r) -> asyncio.Event:
+    """Every message is over the rate limit (heard, not answered), and its text takes a while to read
+    after it is built (a download, say): the event is set when the first one is being read."""
+    chat = r.bot.get_cog("Chat")
+    real_incoming = chat.incoming
+    started = asyncio.Event()
+
+    async def slow_incoming(items, **kw):
+        out = await real_incoming(items, **kw)
+        started.set()
+        await asyncio.sleep(0.3)
+        return out
+
+    chat.incoming = slow_incoming
+    r.engine.admit = lambda _user: False  # over the limit: heard, not answered
+    return started
+
+
 async def test_an_edit_while_a_heard_message_is_being_recorded_is_applied_once_it_is_stored(tmp_path):
     """A message over the rate limit is recorded without an answer; edited while its text is read (a text
     attachment being downloaded, say), the edit found nothing stored yet: it is applied once the message is."""
     async with rig(tmp_path, chat_model=ScriptedChatModel(no_echo)) as r:
-        chat = r.bot.get_cog("Chat")
-        real_incoming = chat.incoming
-        started = asyncio.Event()
-
-        async def slow_incoming(items, **kw):
-            out = await real_incoming(items, **kw)
-            started.set()
-            await asyncio.sleep(0.3)
-            return out
-
-        chat.incoming = slow_incoming
-        r.engine.admit = lambda _user: False  # over the limit: heard, not answered
+        started = heard_slowly(r)
         said = r.mentioning(ALICE, "I like tea_before_edit")
         r.h.feed("MESSAGE_CREATE", said)
         await asyncio.wait_for(started.wait(), 5)
@@ -866,18 +873,7 @@ async def test_a_file_removed_while_a_heard_message_is_being_recorded_is_not_kep
         url = "https://cdn.discordapp.com/attachments/1/2/wrong.txt"
         r.h.cdn[url] = b"heardfile_canary_words"
         wrong = dh.attachment(dh.snowflake(), "wrong.txt", size=22, url=url, content_type="text/plain")
-        chat = r.bot.get_cog("Chat")
-        real_incoming = chat.incoming
-        started = asyncio.Event()
-
-        async def slow_incoming(items, **kw):
-            out = await real_incoming(items, **kw)
-            started.set()
-            await asyncio.sleep(0.3)
-            return out
-
-        chat.incoming = slow_incoming
-        r.engine.admit = lambda _user: False  # over the limit: heard, not answered
+        started = heard_slowly(r)
         said = r.mentioning(ALICE, "I like tea_with_a_heard_file", attachments=[wrong])
         r.h.feed("MESSAGE_CREATE", said)
         await asyncio.wait_for(started.wait(), 5)
