@@ -44,6 +44,7 @@ def decoded(data: bytes) -> str:
     except UnicodeDecodeError:
         return data.decode("cp1252", errors="replace")
 
+
 class DownloadFailed(Exception):
     """A text attachment could not be downloaded while an edit's text was being built."""
 

@@ -146,9 +146,10 @@ class ConversationEraser:
             return 0, 0
         # others' questions whose answer goes with the person's messages (a gathered turn) stay answered
         cut = {m.id: m for m in rewritten}
-        for m in _still_answered(messages, doomed):
-            base = cut.get(m.id)
-            cut[m.id] = m if base is None else base.model_copy(update={"additional_kwargs": m.additional_kwargs})
+        stay = _still_answered(messages, doomed)
+        for m in messages:
+            if m.id in stay:
+                cut[m.id] = _answered(cut.get(m.id, m))
         update["messages"] = [RemoveMessage(id=i) for i in doomed] + list(cut.values())
         await self.graph.aupdate_state(config, update, as_node="summarize")
         if self.prune is not None:
@@ -233,7 +234,8 @@ class ConversationEraser:
                 await self.prune(thread_id)
             return 0, []
         said = [m.text for m in messages if m.id in hit]
-        await self._rewrite(thread_id, doomed, drop_summary, _still_answered(messages, doomed))
+        stay = _still_answered(messages, doomed)
+        await self._rewrite(thread_id, doomed, drop_summary, [_answered(m) for m in messages if m.id in stay])
         log.info("removed %d deleted messages from thread %s%s", len(doomed), thread_id,
                  " and its summary" if drop_summary else "")
         return len(doomed), said
@@ -330,17 +332,21 @@ def _doomed(messages: list, message_ids: set[str]) -> tuple[set[str], list[str]]
     return hit, doomed
 
 
-def _still_answered(messages: list, doomed: list[str]) -> list:
-    """The messages that stay while the answer to them goes (a moderator deleted the bot's reply), marked
-    ``answered``: after the last answer they would read as waiting (``rendering.pending_start``), and the
-    next person's answer would answer them again and list them as its own."""
+def _still_answered(messages: list, doomed: list[str]) -> set[str]:
+    """The people's messages that stay while the answer to them goes (a moderator deleted the bot's reply, a
+    wipe took a gathered turn's answer): marked ``answered`` (:func:`_answered`), since after the last
+    answer they would read as waiting (``rendering.pending_start``), and the next person's answer would
+    answer them again and list them as its own."""
     gone = set(doomed)
     answered: set[str] = set()
     for m in messages:
         if isinstance(m, AIMessage) and m.id in gone:
             answered |= set(m.additional_kwargs.get("answers") or [])
-    return [m.model_copy(update={"additional_kwargs": {**m.additional_kwargs, "answered": True}})
-            for m in messages if isinstance(m, HumanMessage) and m.id in answered - gone]
+    return {m.id for m in messages if isinstance(m, HumanMessage) and m.id in answered - gone}
+
+
+def _answered(message):
+    return message.model_copy(update={"additional_kwargs": {**message.additional_kwargs, "answered": True}})
 
 
 def with_answers(messages: list, human_ids: set[str]) -> list[str]:

@@ -51,13 +51,13 @@ TIE_BREAK = ("ORDER BY store.updated_at DESC", "ORDER BY store.updated_at DESC, 
 class TransactionalPostgresStore(AsyncPostgresStore):
     """``AsyncPostgresStore`` over a pool whose batches are transactions (and whose values hold no NUL)."""
 
-    def _prepare_batch_search_queries(self, search_ops: Any) -> Any:
-        queries, embeddings = super()._prepare_batch_search_queries(search_ops)
-        return [(sql.replace(*TIE_BREAK), params) for sql, params in queries], embeddings
-
     def __init__(self, pool: AsyncConnectionPool, outages: Outages, **kwargs: Any) -> None:
         super().__init__(pool, **kwargs)
         self.outages = outages
+
+    def _prepare_batch_search_queries(self, search_ops: Any) -> Any:
+        queries, embeddings = super()._prepare_batch_search_queries(search_ops)
+        return [(sql.replace(*TIE_BREAK), params) for sql, params in queries], embeddings
 
     @retried
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
