@@ -462,9 +462,14 @@ def _origin_of(memories: list[StoredMemory], message_id: str) -> dict[str, str]:
 
 
 def _learned_after(memories: list[StoredMemory], message_id: str, edited_at: float) -> bool:
-    """Whether every memory's source for the message was recorded at or after ``edited_at`` (one second of
-    slack: a source's ``at`` is kept to the whole second, so a message learned again 0.3 s after its edit
-    reads as 0.7 s before it)."""
+    """Whether the message was learned (again) at or after ``edited_at``: the bot has read its edited text.
+
+    The latest source counts, not the earliest: a memory the old text taught with another message stays
+    after the edit (still citing it from before), next to what the edited text taught; judged by that
+    older source, every later pin or link preview was an edit again. One second of slack: a source's
+    ``at`` is kept to the whole second, so a message learned again 0.3 s after its edit reads as 0.7 s
+    before it.
+    """
     stamps = []
     for m in memories:
         for s in m.sources:
@@ -473,4 +478,4 @@ def _learned_after(memories: list[StoredMemory], message_id: str, edited_at: flo
                     stamps.append(datetime.fromisoformat(str(s.get("at"))).timestamp())
                 except ValueError:
                     return False
-    return bool(stamps) and min(stamps) + 1.0 >= edited_at
+    return bool(stamps) and max(stamps) + 1.0 >= edited_at

@@ -85,7 +85,13 @@ class CallWatcher(AsyncCallbackHandler):
 
 
 def existing_within_budget(memories, query: str, limit: int) -> list:
-    """The existing memories most related to the new messages, at most ``limit``, within the token budget."""
+    """The existing memories most related to the new messages, at most ``limit``, within the token budget.
+
+    The budget is filled most related first (the oldest first dropped a new memory being corrected, which
+    then came back as a duplicate); what is chosen is shown in the person's order.
+    """
+    memories = list(memories)
+    position = {id(m): i for i, m in enumerate(memories)}
     chosen, used = [], 0
     for m in related(memories, query, limit):
         cost = estimate_tokens(m.content) + 10  # + the markup around it and its alias
@@ -93,7 +99,7 @@ def existing_within_budget(memories, query: str, limit: int) -> list:
             continue
         chosen.append(m)
         used += cost
-    return chosen
+    return sorted(chosen, key=lambda m: position[id(m)])
 
 
 class MemoryWriter:

@@ -103,16 +103,31 @@ def clipped(content: str) -> str:
 
 
 def merge_sources(*lists: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Concatenate source lists, oldest first, keeping the first occurrence of each source."""
-    seen: set[tuple] = set()
+    """Concatenate source lists, oldest first, keeping the first occurrence of each source.
+
+    A source cited again keeps its place and takes the later time: a message learned again after its edit
+    must read as learned after it (``steps._learned_after``), or every later pin or link preview of it
+    would be taken for the edit once more, erasing and re-learning what it taught.
+    """
+    seen: dict[tuple, dict[str, Any]] = {}
     out: list[dict[str, Any]] = []
     for sources in lists:
         for source in sources:
             ident = _source_id(source)
             if ident not in seen:
-                seen.add(ident)
-                out.append(dict(source))
+                seen[ident] = dict(source)
+                out.append(seen[ident])
+            elif _later(source.get("at"), seen[ident].get("at")):
+                seen[ident]["at"] = source["at"]
     return out
+
+
+def _later(at: Any, than: Any) -> bool:
+    """Whether the source time ``at`` is after ``than`` (an unreadable one is never later)."""
+    try:
+        return datetime.fromisoformat(str(at)) > datetime.fromisoformat(str(than))
+    except (TypeError, ValueError):
+        return False
 
 
 def _now() -> str:

@@ -337,9 +337,13 @@ async def choose_memories(
 
 
 def related(memories: Sequence[StoredMemory], query: str, limit: int) -> list[StoredMemory]:
-    """Up to ``limit`` memories most related to ``query`` (all of them when there are few), for extraction."""
-    if len(memories) <= limit:
-        return list(memories)
+    """Up to ``limit`` memories most related to ``query``, the most related first, for extraction.
+
+    Ranked even when all of them fit the limit: the extractor's token budget is filled in this order, so
+    the memory a correction is about ("I moved out of Berlin") is shown however new it is.
+    """
+    if not memories:
+        return []
     scores = fused_scores(memories, query, None, weights=Weights(lexical=0.9, semantic=0.0, recency=0.1))
     best = sorted(range(len(memories)), key=lambda i: scores[i], reverse=True)[:limit]
-    return [memories[i] for i in sorted(best)]
+    return [memories[i] for i in best]

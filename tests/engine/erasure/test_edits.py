@@ -158,6 +158,31 @@ async def test_an_old_message_the_bot_holds_no_text_of_is_judged_by_its_edited_t
         assert [m.content for m in await engine.memories.list("1")] == ["I like old_message_coffee"]
 
 
+
+async def test_a_pin_of_a_message_learned_again_after_its_edit_changes_nothing(settings):
+    """The old text taught a memory with another message (it stays after the edit, citing the message from
+    before it); the edited text was learned again after the edit. A later pin or preview, the bot holding
+    no text of the message, is not the edit again: the latest recording counts, not the earliest."""
+    import time
+    from datetime import datetime, timezone
+
+    def at(seconds: float) -> str:
+        return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="seconds")
+
+    async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
+        edited = time.time() - 3600
+        first = {"guild_id": "9", "channel_id": "c", "message_id": "1001", "at": at(edited - 86400)}
+        other = {"guild_id": "9", "channel_id": "c", "message_id": "1002", "at": at(edited - 86000)}
+        again = {**first, "at": at(edited + 5)}
+        await engine.memories.apply("1", inserts=[("Has two cats pin_canary", {**first, "source": "extraction"},
+                                                   [first, other]),
+                                                  ("Lives in Paris pin_canary", {**again, "source": "extraction"},
+                                                   [again])])
+        before = await engine.memories.list("1")
+        assert not await engine.message_edited("c", "1001", "I moved to Paris", edited_at=edited)
+        assert await engine.memories.list("1") == before and await engine.storage.erasures.unfinished() == []
+        assert await engine.storage.inbox.every_turn() == []  # nothing queued to learn again
+
 async def test_what_the_author_says_elsewhere_during_an_edit_or_a_memory_delete_is_still_learned(settings):
     """An edit and ``/memories delete`` hold their person lightly: on a shared database a full (erasure)
     hold makes the queue refuse the person's new turns, which is right for a wipe and wrong here."""

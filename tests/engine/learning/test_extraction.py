@@ -74,6 +74,24 @@ async def test_all_25_memories_are_passed_to_extraction(settings):
         assert len(await repo.list("42")) == 26
 
 
+async def test_a_correction_is_shown_the_new_memory_it_corrects_when_old_ones_fill_the_budget(settings):
+    """Thirty older memories fill the extractor's token budget; the newest, the one being corrected, is the
+    most related and is shown (filled oldest first it was dropped, and came back as a duplicate)."""
+    model = ScriptedChatModel(default_script)
+    filler = [f"Spent afternoon number {i} of the spring sorting old postcards and stamps from a family trip"
+              for i in range(30)]
+    async with running_engine(settings, model) as engine:
+        repo = MemoryRepository(engine.store)
+        await repo.apply("42", inserts=[(text, {"guild_id": "900"}) for text in filler])
+        await repo.apply("42", inserts=[("Lives in Berlin with two cats", {"guild_id": "900"})])
+        await engine.reply("t", ADA, "Actually I moved out of Berlin, I live in Paris now")
+        await engine.scheduler.flush()
+        (call,) = model.extraction_calls
+    shown = call.prompt_text
+    assert "Lives in Berlin with two cats" in shown
+    assert sum(text in shown for text in filler) < len(filler)  # the budget did cut some
+
+
 async def test_extraction_is_only_for_the_author_even_with_others_in_the_thread(settings):
     model = ScriptedChatModel(default_script)
     bob = Speaker(user_id="43", name="Bob", guild_id="900", channel_id="7", message_id="71")

@@ -20,6 +20,16 @@ def test_merge_sources_keeps_the_first_of_each_message_in_order():
     assert [s["message_id"] for s in merged] == ["100", "200", "300"]
 
 
+
+def test_a_message_cited_again_keeps_its_place_and_takes_the_later_time():
+    """Learned again after an edit: the source must read as learned after it (see steps._learned_after)."""
+    old, again = dict(A, at="2026-01-01T10:00:00+00:00"), dict(A, at="2026-03-01T10:00:00+00:00")
+    merged = merge_sources([old, B], [again])
+    assert [(s["message_id"], s.get("at")) for s in merged] == [("100", again["at"]), ("200", None)]
+    assert merge_sources([again], [old])[0]["at"] == again["at"]  # an earlier time does not move it back
+    assert merge_sources([old], [dict(A, at="garbage")])[0]["at"] == old["at"]
+    assert old["at"] == "2026-01-01T10:00:00+00:00"  # the inputs are not changed
+
 async def test_a_patch_adds_its_messages_to_the_sources(settings):
     async with open_storage(settings) as storage:
         repo = MemoryRepository(storage.store)
