@@ -212,7 +212,9 @@ def parse_import(data: bytes, user_id: str) -> tuple[list[dict], list[dict]]:
     if len(set(ids)) != len(ids):
         raise ImportRefused("the file lists the same memory twice")
     memories = [
-        {**m.model_dump(), "sources": [_imported_source(x) for x in m.sources],
+        # A file without sources falls back on its origin, marked as the file's word too: unmarked, an
+        # origin naming someone else's message would make its edits learned as the importer's.
+        {**m.model_dump(), "sources": [_imported_source(x) for x in (m.sources or [m.origin])],
          "created_at": m.created_at.isoformat(), "updated_at": m.updated_at.isoformat()}
         for m in doc.memories
     ]

@@ -75,6 +75,17 @@ def test_a_source_naming_a_message_is_kept_but_marked_as_the_files_word():
                                        "imported": True}]
 
 
+
+def test_a_memory_without_sources_marks_its_origin_as_the_files_word():
+    """``"sources": []`` with an origin naming someone's message: the origin stands in as the source, and is
+    marked too (unmarked, an edit of that message was learned as the importer's)."""
+    memories, _ = parse_import(_doc(sources=[], origin={"guild_id": "dm", "message_id": "444",
+                                                         "source": "extraction"}), "7")
+    assert memories[0]["sources"] == [{"guild_id": "dm", "message_id": "444", "source": "extraction",
+                                       "imported": True}]
+    now = datetime.now(timezone.utc)
+    assert StoredMemory("a1", "bait", memories[0]["origin"], now, now, tuple(memories[0]["sources"])).imported_from("444")
+
 @pytest.mark.parametrize("bad, says", [
     ({"origin": {"guild_id": {"deep": [1, 2, 3]}}}, "origin.guild_id"),
     ({"sources": [{"message_id": "1", "x": [[[]]]}]}, "sources.0.x"),
