@@ -179,6 +179,13 @@ class ContextMenus(commands.Cog):
         mine = str(message.id)
         learned = [m for m in await self.engine.list_memories(interaction.user.id) if mine in m.about_messages()]
         if not learned:
+            # Not learned yet (the conversation has not gone quiet, the model is down): it would be moments
+            # later. Nothing learned is lost, so no confirmation: it is taken out of the queue at once.
+            if await self.engine.waiting_to_learn(interaction.user.id, str(message.channel.id), mine):
+                await self.engine.delete_memories(interaction.user.id, [], by=Actor("user", str(interaction.user.id)),
+                                                  from_message=mine)
+                await reply(interaction, "I hadn't learned anything from that message yet, and now I won't.")
+                return
             await reply(interaction, "I didn't learn anything from that message: there is nothing to forget.")
             return
         listing = "\n".join(f"`{m.short_id}` {fmt.clip(m.content, 150)}" for m in learned[:10])
@@ -190,7 +197,7 @@ class ContextMenus(commands.Cog):
             return
         async with confirmed_work(button, f"forgetting memories of user {interaction.user.id}"):
             changes = await self.engine.delete_memories(interaction.user.id, [m.key for m in learned],
-                                                        by=Actor("user", str(interaction.user.id)))
+                                                        by=Actor("user", str(interaction.user.id)), from_message=mine)
             await button.edit_original_response(content=f"Forgotten: {len(changes.deleted)} memories.", view=None)
 
     async def purge_member(self, interaction: discord.Interaction, member: discord.Member | discord.User) -> None:

@@ -126,6 +126,18 @@ async def test_forget_this_on_a_message_that_taught_nothing_says_so(r):
     assert len(await r.engine.list_memories(ALICE["id"])) == 1
 
 
+async def test_forget_this_on_a_message_still_waiting_to_be_learned_takes_it_out_of_the_queue(r):
+    """Before the conversation has gone quiet (or during a model outage) nothing is learned from a message
+    yet: "Forget this" said there was nothing to forget, and the fact was learned moments later."""
+    mine = r.mentioning(ALICE, "I like secret_pending_canary")
+    await r.h.send_message(mine)
+    assert await r.engine.list_memories(ALICE["id"]) == []  # not learned yet
+    res = await r.h.invoke_context_menu("Forget this", mine, user=ALICE, channel_id=GENERAL)
+    assert final(res).ephemeral and "now I won't" in final(res).content
+    await r.h.send_message(r.mentioning(ALICE, "I like sailing"))  # what is said after is still learned
+    await r.engine.flush_learning()
+    assert [m.content for m in await r.engine.list_memories(ALICE["id"])] == ["I like sailing"]
+
 async def test_forget_this_on_someone_elses_message_is_refused(r):
     theirs = said(r, BOB, "I'm vegetarian")
     await r.h.invoke_context_menu("Remember this", theirs, user=BOB, channel_id=GENERAL)

@@ -290,12 +290,14 @@ class Eraser(JournalReplay):
         return True
 
     @counted
-    async def erase_memories(self, user_id: str | int, keys: list[str], *, by: Actor) -> MemoryChanges:
+    async def erase_memories(self, user_id: str | int, keys: list[str], *, by: Actor,
+                             messages: Iterable[str] = ()) -> MemoryChanges:
         """Memories the person (``/memories delete``, ``forget``) chose go, with their cached vectors;
-        journaled (``memories``), under the person's hold. The change log keeps its entry."""
-        user = str(user_id)
-        async with self._memories_job(user, by, {"keys": sorted(set(keys))}):
-            return await self.steps.delete_memories(user, list(keys), by)
+        journaled (``memories``), under the person's hold. The change log keeps its entry. ``messages``:
+        their messages ("Forget this") whose turns waiting to be learned go too (``steps.delete_memories``)."""
+        user, messages = str(user_id), sorted({str(m) for m in messages})
+        async with self._memories_job(user, by, {"keys": sorted(set(keys)), "messages": messages}):
+            return await self.steps.delete_memories(user, list(keys), by, messages)
 
     @counted
     async def replace_memory(self, user_id: str | int, key: str, text: str, origin: dict, *, by: Actor) -> bool:

@@ -120,7 +120,8 @@ class JournalReplay:
                     await self.steps.drop_vectors(job.user_id, subject["keys"])
                 else:
                     await self.steps.delete_memories(job.user_id, list(subject["keys"]),
-                                                     Actor(job.actor or "user", job.actor_id))
+                                                     Actor(job.actor or "user", job.actor_id),
+                                                     subject.get("messages", ()))
             await self._finish(job.id)
             return
         if job.kind in (MESSAGES, THREAD, GUILD):

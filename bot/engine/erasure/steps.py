@@ -90,8 +90,17 @@ class ErasureSteps:
         return erased
 
     # ---- memories the person chose (``/memories delete``, ``forget``, ``edit``)
-    async def delete_memories(self, user: str, keys: list[str], by: Actor) -> MemoryChanges:
-        """Delete memories the person chose; the change log keeps its entry (``/memories history``)."""
+    async def delete_memories(self, user: str, keys: list[str], by: Actor,
+                              messages: Iterable[str] = ()) -> MemoryChanges:
+        """Delete memories the person chose; the change log keeps its entry (``/memories history``).
+
+        ``messages``: the person's messages they asked to be forgotten ("Forget this"): their rows still
+        waiting in the learning queue go first, or what was forgotten would be learned again moments later
+        (a message not learned yet, or queued again by an edit).
+        """
+        messages = {str(m) for m in messages}
+        if messages:
+            await self.storage.inbox.forget_messages(messages)
         changes = await self.memories.apply(user, deletes=keys, actor=by)
         await self.drop_vectors(user, keys)
         return changes

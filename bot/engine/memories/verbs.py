@@ -11,7 +11,7 @@ from bot.engine.erasure.eraser import Eraser
 from bot.engine.memories.export import export_memories
 from bot.engine.memories.records import Actor, HistoryEntry, MemoryChanges, StoredMemory
 from bot.engine.memories.repository import MemoryRepository
-from bot.engine.stores import Prefs, PrefsStore
+from bot.engine.stores import Prefs, PrefsStore, Storage
 
 
 class MemoryVerbs:
@@ -20,6 +20,7 @@ class MemoryVerbs:
     memories: MemoryRepository
     memory_commands: RateLimiter[str]
     prefs: PrefsStore
+    storage: Storage
     eraser: Eraser  # corrections and deletions are removals: they go through the one door
 
     async def list_memories(self, user_id: str | int) -> list[StoredMemory]:
@@ -50,9 +51,18 @@ class MemoryVerbs:
         """Replace a memory's text with the person's own (through the Eraser: the old text's vector goes)."""
         return await self.eraser.replace_memory(user_id, key, text, origin, by=by)
 
-    async def delete_memories(self, user_id: str | int, keys: list[str], *, by: Actor) -> MemoryChanges:
-        """Delete memories the person chose (through the Eraser, journaled)."""
-        return await self.eraser.erase_memories(user_id, keys, by=by)
+    async def delete_memories(self, user_id: str | int, keys: list[str], *, by: Actor,
+                              from_message: str | None = None) -> MemoryChanges:
+        """Delete memories the person chose (through the Eraser, journaled); ``from_message``: "Forget this"
+        on one of their messages, whose turn still waiting to be learned goes too."""
+        messages = [str(from_message)] if from_message else []
+        return await self.eraser.erase_memories(user_id, keys, by=by, messages=messages)
+
+    async def waiting_to_learn(self, user_id: str | int, thread_id: str, message_id: str) -> bool:
+        """Whether one of the person's messages is still queued to be learned from (not learned yet, or
+        queued again by an edit)."""
+        _, pending = await self.storage.inbox.batch(str(thread_id), str(user_id), 0)
+        return any(str(t.origin.get("message_id")) == str(message_id) for t in pending)
 
     async def export(self, user_id: str) -> dict:
         """Everything held as memories about a person, with its change log, as a JSON document."""

@@ -197,9 +197,9 @@ async def test_what_the_author_says_elsewhere_during_an_edit_or_a_memory_delete_
             await engine.reply("d", elsewhere, "I like climbing")
             return await real_edit(plan)
 
-        async def delete_while_talking(user, keys, by):
+        async def delete_while_talking(user, keys, by, messages=()):
             await engine.reply("d", later, "I like chess")
-            return await real_delete(user, keys, by)
+            return await real_delete(user, keys, by, messages)
 
         engine.eraser.steps.edit = edit_while_talking
         assert await engine.message_edited("c", "51", "I like rowing")
@@ -239,10 +239,10 @@ async def test_a_replayed_edit_or_memory_delete_still_holds_its_person_lightly(s
             engine, monkeypatch, lambda: engine.delete_memories("1", [rowing], by=Actor("user", "1")))
         delete = engine.eraser.steps.delete_memories
 
-        async def talk_during_the_delete(user, keys, by):
+        async def talk_during_the_delete(user, keys, by, messages=()):
             await engine.reply("d", Speaker(user_id="1", name="Ann", guild_id="9", channel_id="d",
                                             message_id="63"), "I like chess")
-            return await delete(user, keys, by)
+            return await delete(user, keys, by, messages)
 
         monkeypatch.setattr(engine.eraser.steps, "delete_memories", talk_during_the_delete)
         assert await engine.eraser.resume() == 1
