@@ -5,6 +5,7 @@ Not an extension: helpers for the memories cog.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Sequence
 
@@ -13,6 +14,7 @@ import discord
 from bot.engine import HistoryEntry, Prefs, StoredMemory, is_snowflake
 
 PAGE_SIZE = 10
+_LINK_MARKUP = re.compile(r"[\[\]()<>]")  # what could close or open a masked link around a place name
 SHOWN_CHARS = 300
 
 
@@ -46,6 +48,7 @@ def where(client: discord.Client, origin: dict) -> str:
         channel = guild.get_channel_or_thread(int(cid)) if guild and is_snowflake(cid) else None
         if channel is not None:
             place += f" \u203a #{channel.name}"
+        place = _LINK_MARKUP.sub("", place)  # names members chose: "a](https://evil.example) [b" links nowhere
     link = jump_url(origin)
     return f"[{place}]({link})" if link else place
 

@@ -160,9 +160,9 @@ async def test_animated_images_are_left_out_and_the_model_is_told(tmp_path):
         (call,) = r.model.chat_calls
         assert image_urls(call) == [data_url(still, "image/gif")]
         notes = [p["text"] for p in parts_of(call) if p.get("type") == "text" and "not shown to you" in p["text"]]
-        assert notes == ["\n(image dance.gif is not shown to you: animated images are not shown)",
-                         "\n(image apng.png is not shown to you: animated images are not shown)",
-                         "\n(image fake.png is not shown to you: it is not a PNG, JPEG, WebP or GIF image)"]
+        assert notes == ["\n(image \"dance.gif\" is not shown to you: animated images are not shown)",
+                         "\n(image \"apng.png\" is not shown to you: animated images are not shown)",
+                         "\n(image \"fake.png\" is not shown to you: it is not a PNG, JPEG, WebP or GIF image)"]
     assert not sqlite_holding(r.data_dir, moving) and not sqlite_holding(r.data_dir, still)
 
 

@@ -48,6 +48,18 @@ async def test_view_is_ephemeral_and_shows_only_the_callers_memories(r):
     assert "https://discord.com/channels/900/901/123456789" in text  # jump link
 
 
+def test_a_thread_or_server_name_cannot_plant_a_link_in_where_a_memory_was_learned():
+    from types import SimpleNamespace
+
+    from cogs._memory_format import where
+
+    thread = SimpleNamespace(name="a](https://evil.example/login) [b")
+    guild = SimpleNamespace(name="Srv)](https://evil.example)", get_channel_or_thread=lambda _id: thread)
+    client = SimpleNamespace(get_guild=lambda _id: guild)
+    shown = where(client, {"guild_id": "900", "channel_id": "901", "message_id": "123456789"})
+    assert shown == ("[Srvhttps://evil.example \u203a #ahttps://evil.example/login b]"
+                     "(https://discord.com/channels/900/901/123456789)")
+
 async def test_view_pages_ten_at_a_time_with_buttons(r):
     await seed(r, ALICE, [f"fact {i:02d}" for i in range(25)])
     res = await r.h.invoke_slash("memories view", user=ALICE, channel_id=GENERAL)
