@@ -15,6 +15,11 @@ Not an extension: a helper the chat cog uses. Why it is shaped like this:
   open one more is refused here, and the caller records it in the conversation (heard, not answered)
   with a notice. A person's further messages join their waiting turn without opening another.
 - Turns run one at a time per channel, in arrival order, so the conversation reads as it happened.
+- **Follow-ups restart an answer at most ``MAX_RESTARTS`` times.** Someone sending one more message every
+  few seconds (within the rate limit) would otherwise cancel every attempt for ever: the channel's other
+  turns never start, and a cancelled model call is paid to the provider but counted in no budget. After
+  that many restarts the answer in flight is finished, and further follow-ups wait in a turn of their own
+  behind it (and behind everyone already waiting).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+MAX_RESTARTS = 3  # follow-ups that may cancel and restart one answer; later ones get a turn of their own
+
 
 @dataclass
 class Turn(Generic[T]):
@@ -40,6 +47,7 @@ class Turn(Generic[T]):
     attempt: asyncio.Task | None = None
     delivered: bool = False  # the answer exists and is being sent: no more restarts
     restart: bool = False
+    follow_ups: int = 0  # restarts by a follow-up (at most MAX_RESTARTS)
     state: dict = field(default_factory=dict)  # what the runner keeps between attempts (a streamed preview)
 
     def start_again(self, *, again: bool = True) -> None:
@@ -73,7 +81,9 @@ class ChannelTurns(Generic[T]):
         previous = self.last_seen.get(author_id)
         follow_up = previous is not None and now - previous <= self.gather
         current = self.current
-        if current is not None and current.author_id == author_id and not current.delivered:
+        if (current is not None and current.author_id == author_id and not current.delivered
+                and current.follow_ups < MAX_RESTARTS):
+            current.follow_ups += 1
             current.items.append(item)
             current.not_before = now + self.gather
             current.start_again()  # answered again, with everything, once they pause

@@ -81,6 +81,35 @@ async def test_a_follow_up_while_answering_restarts_the_turn_into_one_reply(tmp_
         assert len([m for m in state["messages"] if not isinstance(m, HumanMessage)]) == 1
 
 
+async def test_follow_ups_restart_an_answer_at_most_three_times_then_wait_behind_the_others(tmp_path):
+    """One more message every few seconds (within the rate limit) cancelled every attempt for ever: Bob's
+    turn never started, and each cancelled call was paid for and counted nowhere."""
+    gate = threading.Event()
+
+    def slow(call: Call):
+        if not call.is_extraction:
+            gate.wait(10)  # every attempt is still thinking when the next follow-up arrives
+        return default_script(call)
+
+    async with rig(tmp_path, chat_model=ScriptedChatModel(slow), discord={"gather_seconds": 0.1}) as r:
+        r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, "alice m0"))
+        await until(lambda: len(r.model.chat_calls) == 1)
+        for i in range(1, 4):  # each restarts the answer: a new call once she pauses
+            r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, f"alice m{i}"))
+            await until(lambda: len(r.model.chat_calls) == i + 1)
+        r.h.feed("MESSAGE_CREATE", r.mentioning(BOB, "bob asks"))
+        await asyncio.sleep(0.05)
+        for i in range(4, 6):
+            r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, f"alice m{i}"))
+        await asyncio.sleep(0.5)
+        assert len(r.model.chat_calls) == 4  # the fourth attempt was not cancelled
+        gate.set()
+        await until(lambda: len(r.h.sent_messages(GENERAL)) == 3)
+        first, bob, last = r.h.sent_messages(GENERAL)
+        assert first.content.endswith("alice m3") and bob.content.endswith("bob asks")
+        assert last.content.endswith("alice m5")
+        assert "alice m0" in r.model.chat_calls[3].prompt_text and "alice m4" not in r.model.chat_calls[3].prompt_text
+
 async def test_other_people_are_answered_in_their_own_turns_in_order(tmp_path):
     async with rig(tmp_path, discord={"gather_seconds": 0.2}) as r:
         r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, "alice asks"))
