@@ -136,6 +136,7 @@ class MemoryBot(commands.Bot):
         self.storage = storage
         self.force_sync = force_sync
         self.syncs_commands = syncs_commands  # one process of several: only the one with shard 0
+        self.sync_failure: str | None = None  # why Discord refused the last sync (``python -m bot sync`` exits 1)
         # Gateway connection per shard (None: the whole client), from discord.py's connect/disconnect events.
         self._links: dict[int | None, bool] = {}
         self.monitoring: MonitoringServer | None = None
@@ -166,13 +167,17 @@ class MemoryBot(commands.Bot):
             targets.append(dev)
         fingerprints = []
         for guild in targets:
-            fp = f"{guild.id if guild else 'global'}:{self.command_fingerprint(guild)}"
+            # Per application: a new token (another application) on the same data keeps the hash, and its
+            # commands must still be pushed.
+            fp = f"{self.application_id}:{guild.id if guild else 'global'}:{self.command_fingerprint(guild)}"
             fingerprints.append(fp)
             if self.force_sync or fp not in known:
                 try:
                     synced = await self.tree.sync(guild=guild)
                 except discord.HTTPException as exc:  # chatting works without it; retried next start
-                    log.error("syncing slash commands failed (%s); will retry on next start", exc)
+                    self.sync_failure = f"HTTP {exc.status}: {exc.text or exc}"
+                    if not self.force_sync:  # ``python -m bot sync`` ends with this as its one line instead
+                        log.error("syncing slash commands failed (%s); will retry on next start", exc)
                     fingerprints.pop()
                     continue
                 log.info("synced %d slash commands %s", len(synced), f"to guild {guild.id}" if guild else "globally")
@@ -375,6 +380,8 @@ async def run_discord(
             try:
                 await bot.login(token)  # runs setup_hook (which syncs when asked)
                 if sync_only:
+                    if bot.sync_failure:
+                        raise StartupError(f"Discord refused the slash commands ({bot.sync_failure})")
                     return 0
                 if settings.discord.api_base:
                     await follow_gateway(bot)

@@ -17,7 +17,13 @@ async def test_commands_sync_once_then_only_when_they_change(tmp_path):
                                                   "cogs.context_menus"}
     async with rig(tmp_path) as r:  # same data dir, same commands: nothing pushed
         assert r.h.calls_to("PUT", PUT_GLOBAL) == []
-    (tmp_path / "data" / "commands.sha256").write_text("global:stale")
+    fingerprints = tmp_path / "data" / "commands.sha256"
+    app, kind, digest = fingerprints.read_text().split(":")
+    assert app == str(r.bot.application_id) and kind == "global"
+    fingerprints.write_text(f"{int(app) + 1}:global:{digest}")  # the same commands, another application's
+    async with rig(tmp_path) as r:  # a new token on the same data: the new application gets the commands
+        assert len(r.h.calls_to("PUT", PUT_GLOBAL)) == 1
+    fingerprints.write_text(f"{app}:global:stale")
     async with rig(tmp_path) as r:  # a changed fingerprint: pushed again
         assert len(r.h.calls_to("PUT", PUT_GLOBAL)) == 1
 

@@ -4,6 +4,7 @@ ends it cleanly (exit 1, one clear line, no token in the output, databases creat
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import sys
 from pathlib import Path
@@ -69,4 +70,49 @@ async def test_discord_unreachable_exits_1_with_one_line_and_no_traceback(tmp_pa
     lines = [line for line in err.decode().splitlines() if line.strip()]
     assert proc.returncode == 1, err.decode()
     assert len(lines) == 1 and lines[0].startswith("cannot start: cannot reach Discord at http://127.0.0.1:"), lines
+    assert TOKEN not in err.decode() and out == b""
+
+
+async def test_sync_exits_1_with_one_line_when_discord_refuses_the_commands(tmp_path):
+    """``python -m bot sync`` is for deploy scripts: a refused sync (a 403 for a missing
+    ``applications.commands`` scope, the daily limit) logged an error and exited 0."""
+    seen: list[str] = []
+    me = {"id": "1100", "username": "mnemo", "discriminator": "0", "avatar": None, "bot": True}
+    application = {"id": "1100", "name": "mnemo", "description": "", "icon": None, "bot_public": True,
+                   "bot_require_code_grant": False, "verify_key": "00", "flags": 0, "owner": me}
+
+    def as_discord(body: dict, status: int = 200) -> web.Response:  # no charset: discord.py compares exactly
+        return web.Response(body=json.dumps(body).encode(), status=status, content_type="application/json")
+
+    async def anything(request: web.Request) -> web.Response:
+        seen.append(f"{request.method} {request.path}")
+        if request.path.endswith("/users/@me"):
+            return as_discord(me)
+        if request.path.endswith("/oauth2/applications/@me"):
+            return as_discord(application)
+        return as_discord({"message": "Missing Access", "code": 50001}, status=403)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", anything)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        cfg = tmp_path / "config.toml"
+        cfg.write_text(f'[bot]\ndata_dir = "data"\nlog_level = "WARNING"\n'
+                       f'[discord]\napi_base = "http://127.0.0.1:{port}/api/v10"\n')
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot", "sync", "--config", str(cfg), cwd=ROOT,
+            env={"PATH": "/usr/bin:/bin", "DISCORD_TOKEN": TOKEN, "DEEPSEEK_API_KEY": "sk-process-test-3"},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        await runner.cleanup()
+    lines = [line for line in err.decode().splitlines() if line.strip()]
+    assert proc.returncode == 1, err.decode()
+    assert "PUT /api/v10/applications/1100/commands" in seen, (seen, lines)
+    assert len(lines) == 1 and lines[0].startswith("cannot start: Discord refused the slash commands (HTTP 403"), lines
     assert TOKEN not in err.decode() and out == b""

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
+from bot.engine import create_engine
 from bot.engine.state import Speaker
+from bot.storage import open_storage
 from tests.conftest import Call, ScriptedChatModel, default_script, running_engine
 
 SECRET = "the spare key hides under the blue flowerpot"
@@ -237,3 +239,13 @@ async def test_a_wipe_whose_claim_lapsed_is_not_finished_by_the_command_or_the_r
         engine.eraser._failures.clear()  # (skip the pause after a failure)
         await engine.eraser.resume()
         assert await engine.storage.erasures.unfinished() == []
+
+
+async def test_an_engine_never_started_leaves_the_owed_compaction_to_the_running_bot(settings):
+    """``python -m bot sync`` beside a running bot builds an engine it never starts, without the writer
+    lock: closing it rebuilt the bot's files (VACUUM) outside the bot's erasure lock."""
+    async with open_storage(settings, writer=False) as storage:
+        await storage.erasures.owe_compaction()
+        engine = create_engine(settings, storage, chat_model=ScriptedChatModel(default_script))
+        await engine.close()
+        assert await storage.erasures.compaction_owed() is not None  # still the running bot's to pay
