@@ -414,6 +414,8 @@ class Chat(commands.Cog):
                     await self.engine.answer_not_sent(str(last.channel.id), reply)
                 except Exception:  # noqa: BLE001 - the answer stays stored, as before
                     log.exception("taking back the unsent answer to message %s failed", last.id)
+                if exc.status not in (403, 404):  # AutoMod blocking a word of the answer (400, 200000):
+                    await writer.fail(APOLOGY)  # the short apology gets through; not silence after typing
             return
         # Someone deleted the half-written answer (``writer.deleted``), or a part of it before it was attached
         # here: those deletions found no answer carrying the ID, so it is attached and deleted now, as a

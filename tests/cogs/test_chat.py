@@ -8,6 +8,8 @@ import discord
 
 from langchain_core.messages import HumanMessage
 
+from cogs.chat import APOLOGY
+
 from tests.cogs.conftest import (
     ALICE,
     BOB,
@@ -414,6 +416,23 @@ async def test_an_answer_discord_refuses_is_not_kept_as_said_nor_queued_for_lear
     rows = [t for t in await r.engine.inbox.every_turn() if t.thread_id == str(GENERAL)]
     assert rows and all(t.ai == "" for t in rows)
 
+
+async def test_an_answer_automod_blocks_gets_the_short_apology_instead(r):
+    """AutoMod refuses a message with a flagged word (400, code 200000): the answer is taken back, and the
+    member gets the apology (it has no such word) rather than typing followed by silence."""
+    from langchain_core.messages import AIMessage
+
+    def automod(call):
+        if "flagged" in (call.json or {}).get("content", ""):
+            raise dh.http_error(400, 200000, "Message was blocked by automatic moderation")
+        return r.h._new_message(int(call.params["channel_id"]), call)
+
+    r.h.on("POST", "/channels/{channel_id}/messages", automod)
+    await r.h.send_message(r.mentioning(ALICE, "say the flagged word"))
+    refused, apology = r.h.sent_messages(GENERAL)
+    assert "flagged" in refused.content and apology.content == APOLOGY
+    messages = (await r.engine.thread_state(str(GENERAL)))["messages"]
+    assert not [m for m in messages if isinstance(m, AIMessage)]
 
 async def test_waiting_behind_a_slow_summary_does_not_count_against_the_deadline(tmp_path):
     import time as _time
