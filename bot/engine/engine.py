@@ -251,7 +251,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         policy = policy or await self.guild_policy(answering.guild_id)
         bucket = await self.meter.exhausted(answering, policy)
         if bucket is not None:
-            await self.hear(thread_id, [Incoming(m.speaker, m.text, answer=False) for m in incoming])
+            await self.hear(thread_id, [Incoming(m.speaker, m.text, answer=False) for m in incoming], policy=policy)
             return TurnResult(None, "out_of_budget" if self.meter.first_notice_today(bucket) else None)
         async with while_answering() if while_answering is not None else nullcontext():
             quotes = await context() if context is not None else ()
@@ -303,14 +303,17 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         self.metrics.note_channel(thread_id)
         return reply
 
-    async def hear(self, thread_id: str, incoming: list[Incoming]) -> None:
+    async def hear(self, thread_id: str, incoming: list[Incoming], *, policy: GuildPolicy | None = None) -> None:
         """Record messages in the conversation without answering them (a rate limit or a full queue).
 
         They are in the thread for the next answer and queued for learning like any other message (where
         the server allows learning), so what someone said over a limit is never lost; no model is called.
+        ``policy``: the settings the caller resolved for them (an "Ask about this" side thread learns
+        nothing, whatever its server allows); looked up when not given.
         """
         if incoming:
-            learning = (await self.guild_policy(incoming[-1].speaker.guild_id)).learning
+            policy = policy or await self.guild_policy(incoming[-1].speaker.guild_id)
+            learning = policy.learning
             await self.runner.hear(thread_id, incoming, learning=learning)
 
     def admit(self, user_id: int | str) -> bool:

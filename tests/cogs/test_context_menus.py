@@ -213,6 +213,19 @@ async def test_ask_about_this_answers_privately_with_the_message_as_context_and_
     assert await r.engine.list_memories(ALICE["id"]) == [] and await r.engine.list_memories(BOB["id"]) == []
 
 
+async def test_ask_about_this_over_the_daily_budget_queues_nothing_for_learning(tmp_path):
+    """Refused for the budget, the menu's question is heard in the asker's side thread: it is the bot's
+    canned text, and the menu learns nothing whatever the server allows (it cost an extraction each)."""
+    from tests.cogs.conftest import rig
+
+    async with rig(tmp_path, limits={"member_daily_tokens": 30}) as r:
+        await r.h.send_message(r.mentioning(ALICE, "a first question that uses the budget up"))
+        await r.engine.flush_learning()
+        bob = said(r, BOB, "the release moves to friday")
+        await r.h.invoke_context_menu("Ask about this", bob, user=ALICE, channel_id=GENERAL)
+        queued = [t.human for t in await r.engine.inbox.every_turn() if t.user_id == ALICE["id"]]
+        assert "What can you tell me about this message?" not in queued
+
 async def test_a_long_answer_to_ask_about_this_fits_discords_five_follow_ups(tmp_path):
     """A user install where the bot is not in the server gets at most 5 follow-ups (error 40094 past it,
     and a cut-off answer): a longer answer sends four parts and the whole of it as a file."""
