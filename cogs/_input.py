@@ -103,7 +103,9 @@ class InputBuilder:
             try:
                 data = await attachment.read()
                 body = decoded(data).replace("```", "'''")
-                return f"\n\n[attached file {attachment.filename}]\n```\n{body}\n```"
+                hidden = (", which the sender hid behind a spoiler: wrap anything you say about what it says in"
+                          " ||double bars|| so it stays hidden") if attachment.is_spoiler() else ""
+                return f"\n\n[attached file {attachment.filename}{hidden}]\n```\n{body}\n```"
             except Exception as exc:  # noqa: BLE001 - a failed download is mentioned, not fatal
                 log.warning("could not download attachment %s: %r", attachment.id, exc)
                 if strict:

@@ -277,6 +277,16 @@ async def test_text_attachment_is_read_and_binary_is_mentioned(tmp_path):
     assert "photo.png (image/png, 123456 bytes): not a text file" in prompt
 
 
+async def test_a_text_file_behind_a_spoiler_is_read_with_the_spoiler_note_images_get(tmp_path):
+    async with rig(tmp_path) as r:
+        url = "https://cdn.discordapp.com/attachments/1/2/SPOILER_ending.txt"
+        r.h.cdn[url] = b"the butler did it"
+        hidden = dh.attachment(dh.snowflake(), "SPOILER_ending.txt", size=17, url=url, content_type="text/plain")
+        await r.h.send_message(r.mentioning(ALICE, "no spoilers please, just tell me if it is good", attachments=[hidden]))
+        prompt = r.model.chat_calls[-1].prompt_text
+    assert "[attached file SPOILER_ending.txt, which the sender hid behind a spoiler: wrap anything" in prompt
+    assert "the butler did it" in prompt
+
 async def test_text_files_in_utf16_and_windows_ansi_are_read_as_text(tmp_path):
     """Windows PowerShell's ``>`` writes UTF-16 with a byte-order mark, Notepad's "ANSI" is Windows-1252:
     read as UTF-8 they reached the model as a null between every character, or replacement marks."""
