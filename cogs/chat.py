@@ -100,6 +100,20 @@ class Chat(commands.Cog):
             resolved = ref.cached_message  # a reply whose payload lacks ``referenced_message`` (not a forward)
         return isinstance(resolved, discord.Message) and resolved.author.id == me.id
 
+    @staticmethod
+    async def _known_channel(message: discord.Message) -> None:
+        """Give a message from a channel discord.py has not cached its real channel (asked of Discord).
+
+        A new thread's first message can arrive before its THREAD_CREATE: discord.py then gives it a
+        ``PartialMessageable``, which has no parent, and the parent channel's rules (``block_channels``,
+        ``/settings mentions off``, its instructions) did not apply in the thread. Asked only for a
+        message that would be answered, so chatter in uncached channels costs no request.
+        """
+        try:
+            message.channel = await message.guild.fetch_channel(message.channel.id)
+        except discord.HTTPException as exc:  # judged as before, by the channel alone
+            log.info("could not look up channel %s (%s %s)", message.channel.id, exc.status, exc.code)
+
     # ---- what the model is given
     async def build_input(self, message: discord.Message, content: str | None = None) -> str:
         """The message text for the model (see ``cogs._input``)."""
@@ -178,6 +192,9 @@ class Chat(commands.Cog):
                     and access_allows(message, self.access) and self.engine.notice_due(message.author.id):
                 await self.notify(message, APOLOGY)  # someone spoke to the bot: they are told, not ignored
             return
+        if message.guild is not None and isinstance(message.channel, discord.PartialMessageable) \
+                and self.should_answer(message, policy):
+            await self._known_channel(message)
         if not self.should_answer(message, policy) or not access_allows(message, self.access):
             return
         if message.id in self._deleted:  # deleted before its create was handled: nothing to answer or keep

@@ -400,6 +400,22 @@ async def test_a_reply_deleted_before_it_was_attached_to_its_answer_is_still_tak
         assert [type(m).__name__ for m in state["messages"]] == ["HumanMessage"]
 
 
+async def test_a_new_threads_first_message_before_its_thread_create_keeps_the_parents_rules(tmp_path):
+    """Discord can deliver a new thread's first message before THREAD_CREATE: discord.py gives it a channel
+    with no parent, and a channel's block applied nowhere in its new threads."""
+    fresh = dh.snowflake()
+    async with rig(tmp_path, access={"block_channels": [GENERAL]}) as r:
+        r.h.channels[fresh] = dict(dh.thread(fresh, GUILD_ID, GENERAL, "new-thread"), guild_id=str(GUILD_ID))
+        assert r.bot.get_channel(fresh) is None  # not cached: no THREAD_CREATE yet
+        await r.h.send_message(r.mentioning(ALICE, "hello from a blocked channel's thread", channel_id=fresh))
+        assert r.h.sent_messages(fresh) == [] and r.model.chat_calls == []
+        assert r.h.calls_to("GET", "/channels/{channel_id}")  # asked of Discord, once it would be answered
+    async with rig(tmp_path / "2") as r:  # elsewhere the thread is answered, as a thread
+        r.h.channels[fresh] = dict(dh.thread(fresh, GUILD_ID, GENERAL, "new-thread"), guild_id=str(GUILD_ID))
+        await r.h.send_message(r.mentioning(ALICE, "hello from a new thread", channel_id=fresh))
+        assert r.h.sent_messages(fresh)[-1].content.endswith("hello from a new thread")
+        assert "#new-thread" in r.model.chat_calls[-1].prompt_text  # its place, named as a thread
+
 async def test_a_channel_that_refuses_typing_still_gets_the_answer(r):
     def refuse(call):
         raise dh.http_error(403, 50013, "Missing Permissions")
