@@ -127,10 +127,15 @@ class InputBuilder:
         return f"[image: {attachment.filename}, {size}{why}]"
 
     def shown_attachments(self, message: discord.Message) -> list[discord.Attachment]:
-        """The image attachments whose placeholder says they are shown: within the size cap and the count."""
+        """The image attachments whose placeholder says they are shown: within the size cap and the count.
+
+        A forward's files count as the message's own (after them): "what is this?" with a forwarded photo
+        is about the photo, and Discord delivers its files, like any attachment, in the snapshot."""
         if not self.vision:
             return []
-        images = [a for a in message.attachments if is_image(a.content_type, a.filename)][: self.max_images]
+        files = list(message.attachments) + [a for snap in getattr(message, "message_snapshots", None) or ()
+                                             for a in snap.attachments]
+        images = [a for a in files if is_image(a.content_type, a.filename)][: self.max_images]
         return [a for a in images if a.size <= self.max_image_bytes]
 
     async def images(self, message: discord.Message) -> tuple[Image, ...]:

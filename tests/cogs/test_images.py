@@ -116,6 +116,24 @@ async def test_an_image_reaches_a_vision_model_and_no_byte_of_it_is_stored(tmp_p
         assert not sqlite_holding(r.data_dir, cat)
 
 
+async def test_a_forwarded_photo_reaches_a_vision_model(tmp_path):
+    """"What is this?" with a forwarded photo (common in DMs): the forward's files are in its snapshot."""
+    photo = png(seed=33)
+    async with rig(tmp_path, ScriptedChatModel(quiet), model={"vision": "on"}) as r:
+        att = image_attachment(r, "IMG_0042.png", photo, "image/png")
+        dm = r.h.dm(ALICE)
+        fwd = r.msg(ALICE, "", channel_id=dm["id"], guild_id=None)
+        fwd["message_reference"] = {"type": 1, "message_id": str(dh.snowflake()), "channel_id": str(GENERAL)}
+        fwd["message_snapshots"] = [{"message": {"content": "", "type": 0, "timestamp": fwd["timestamp"],
+                                                 "edited_timestamp": None, "flags": 0, "attachments": [att],
+                                                 "embeds": [], "mentions": [], "mention_roles": [], "components": []}}]
+        fwd["flags"] = 1 << 14  # HAS_SNAPSHOT
+        await r.h.send_message(fwd)
+        (call,) = r.model.chat_calls
+        assert image_urls(call) == [data_url(photo)]
+        assert any("IMG_0042.png" in p.get("text", "") for p in parts_of(call))
+
+
 async def test_a_model_without_vision_gets_name_type_and_size_and_the_log_says_so_once(tmp_path, caplog, monkeypatch):
     monkeypatch.setattr(_input, "_NO_VISION_TOLD", set())
     caplog.set_level(logging.INFO, logger="cogs._input")
