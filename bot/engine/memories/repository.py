@@ -187,7 +187,10 @@ class MemoryRepository:
         if over <= 0:
             return inserts, deletes
         touched = {u[0] for u in updates}
-        evictable = sorted((m for m in kept if m.key not in touched and m.origin.get("source", "extraction") == "extraction"),
+        # The origin names the last writer: extraction patching a memory the person wrote (or imported) makes
+        # it "extraction" there, while its sources still say whose it is.
+        evictable = sorted((m for m in kept if m.key not in touched and m.origin.get("source", "extraction") == "extraction"
+                            and not m.hand_written and not any(s.get("imported") for s in m.sources)),
                            key=lambda m: (m.updated_at, m.key))
         evicted = [m.key for m in evictable[:over]]
         dropped = max(0, over - len(evicted))
