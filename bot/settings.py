@@ -80,6 +80,8 @@ class ModelSection(_Section):
     name: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)] = "deepseek-chat"
     temperature: float = Field(ge=0.0, le=2.0, default=0.7)
     max_output_tokens: int = Field(ge=16, le=32768, default=1024)
+    # openai_compatible: which request field carries it (see ``bot.engine.model``); DeepSeek: max_tokens.
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     timeout_seconds: float = Field(gt=0, le=600, default=60.0)
     max_retries: int = Field(ge=0, le=10, default=2)
     base_url: str = ""

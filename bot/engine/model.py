@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -48,6 +49,28 @@ def build_chat_model(settings: Settings, *, streaming: bool | None = None,
 
         extra = {"api_base": m.base_url} if m.base_url else {}
         return ChatDeepSeek(api_key=key or "missing", **extra, **common)
+    return _compatible_model(m.max_tokens_field)(base_url=m.base_url, api_key=key or "not-needed", **common)
+
+
+@functools.cache
+def _compatible_model(field: str) -> type[BaseChatModel]:
+    """``ChatOpenAI``, sending the answer's token cap in ``field``.
+
+    ``ChatOpenAI`` always renames ``max_tokens`` to ``max_completion_tokens``, which OpenAI's reasoning
+    models need, but which llama.cpp's server and others ignore (answers then run until the timeout) or
+    refuse (every reply an apology). ``model.max_tokens_field`` picks; ``max_tokens`` by default, as
+    OpenAI-compatible servers other than OpenAI's read it.
+    """
     from langchain_openai import ChatOpenAI
 
-    return ChatOpenAI(base_url=m.base_url, api_key=key or "not-needed", **common)
+    if field == "max_completion_tokens":
+        return ChatOpenAI
+
+    class CompatibleChatOpenAI(ChatOpenAI):
+        def _get_request_payload(self, input_: Any, *, stop: list[str] | None = None, **kwargs: Any) -> dict:
+            payload = super()._get_request_payload(input_, stop=stop, **kwargs)
+            if "max_completion_tokens" in payload:
+                payload["max_tokens"] = payload.pop("max_completion_tokens")
+            return payload
+
+    return CompatibleChatOpenAI

@@ -115,6 +115,26 @@ async def test_an_image_crosses_real_http_as_an_image_part(tmp_path, provider, n
     assert not sqlite_holding(tmp_path, picture)
 
 
+@pytest.mark.parametrize("provider, field, sent", [("openai_compatible", None, "max_tokens"),
+                                                   ("openai_compatible", "max_completion_tokens", "max_completion_tokens"),
+                                                   ("deepseek", None, "max_tokens")])
+async def test_the_answers_token_cap_goes_in_the_field_the_server_reads(tmp_path, provider, field, sent):
+    """ChatOpenAI renames ``max_tokens`` to ``max_completion_tokens``, which llama.cpp's server and others
+    ignore or refuse: an OpenAI-compatible server gets ``max_tokens`` unless the config names the other."""
+    async with FakeOpenAIServer(handler=model_logic) as server:
+        extra = {"max_tokens_field": field} if field else {}
+        settings = make_settings(tmp_path, model={"provider": provider, "name": "local-model", "streaming": True,
+                                                  "base_url": server.base_url, "max_output_tokens": 321, **extra})
+        lance = Speaker(user_id="111", name="Lance", guild_id="900", channel_id="1", message_id="9")
+        async with open_storage(settings) as storage:
+            engine = create_engine(settings, storage)
+            await engine.start()
+            await engine.reply("1", lance, "hello")
+            await engine.close()
+    (chat,) = [r["json"] for r in server.requests if not r["json"].get("tools")]
+    other = {"max_tokens", "max_completion_tokens"} - {sent}
+    assert chat[sent] == 321 and not other & set(chat)
+
 async def test_the_engine_owns_and_closes_its_models_connection_pool(tmp_path, monkeypatch):
     """Both models share one pool the engine closes: none is left for garbage collection to close on some
     later event loop (where it fails and asyncio logs an error in whatever runs then)."""
