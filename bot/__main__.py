@@ -11,10 +11,12 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Awaitable, Callable, TypeVar
+from typing import TYPE_CHECKING, Awaitable, Callable, TypeVar
 
-from bot.engine import Storage, StorageUnavailable
 from bot.settings import ConfigError, Settings, load_settings
+
+if TYPE_CHECKING:  # the engine (LangGraph, LangChain: 1.5 s) is imported by the commands that use it, not by
+    from bot.engine import Storage  # ``health``, which Docker runs every 30 s
 
 log = logging.getLogger("bot")
 T = TypeVar("T")
@@ -154,7 +156,7 @@ async def _stats(settings: Settings) -> int:
 
 
 def _health(settings: Settings) -> int:
-    from bot.monitoring import probe_health
+    from bot.probe import probe_health
 
     healthy, line = probe_health(settings.monitoring)
     _out(line)
@@ -195,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     if settings.limits.cooldown_seconds is not None:
         log.warning("config key 'limits.cooldown_seconds' is no longer used: limits.burst and "
                     "limits.refill_seconds (a token bucket) replace it")
+    from bot.engine import StorageUnavailable
     from bot.sharding import ShardError, parse_shards
     from bot.storage import StorageBusy
 

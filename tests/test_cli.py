@@ -76,3 +76,28 @@ def test_console_then_memories_list_export_wipe(tmp_path):
     assert stats.returncode == 0 and "total:" in stats.stdout
     after = run(["stats", "--config", str(cfg)], {})  # --config after the command works the same
     assert after.returncode == 0 and after.stdout == stats.stdout
+
+
+def test_a_data_file_that_is_not_sqlite_stops_a_command_with_one_line(tmp_path):
+    """A file in the way (a copy gone wrong, a directory mixed up) ended ``stats`` and ``run`` with
+    ``sqlite3.DatabaseError: file is not a database`` and a traceback."""
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('[bot]\ndata_dir = "data"\n')
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "memories.sqlite").write_bytes(b"this is not a database at all, " * 100)
+    out = run(["stats", "--config", str(cfg)], env={})
+    lines = [line for line in out.stderr.splitlines() if line.strip() and " INFO " not in line]
+    assert out.returncode == 1, out.stderr
+    assert lines == [f"storage error: cannot open the SQLite files in {tmp_path / 'data'}: file is not a database"]
+
+
+def test_the_health_probe_does_not_load_the_engine(tmp_path):
+    """Docker runs ``python -m bot health`` every 30 s: importing LangGraph and LangChain for it cost 1.5 s
+    of CPU and 110 MB each time."""
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('[monitoring]\nhealth = true\nport = 1\n')
+    probe = ("import sys; from bot.__main__ import main; code = main(['health', '--config', sys.argv[1]]); "
+             "print(code, sorted(m for m in ('bot.engine', 'langgraph', 'langchain_core') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe, str(cfg)], capture_output=True, text=True, cwd=ROOT,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "1 []", out.stdout + out.stderr

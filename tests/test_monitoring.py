@@ -8,7 +8,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from bot.metrics import FAILURES, KINDS, OUTCOMES, SCOPES
-from bot.monitoring import probe_health
+from bot.probe import probe_health
 from bot.settings import MonitoringSection
 from tests.cogs.conftest import (
     ALICE,

@@ -68,7 +68,11 @@ async def open_postgres(settings: Settings) -> AsyncIterator[OpenStorage]:
         async with pool.connection() as conn:
             # to its end even if start-up is cancelled: a CREATE INDEX CONCURRENTLY cut off leaves an invalid
             # index (rebuilt at the next start, see migrations) and LangGraph's own steps half-recorded
-            epoch = await to_the_end(migrate(conn, saver, store))
+            try:
+                epoch = await to_the_end(migrate(conn, saver, store))
+            except psycopg.Error as exc:  # a role that may not create tables, a lost connection: one line
+                raise StorageUnavailable(f"cannot prepare the tables in PostgreSQL at {describe(dsn)}: "
+                                         f"{first_line(exc, secrets(dsn))}") from None
         db = PgDb(pool, outages)
         guild_settings = PostgresGuildSettings(db, dsn)
         await guild_settings.start()  # its LISTEN connection: other processes' /settings changes

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from contextlib import asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import AsyncIterator
@@ -63,19 +64,22 @@ async def _open_files(settings: Settings, data_dir: Path) -> AsyncIterator[OpenS
     # the store and the ledger issue their own BEGIN/COMMIT and need autocommit.
     opened: list = []  # closed on the way out, however far opening got (a cancel included)
     try:
-        conv_conn = await connect(data_dir / CONVERSATIONS_FILE, autocommit=False)
-        opened.append(conv_conn)
-        mem_conn = await connect(data_dir / MEMORIES_FILE)
-        opened.append(mem_conn)
-        ledger_conn = await connect(data_dir / LEDGER_FILE)
-        opened.append(ledger_conn)
-        checkpointer = AsyncSqliteSaver(conv_conn)
-        await to_the_end(checkpointer.setup())  # migrations are not cut off half-way (see ``to_the_end``)
-        store = TransactionalSqliteStore(mem_conn)  # batches all-or-nothing (see store.py)
-        await to_the_end(store.setup())
-        ledger = LedgerDb(ledger_conn)
-        epoch = await to_the_end(schema.setup(ledger))
-        reach_since = await schema.reach_since(ledger)
+        try:
+            conv_conn = await connect(data_dir / CONVERSATIONS_FILE, autocommit=False)
+            opened.append(conv_conn)
+            mem_conn = await connect(data_dir / MEMORIES_FILE)
+            opened.append(mem_conn)
+            ledger_conn = await connect(data_dir / LEDGER_FILE)
+            opened.append(ledger_conn)
+            checkpointer = AsyncSqliteSaver(conv_conn)
+            await to_the_end(checkpointer.setup())  # migrations are not cut off half-way (see ``to_the_end``)
+            store = TransactionalSqliteStore(mem_conn)  # batches all-or-nothing (see store.py)
+            await to_the_end(store.setup())
+            ledger = LedgerDb(ledger_conn)
+            epoch = await to_the_end(schema.setup(ledger))
+            reach_since = await schema.reach_since(ledger)
+        except (sqlite3.Error, OSError) as exc:  # not a database, no permission, a full disk: one line
+            raise StorageUnavailable(f"cannot open the SQLite files in {data_dir}: {exc}") from None
         log.info("storage open in %s", data_dir)
         yield OpenStorage(
             backend="sqlite",

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from bot.engine.stores import StorageUnavailable
 from bot.storage.bundle import StorageBusy
 
 LOCK_FILE = "writer.lock"
@@ -24,7 +25,10 @@ LOCK_FILE = "writer.lock"
 def writer_lock(data_dir: Path) -> Iterator[None]:
     """Hold the data directory's writer lock, or raise :class:`StorageBusy` naming the holder."""
     path = data_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:  # a data directory owned by someone else (a bind mount): one line, not a traceback
+        raise StorageUnavailable(f"cannot use bot.data_dir {data_dir}: {exc.strerror or exc}") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
