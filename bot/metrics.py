@@ -197,8 +197,10 @@ class Metrics:
         for refresh in self._refreshers:
             try:
                 await asyncio.wait_for(refresh(), timeout)
-            except Exception:  # noqa: BLE001 - a scrape must still answer
-                log.warning("refreshing a metric failed; serving the previous value", exc_info=True)
+            except Exception as exc:  # noqa: BLE001 - a scrape must still answer
+                # one line (a database outage would add a traceback to every scrape); the details at DEBUG
+                log.warning("refreshing a metric failed (%s); serving the previous value", type(exc).__name__)
+                log.debug("refreshing a metric failed", exc_info=True)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""

@@ -24,6 +24,7 @@ from discord.ext import commands
 from bot.client import MemoryBot
 from bot.engine import EmptyAnswer, GuildPolicy, Incoming, Quote, Reply, Speaker, safe_name
 from cogs._context import StarterCache, carried_quotes, channel_context, marked_own, reply_chain, speaker_name
+from cogs._failures import log_failure
 from cogs._gate import access_allows, unknown_server
 from cogs._input import input_builder
 from cogs._gathering import ChannelTurns, Turn
@@ -184,8 +185,9 @@ class Chat(commands.Cog):
             return
         try:
             policy = await self.engine.guild_policy(message.guild.id if message.guild else None)  # once per message
-        except Exception:  # noqa: BLE001 - the database is down and no earlier read of the settings is kept
-            log.exception("could not read the settings for a message in channel %s", message.channel.id)
+        except Exception as exc:  # noqa: BLE001 - the database is down and no earlier read of the settings is kept
+            log_failure(log, self.engine.outages, exc, "could not read the settings for a message in channel %s",
+                        message.channel.id)
             me = self.bot.user
             asked = message.guild is None or (me is not None and me in message.mentions) or mentions_own_role(message)
             if asked and not message.author.bot and me is not None and message.author.id != me.id \
@@ -412,8 +414,8 @@ class Chat(commands.Cog):
             if isinstance(exc, EmptyAnswer):  # the model's doing, not a bug: a warning, no traceback
                 log.warning("answering message %s in channel %s: %s", last.id, last.channel.id, exc)
             else:
-                log.error("answering message %s in channel %s failed: %r", last.id, last.channel.id, exc,
-                          exc_info=exc)
+                log_failure(log, self.engine.outages, exc, "answering message %s in channel %s failed",
+                            last.id, last.channel.id)
             turn.delivered = True
             await writer.fail(APOLOGY)
             return

@@ -36,6 +36,7 @@ from bot.chunking import split_message
 from bot.engine import MAX_CONTENT, Actor, EmptyAnswer, Incoming, Speaker, side_thread
 from cogs import _memory_format as fmt
 from cogs._context import marked_own, quote_of, readable_text, speaker_name
+from cogs._failures import log_failure
 from cogs._gate import interaction_allows
 from cogs._input import input_builder
 from cogs._installs import guild_installed
@@ -133,7 +134,8 @@ class ContextMenus(commands.Cog):
             if isinstance(exc, EmptyAnswer):  # the model answered nothing: a warning, no traceback
                 log.warning("answering Ask about this in channel %s: %s", interaction.channel_id, exc)
             else:
-                log.exception("answering Ask about this in channel %s failed", interaction.channel_id)
+                log_failure(log, self.engine.outages, exc, "answering Ask about this in channel %s failed",
+                            interaction.channel_id)
             await interaction.followup.send(APOLOGY, ephemeral=True)
             return
         if result.reply is None:

@@ -9,6 +9,7 @@ from discord import app_commands
 from discord.ext import commands
 
 from bot.client import MemoryBot
+from cogs._failures import log_failure
 from cogs._installs import NotInstalledHere
 from cogs.views import ALREADY_ANSWERED, Prompts
 
@@ -77,7 +78,9 @@ class Errors(commands.Cog):
         text = user_message(error)
         if text is None:
             name = interaction.command.qualified_name if interaction.command else "?"
-            log.error("app command /%s failed", name, exc_info=error)
+            cause = getattr(error, "original", error)  # a command's own exception, wrapped by discord.py
+            log_failure(log, getattr(getattr(self.bot, "engine", None), "outages", None), cause,
+                        "app command /%s failed", name)
             text = GENERIC
         try:
             if interaction.response.is_done():

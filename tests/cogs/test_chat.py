@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import discord
 
@@ -442,6 +443,20 @@ async def test_an_answer_discord_refuses_is_not_kept_as_said_nor_queued_for_lear
     rows = [t for t in await r.engine.inbox.every_turn() if t.thread_id == str(GENERAL)]
     assert rows and all(t.ai == "" for t in rows)
 
+
+async def test_a_model_outage_is_one_warning_line_and_the_apology_not_a_traceback_per_message(tmp_path, caplog):
+    """Every message during an outage logged an ERROR with a traceback (the docs promise one line)."""
+    def down(call: Call):
+        if not call.is_extraction:
+            raise ConnectionError("the model's server is down")
+        return default_script(call)
+
+    async with rig(tmp_path, chat_model=ScriptedChatModel(down)) as r:
+        await r.h.send_message(r.mentioning(ALICE, "are you there?"))
+        assert r.h.sent_messages(GENERAL)[-1].content == APOLOGY
+    lines = [rec for rec in caplog.records if rec.name == "cogs.chat" and rec.levelno >= logging.WARNING]
+    assert [rec.levelname for rec in lines] == ["WARNING"] and lines[0].exc_info is None
+    assert "an outage: ConnectionError" in lines[0].getMessage()
 
 async def test_an_answer_automod_blocks_gets_the_short_apology_instead(r):
     """AutoMod refuses a message with a flagged word (400, code 200000): the answer is taken back, and the
