@@ -105,6 +105,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         self.bot = bot
         self.engine = bot.engine
         self._importing = asyncio.Lock()  # one import at a time in this process (see ``import_``)
+        self._exporting: set[str] = set()  # people whose export is being prepared
         super().__init__()
 
     def actor(self, interaction: discord.Interaction) -> Actor:
@@ -166,6 +167,16 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
         """Download what I remember about you, with its change history, as a JSON file."""
         await interaction.response.defer(ephemeral=True, thinking=True)
         user = str(interaction.user.id)
+        if user in self._exporting:  # each export holds the whole change log in memory: one at a time each
+            await self.reply(interaction, "Your export is already being prepared: it will arrive in a moment.")
+            return
+        self._exporting.add(user)
+        try:
+            await self._export(interaction, user)
+        finally:
+            self._exporting.discard(user)
+
+    async def _export(self, interaction: discord.Interaction, user: str) -> None:
         document = await self.engine.export(user)
         memories = document["memories"]
         made = await asyncio.to_thread(export_file, document)

@@ -154,7 +154,12 @@ def export_file(document: dict, limit: int = UPLOAD_LIMIT) -> tuple[bytes, str] 
 
     Indented JSON when it fits (a person can read it), compact JSON next, then gzip of that; ``parse_import``
     takes all three back, so whatever the bot hands out it can import again.
+
+    A document whose texts alone pass what an import takes is refused before any of it is serialised: a
+    change log of hundreds of megabytes (imports can add to it) was turned into JSON twice and gzipped.
     """
+    if _text_chars(document) > MAX_IMPORT_BYTES:  # its JSON holds at least as many bytes
+        return None
     pretty = json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8")
     if len(pretty) <= limit:
         return pretty, ".json"
@@ -163,6 +168,12 @@ def export_file(document: dict, limit: int = UPLOAD_LIMIT) -> tuple[bytes, str] 
         return compact, ".json"
     packed = gzip.compress(compact, compresslevel=9, mtime=0)
     return (packed, ".json.gz") if len(packed) <= limit and len(compact) <= MAX_IMPORT_BYTES else None
+
+
+def _text_chars(document: dict) -> int:
+    """The characters of the memories' and the change log's texts (a lower bound on the JSON's bytes)."""
+    memories = sum(len(m.get("content") or "") for m in document.get("memories", ()))
+    return memories + sum(len(e.get("before") or "") + len(e.get("after") or "") for e in document.get("history", ()))
 
 
 def _unpacked(data: bytes) -> bytes:

@@ -197,3 +197,16 @@ def test_a_memory_stored_longer_than_an_import_takes_is_cut_not_refused():
     data, _ = export_file(export_memories("7", [memory]), 10**9)
     (restored,), _ = parse_import(data, "7")
     assert restored["content"].startswith("likes tea") and len(restored["content"]) <= 2000
+
+
+def test_a_change_log_past_what_an_import_takes_is_refused_before_it_is_serialised(monkeypatch):
+    """Hundreds of megabytes of change log (imports add to it) were serialised twice and gzipped per export."""
+    import bot.engine.memories.export as export
+
+    def never(*_a, **_k):
+        raise AssertionError("serialised")
+
+    text = "x" * 2000
+    history = [{"key": str(i), "before": text, "after": text} for i in range(MAX_IMPORT_BYTES // 4000 + 1)]
+    monkeypatch.setattr(export.json, "dumps", never)
+    assert export_file({"memories": [], "history": history}) is None
