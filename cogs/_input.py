@@ -138,10 +138,16 @@ class InputBuilder:
         images = [a for a in files if is_image(a.content_type, a.filename)][: self.max_images]
         return [a for a in images if a.size <= self.max_image_bytes]
 
-    async def images(self, message: discord.Message) -> tuple[Image, ...]:
-        """The message's images for this answer: downloaded, checked, never stored (see the module doc)."""
+    async def images(self, message: discord.Message, most: int | None = None) -> tuple[Image, ...]:
+        """The message's images for this answer: downloaded, checked, never stored (see the module doc).
+        ``most``: how many of them the turn still shows (the rest are named, not downloaded)."""
         out = []
-        for attachment in self.shown_attachments(message):
+        shown = self.shown_attachments(message)
+        if most is not None and len(shown) > most:
+            out += [Image(a.filename, note=f"only the turn's last {self.max_images} images are shown")
+                    for a in shown[: len(shown) - most]]
+            shown = shown[len(shown) - most:]
+        for attachment in shown:
             try:
                 data = await attachment.read()
             except Exception as exc:  # noqa: BLE001 - a failed download is mentioned, not fatal

@@ -142,6 +142,12 @@ class Chat(commands.Cog):
         """The turn's messages as the engine takes them; those with nothing to answer are left out.
         ``again``: a restarted turn, whose first attempt may have stored them already."""
         out = []
+        # A turn shows the images of its last messages, as many as one message may have: follow-ups (and
+        # messages heard over a limit joining it) each with four images made requests of dozens of them.
+        room, most = self.inputs.max_images, {}
+        for item in reversed(items):
+            most[item.message.id] = min(room, len(self.inputs.shown_attachments(item.message)))
+            room -= most[item.message.id]
         for item in items:
             text = await self.build_input(item.message, item.content)
             if not text:
@@ -149,7 +155,7 @@ class Chat(commands.Cog):
                     continue  # nothing to answer (a sticker, an embed, whitespace); a bare mention gets a hello
                 text = "(the message was empty: they only mentioned you)"
             # Images go beside the stored text, for this answer only (a message only heard needs none).
-            images = await self.inputs.images(item.message) if answer else ()
+            images = await self.inputs.images(item.message, most[item.message.id]) if answer else ()
             out.append(Incoming(self.speaker(item.message), text, answer=answer, images=images, again=again))
         return out
 

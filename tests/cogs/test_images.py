@@ -116,6 +116,37 @@ async def test_an_image_reaches_a_vision_model_and_no_byte_of_it_is_stored(tmp_p
         assert not sqlite_holding(r.data_dir, cat)
 
 
+async def test_a_turn_shows_the_images_of_its_last_messages_as_many_as_one_message_may_have(tmp_path):
+    """A follow-up joins the turn being answered: each message's images were all sent, so a few follow-ups
+    made a request of dozens of images (downloaded again on every restart)."""
+    import asyncio
+    import threading
+
+    gate = threading.Event()
+
+    def slow(call: Call):
+        if not call.is_extraction and len(image_urls(call)) < 3:
+            gate.wait(5)  # the first attempt is still thinking when the follow-up arrives
+        return quiet(call)
+
+    pictures = [png(seed=40 + i) for i in range(4)]
+    async with rig(tmp_path, ScriptedChatModel(slow), model={"vision": "on", "max_images_per_message": 2},
+                   discord={"gather_seconds": 0.1}) as r:
+        first = [image_attachment(r, f"a{i}.png", pictures[i], "image/png") for i in range(2)]
+        later = [image_attachment(r, f"b{i}.png", pictures[2 + i], "image/png") for i in range(2)]
+        r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, "look at these", attachments=first))
+        while not r.model.chat_calls:
+            await asyncio.sleep(0.02)
+        r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, "and these", attachments=later))
+        while len(r.model.chat_calls) < 2:
+            await asyncio.sleep(0.02)
+        gate.set()
+        await r.h.settle(quiet=0.3)
+        last = r.model.chat_calls[-1]
+    assert image_urls(last) == [data_url(p) for p in pictures[2:]]
+    notes = [p["text"] for p in parts_of(last) if "a0.png" in p.get("text", "") or "a1.png" in p.get("text", "")]
+    assert any("only the turn's last 2 images are shown" in n for n in notes)
+
 async def test_a_forwarded_photo_reaches_a_vision_model(tmp_path):
     """"What is this?" with a forwarded photo (common in DMs): the forward's files are in its snapshot."""
     photo = png(seed=33)
