@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import AbstractSet, Any, Callable, Iterable
 
 from bot.engine.concurrency import Holds
@@ -433,8 +433,11 @@ class ErasureSteps:
         database refuses new turns of a person being erased); idempotent. Returns how many were queued."""
         message_id, text = plan["message"], plan["text"]
         queued = 0
+        sent = posted_at(message_id)
         for user, info in plan["relearn"].items():
             origin = dict(info["origin"])
+            if sent is not None:  # queued now, said then: "yesterday" in it, and its memory's date, are then's
+                origin["sent_at"] = datetime.fromtimestamp(sent, timezone.utc).isoformat(timespec="seconds")
             where = origin.get("channel_id") or plan["thread"]
             _, pending = await self.storage.inbox.batch(where, user, 0)
             if any(str(t.origin.get("message_id")) == message_id for t in pending):

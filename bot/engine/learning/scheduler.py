@@ -13,7 +13,8 @@ import contextvars
 import logging
 import time
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Awaitable, Callable
+from datetime import datetime
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from bot.engine.errors import is_transient
 from bot.engine.concurrency import BoundedDict, Locks
@@ -38,7 +39,17 @@ NEW_BUDGET_TOKENS = 1100  # new messages (with their shortened replies) in one c
 
 def _text(turn: InboxTurn) -> TurnText:
     return TurnText(author_id=turn.user_id, author=turn.author, human=turn.human, ai=turn.ai, at=turn.created,
+                    sent=_epoch(turn.origin.get("sent_at")),
                     origin=dict(turn.origin), thread_id=turn.thread_id, turn_id=turn.id)
+
+
+def _epoch(moment: Any) -> float:
+    """An ISO time (a re-learned edit's ``sent_at``, see ``steps.learn_again``) as epoch seconds; 0: none."""
+    try:
+        when = datetime.fromisoformat(str(moment))
+    except ValueError:
+        return 0.0
+    return when.timestamp() if when.tzinfo is not None else 0.0
 
 
 def scope_of(origin: dict) -> str:

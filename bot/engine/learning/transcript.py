@@ -35,7 +35,8 @@ class TurnText:
     author: str
     human: str
     ai: str
-    at: float = 0.0  # when the message was sent (epoch seconds, UTC)
+    at: float = 0.0  # when the message was recorded, about when it was sent (epoch seconds, UTC)
+    sent: float = 0.0  # when it was sent, where that is long before ``at``: an edit learned again (0: ``at``)
     origin: dict[str, Any] = field(default_factory=dict)  # guild_id, channel_id, message_id
     thread_id: str = ""
     turn_id: int = 0  # the inbox row
@@ -73,7 +74,7 @@ def context_block(turns: Sequence[TurnText]) -> str:
         return "(none)"
     out = []
     for t in turns:
-        out.append(f"- {stamp(t.at)} · user {t.author_id} \"{clean_name(t.author)}\" wrote:")
+        out.append(f"- {stamp(t.sent or t.at)} · user {t.author_id} \"{clean_name(t.author)}\" wrote:")
         out.append(quoted(shorten(t.human, CONTEXT_CHARS)))
         if t.ai:
             out.append("  the assistant answered:")
@@ -86,7 +87,7 @@ def new_block(turns: Sequence[TurnText]) -> str:
     out = []
     for n, t in enumerate(turns, 1):
         text = t.human if len(t.human) <= MAX_MESSAGE_CHARS else t.human[:MAX_MESSAGE_CHARS] + " [cut]"
-        out.append(f"#{n} · {stamp(t.at)} · user {t.author_id} \"{clean_name(t.author)}\" wrote:")
+        out.append(f"#{n} · {stamp(t.sent or t.at)} · user {t.author_id} \"{clean_name(t.author)}\" wrote:")
         out.append(quoted(text))
         if t.ai:
             out.append("  the assistant answered (shortened):")
@@ -97,8 +98,11 @@ def new_block(turns: Sequence[TurnText]) -> str:
 def source_of(turn: TurnText) -> dict[str, Any]:
     """The provenance entry of a message (see the memory ``sources`` contract)."""
     o = turn.origin
-    return {"guild_id": o.get("guild_id"), "channel_id": o.get("channel_id"), "message_id": o.get("message_id"),
-            "at": datetime.fromtimestamp(turn.at or 0, timezone.utc).isoformat(timespec="seconds")}
+    source = {"guild_id": o.get("guild_id"), "channel_id": o.get("channel_id"), "message_id": o.get("message_id"),
+              "at": datetime.fromtimestamp(turn.at or 0, timezone.utc).isoformat(timespec="seconds")}
+    if turn.sent:  # ``at`` stays when it was learned (``steps._learned_after``); the memory's date is this
+        source["sent_at"] = datetime.fromtimestamp(turn.sent, timezone.utc).isoformat(timespec="seconds")
+    return source
 
 
 def attribute(content: str, cited: Sequence[Any], turns: Sequence[TurnText]) -> list[TurnText]:

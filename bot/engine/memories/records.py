@@ -144,18 +144,20 @@ def learned_at(sources: Iterable[dict[str, Any]], now: str) -> str:
     hours later; the memory's date (``created_at``, shown in the prompt and read by "when did ...") should
     be the day the person said it, not the day the queue got to it. A source time in the future, or more
     than 30 days before ``now`` (a source without a real time reads as 1970), is not trusted, and ``now``
-    is used: it never moves a memory's date later than before.
+    is used: it never moves a memory's date later than before. A message learned again after an edit
+    carries when it was sent (``sent_at``, from its Discord ID): that is its date however old.
     """
     current = datetime.fromisoformat(now)
     best = current
     for source in sources:
+        sent = source.get("sent_at")
         try:
-            at = datetime.fromisoformat(str(source.get("at")))
+            at = datetime.fromisoformat(str(sent or source.get("at")))
         except ValueError:
             continue
         if at.tzinfo is None:
             continue
-        if current - LEARNED_AT_REACH <= at < best:
+        if (sent or current - LEARNED_AT_REACH <= at) and at < best:
             best = at
     return now if best == current else best.astimezone(timezone.utc).isoformat(timespec="microseconds")
 

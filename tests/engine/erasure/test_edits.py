@@ -183,6 +183,29 @@ async def test_a_pin_of_a_message_learned_again_after_its_edit_changes_nothing(s
         assert await engine.memories.list("1") == before and await engine.storage.erasures.unfinished() == []
         assert await engine.storage.inbox.every_turn() == []  # nothing queued to learn again
 
+async def test_an_old_message_edited_is_learned_again_with_the_day_it_was_sent(settings):
+    """Fixing a typo in a month-old "ran a marathon yesterday": the extractor read the message as written
+    the day of the edit, and the memory learned again was dated then."""
+    import time
+    from datetime import datetime, timezone
+
+    from bot.engine.erasure.steps import DISCORD_EPOCH_MS
+
+    sent = time.time() - 45 * 86400
+    message = str((int(sent * 1000) - DISCORD_EPOCH_MS) << 22)
+    day = datetime.fromtimestamp(sent, timezone.utc).strftime("%Y-%m-%d")
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        source = {"guild_id": "9", "channel_id": "c", "message_id": message,
+                  "at": datetime.fromtimestamp(sent, timezone.utc).isoformat(timespec="seconds")}
+        await engine.memories.apply("1", inserts=[("I like old_marathn", {**source, "source": "extraction"}, [source])])
+        assert await engine.message_edited("c", message, "I like old_marathon", edited_at=time.time())
+        await engine.scheduler.flush()
+        (memory,) = await engine.memories.list("1")
+    assert memory.content == "I like old_marathon"
+    assert memory.created_at.strftime("%Y-%m-%d") == day
+    assert f"#1 · {day}" in model.extraction_calls[-1].prompt_text  # "yesterday" reads from the day it was said
+
 async def test_what_the_author_says_elsewhere_during_an_edit_or_a_memory_delete_is_still_learned(settings):
     """An edit and ``/memories delete`` hold their person lightly: on a shared database a full (erasure)
     hold makes the queue refuse the person's new turns, which is right for a wipe and wrong here."""
