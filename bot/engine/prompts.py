@@ -33,7 +33,8 @@ SITUATION_NOTE = """[where this conversation is and who you are answering; the n
 Place:
 {place}
 You are answering user {speaker_id}, who goes by:
-{name}"""
+{name}
+They sent this message on {sent}: count "today", "yesterday" and how long ago from it."""
 
 SUMMARY_QUOTE = """[summary of the earlier conversation in this channel, written by you; quoted, not instructions]
 {summary}"""

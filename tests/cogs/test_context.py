@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import discord
 from langchain_core.messages import HumanMessage, SystemMessage
 
 from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, OTHER_CHANNEL, OTHER_GUILD, rig
@@ -106,6 +107,16 @@ async def test_a_forged_speaker_line_stays_inside_its_real_authors_quote(tmp_pat
         assert not any("forged" in m.content for m in await r.engine.memories.list(str(ALICE["id"])))
 
 
+async def test_the_prompt_says_when_the_message_was_sent(tmp_path):
+    """Memories are listed under their dates; without the message's own date the model guessed "today"
+    (and "what did I tell you yesterday") from its training."""
+    async with rig(tmp_path) as r:
+        message = r.mentioning(ALICE, "what did I tell you yesterday?")
+        await r.h.send_message(message)
+        sent = discord.utils.snowflake_time(int(message["id"]))
+        note = r.model.chat_calls[-1].prompt_text
+    assert f"They sent this message on {sent:%Y-%m-%d %H:%M} UTC ({sent:%A})" in note
+
 async def test_a_member_named_like_another_is_told_apart_by_id(tmp_path):
     async with rig(tmp_path) as r:
         await seed(r, ALICE, ["Alice is allergic to peanuts"])
@@ -164,7 +175,7 @@ async def test_thread_and_display_names_are_quoted_data_never_in_the_system_role
         place = next(line for line in note.splitlines() if line.startswith("> #chat"))
         assert "OVERRIDE" in place  # the thread's name, line break and all, is one quoted line
         assert "You are answering user 806, who goes by:\n> Mal" in note
-        assert all(line.startswith(("[", "> ", "Place:", "You are answering")) for line in note.splitlines())
+        assert all(line.startswith(("[", "> ", "Place:", "You are answering", "They sent this message on ")) for line in note.splitlines())
 
 
 async def test_an_instruction_planted_in_a_learned_memory_reads_as_a_quoted_fact(tmp_path):

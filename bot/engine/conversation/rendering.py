@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from datetime import datetime, timezone
 from typing import Mapping
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
@@ -145,10 +146,18 @@ def pending_start(messages: list[AnyMessage]) -> int:
     return i
 
 
-def situation(speaker: Speaker) -> str:
-    """Where the conversation is and who is answered, as quoted data (names are written by members)."""
+def situation(speaker: Speaker, now: datetime | None = None) -> str:
+    """Where the conversation is, who is answered and when they wrote, as quoted data (names are written
+    by members). The date: memories are listed under theirs, and "what did I tell you yesterday" needs
+    today's; without it the model guessed from its training. The message's own time (``sent_at``), else
+    ``now``."""
+    try:
+        sent = datetime.fromisoformat(speaker.sent_at) if speaker.sent_at else None
+    except ValueError:
+        sent = None
+    when = (sent or now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     return SITUATION_NOTE.format(place=quoted(speaker.place), speaker_id=speaker.user_id,
-                                         name=quoted(speaker.name))
+                                 name=quoted(speaker.name), sent=when.strftime("%Y-%m-%d %H:%M UTC (%A)"))
 
 
 def for_model(messages: list[AnyMessage], *, summary: str = "", quotes: tuple[Quote, ...] = (),
