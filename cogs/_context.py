@@ -252,7 +252,7 @@ def _take(newest_first: list[discord.Message], me: discord.ClientUser | None, co
             return picked, True
         if m.type not in CHAT_TYPES:
             continue
-        cost = estimate_tokens(readable_text(m) + carried_text(m) + embed_text(m)) + 8
+        cost = estimate_tokens(quote_of(m, "channel").text) + 8  # what is shown (cut to QUOTE_CHARS), not more
         if len(picked) >= count or used + cost > tokens:
             return picked, True
         picked.append(m)

@@ -60,6 +60,18 @@ async def test_a_mention_shows_the_channel_since_the_bot_last_spoke_and_learns_n
         assert not any("chatter" in m.text for m in state["messages"] if isinstance(m, HumanMessage))
 
 
+async def test_one_long_message_costs_what_is_shown_of_it_not_the_whole_channel_context(tmp_path):
+    """A 3,000-character post just before the mention is shown cut to 1,000 characters, but was counted
+    whole: it passed the 600-token budget alone, and the model got no channel context at all."""
+    async with rig(tmp_path) as r:
+        await r.h.send_message(r.mentioning(ALICE, "hello bot"))
+        r.h.feed("MESSAGE_CREATE", r.msg(CAROL, "I like carol_short_post"))
+        r.h.feed("MESSAGE_CREATE", r.msg(BOB, "bob_long_post " + "word " * 600))
+        await r.h.send_message(r.mentioning(ALICE, "what do you think of Bob's post above?"))
+        context = next(t for t in user_turns(r.model.chat_calls[-1]) if "since you last spoke" in t)
+    assert "> bob_long_post word" in context and "[cut]" in context
+    assert "carol_short_post" in context
+
 async def test_channel_context_comes_from_history_when_not_cached_and_skips_private_people(tmp_path):
     async with rig(tmp_path) as r:
         await r.engine.prefs.set(str(CAROL["id"]), private=True)
