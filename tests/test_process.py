@@ -7,12 +7,28 @@ import asyncio
 import json
 import socket
 import sys
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import AsyncIterator
 
 from aiohttp import web
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "MTIz.fake-token-for-process-test.abcdef"
+
+
+@asynccontextmanager
+async def discord_on_loopback(handler) -> AsyncIterator[int]:
+    """A stand-in for Discord's REST API on 127.0.0.1 answering every request with ``handler``; its port."""
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()
 
 
 async def test_rejected_token_exits_1_with_a_clear_line(tmp_path):
@@ -22,14 +38,7 @@ async def test_rejected_token_exits_1_with_a_clear_line(tmp_path):
         seen.append(f"{request.method} {request.path}")
         return web.json_response({"message": "401: Unauthorized", "code": 0}, status=401)
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", anything)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
+    async with discord_on_loopback(anything) as port:
         cfg = tmp_path / "config.toml"
         cfg.write_text(f'[bot]\ndata_dir = "data"\n[discord]\napi_base = "http://127.0.0.1:{port}/api/v10"\n')
         proc = await asyncio.create_subprocess_exec(
@@ -38,8 +47,6 @@ async def test_rejected_token_exits_1_with_a_clear_line(tmp_path):
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
         out, err = await asyncio.wait_for(proc.communicate(), 60)
-    finally:
-        await runner.cleanup()
     text = out.decode() + err.decode()
     assert proc.returncode == 1, text
     assert "Discord rejected the token in DISCORD_TOKEN" in text
@@ -92,14 +99,7 @@ async def test_sync_exits_1_with_one_line_when_discord_refuses_the_commands(tmp_
             return as_discord(application)
         return as_discord({"message": "Missing Access", "code": 50001}, status=403)
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", anything)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
+    async with discord_on_loopback(anything) as port:
         cfg = tmp_path / "config.toml"
         cfg.write_text(f'[bot]\ndata_dir = "data"\nlog_level = "WARNING"\n'
                        f'[discord]\napi_base = "http://127.0.0.1:{port}/api/v10"\n')
@@ -109,8 +109,6 @@ async def test_sync_exits_1_with_one_line_when_discord_refuses_the_commands(tmp_
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
         out, err = await asyncio.wait_for(proc.communicate(), 60)
-    finally:
-        await runner.cleanup()
     lines = [line for line in err.decode().splitlines() if line.strip()]
     assert proc.returncode == 1, err.decode()
     assert "PUT /api/v10/applications/1100/commands" in seen, (seen, lines)
