@@ -239,23 +239,25 @@ async def channel_context(bot: discord.Client, before: discord.Message, *, count
             picked, _ = _take(history, me, count, tokens)
         except discord.HTTPException as exc:  # no Read Message History here: the cache is what there is
             log.info("no channel history for context in %s: %s", channel.id, exc)
-    return [quote_of(m, "channel") for m in reversed(picked)]
+    return list(reversed(picked))
 
 
 def _take(newest_first: list[discord.Message], me: discord.ClientUser | None, count: int,
-          tokens: int) -> tuple[list[discord.Message], bool]:
-    """Messages until the bot's own, ``count`` or the token cap; and whether that end was reached."""
-    picked: list[discord.Message] = []
+          tokens: int) -> tuple[list[Quote], bool]:
+    """Quotes of the messages until the bot's own, ``count`` or the token cap (newest first); and whether
+    that end was reached. A message costs what is shown of it (cut to ``QUOTE_CHARS``)."""
+    picked: list[Quote] = []
     used = 0
     for m in newest_first:
         if me is not None and m.author.id == me.id:
             return picked, True
         if m.type not in CHAT_TYPES:
             continue
-        cost = estimate_tokens(quote_of(m, "channel").text) + 8  # what is shown (cut to QUOTE_CHARS), not more
+        quote = quote_of(m, "channel")
+        cost = estimate_tokens(quote.text) + 8
         if len(picked) >= count or used + cost > tokens:
             return picked, True
-        picked.append(m)
+        picked.append(quote)
         used += cost
     return picked, False
 

@@ -47,7 +47,7 @@ class Turn(Generic[T]):
     attempt: asyncio.Task | None = None
     delivered: bool = False  # the answer exists and is being sent: no more restarts
     restart: bool = False
-    follow_ups: int = 0  # restarts by a follow-up (at most MAX_RESTARTS)
+    follow_ups: int = 0  # attempts a follow-up cancelled (at most MAX_RESTARTS)
     state: dict = field(default_factory=dict)  # what the runner keeps between attempts (a streamed preview)
 
     def start_again(self, *, again: bool = True) -> None:
@@ -83,7 +83,8 @@ class ChannelTurns(Generic[T]):
         current = self.current
         if (current is not None and current.author_id == author_id and not current.delivered
                 and current.follow_ups < MAX_RESTARTS):
-            current.follow_ups += 1
+            if current.attempt is not None and not current.attempt.done():
+                current.follow_ups += 1  # it cancels an attempt; lines typed while it waits to start again do not
             current.items.append(item)
             current.not_before = now + self.gather
             current.start_again()  # answered again, with everything, once they pause

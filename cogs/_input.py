@@ -127,15 +127,11 @@ class InputBuilder:
         return f"[image: {attachment.filename}, {size}{why}]"
 
     def shown_attachments(self, message: discord.Message) -> list[discord.Attachment]:
-        """The image attachments whose placeholder says they are shown: within the size cap and the count.
-
-        A forward's files count as the message's own (after them): "what is this?" with a forwarded photo
-        is about the photo, and Discord delivers its files, like any attachment, in the snapshot."""
+        """The image attachments shown to the model: within the size cap and the count (the message's own
+        are those whose placeholder says so; a forward's are named in its quote)."""
         if not self.vision:
             return []
-        files = list(message.attachments) + [a for snap in getattr(message, "message_snapshots", None) or ()
-                                             for a in snap.attachments]
-        images = [a for a in files if is_image(a.content_type, a.filename)][: self.max_images]
+        images = [a for a in files_of(message) if is_image(a.content_type, a.filename)][: self.max_images]
         return [a for a in images if a.size <= self.max_image_bytes]
 
     async def images(self, message: discord.Message, most: int | None = None) -> tuple[Image, ...]:
@@ -164,7 +160,7 @@ class InputBuilder:
         if not self.vision:
             return ()
         found = list(await self.images(message))
-        too_large = [a for a in message.attachments if is_image(a.content_type, a.filename)][: self.max_images]
+        too_large = [a for a in files_of(message) if is_image(a.content_type, a.filename)][: self.max_images]
         found += [Image(a.filename, note=f"it is too large (over {human_size(self.max_image_bytes)})")
                   for a in too_large if a.size > self.max_image_bytes]  # its quote names it, without a size
         for embed in message.embeds:
@@ -205,6 +201,13 @@ class InputBuilder:
             log.info("images are not sent to the model %r (model.vision is off, or \"auto\" and the name matches "
                      "no model.vision_models pattern): image attachments are described by name, type and size",
                      self.model_name)
+
+
+def files_of(message: discord.Message) -> list[discord.Attachment]:
+    """A message's files, then those of the messages it forwards: "what is this?" with a forwarded photo is
+    about the photo, and Discord delivers a forward's files, like any attachment, in its snapshot."""
+    return list(message.attachments) + [a for snap in getattr(message, "message_snapshots", None) or ()
+                                        for a in snap.attachments]
 
 
 def input_builder(bot: discord.Client) -> InputBuilder:

@@ -112,8 +112,8 @@ class Chat(commands.Cog):
         """
         try:
             message.channel = await message.guild.fetch_channel(message.channel.id)
-        except discord.HTTPException as exc:  # judged as before, by the channel alone
-            log.info("could not look up channel %s (%s %s)", message.channel.id, exc.status, exc.code)
+        except (discord.HTTPException, discord.ClientException) as exc:  # judged as before, by the channel alone
+            log.info("could not look up channel %s (%s)", message.channel.id, exc)
 
     # ---- what the model is given
     async def build_input(self, message: discord.Message, content: str | None = None) -> str:

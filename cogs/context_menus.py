@@ -184,9 +184,11 @@ class ContextMenus(commands.Cog):
             # Not learned yet (the conversation has not gone quiet, the model is down): it would be moments
             # later. Nothing learned is lost, so no confirmation: it is taken out of the queue at once.
             if await self.engine.waiting_to_learn(interaction.user.id, str(message.channel.id), mine):
-                await self.engine.delete_memories(interaction.user.id, [], by=Actor("user", str(interaction.user.id)),
-                                                  from_message=mine)
-                await reply(interaction, "I hadn't learned anything from that message yet, and now I won't.")
+                changes = await self.engine.delete_memories(interaction.user.id, [], from_message=mine,
+                                                            by=Actor("user", str(interaction.user.id)))
+                await reply(interaction, f"I had just learned {len(changes.deleted)} things from that message: they are"
+                            " forgotten, and I won't learn from it again." if changes.deleted else
+                            "I hadn't learned anything from that message yet, and now I won't.")
                 return
             await reply(interaction, "I didn't learn anything from that message: there is nothing to forget.")
             return

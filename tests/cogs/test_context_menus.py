@@ -9,6 +9,7 @@ import threading
 import discord
 
 from bot.engine import side_thread
+from cogs.chat import OUT_OF_BUDGET
 from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, MOD, MOD_ROLE, OTHER_CHANNEL, THREAD, rig
 from tests.cogs.test_memories import button, click_erasure, seed
 from tests.conftest import ScriptedChatModel, default_script
@@ -222,7 +223,8 @@ async def test_ask_about_this_over_the_daily_budget_queues_nothing_for_learning(
         await r.h.send_message(r.mentioning(ALICE, "a first question that uses the budget up"))
         await r.engine.flush_learning()
         bob = said(r, BOB, "the release moves to friday")
-        await r.h.invoke_context_menu("Ask about this", bob, user=ALICE, channel_id=GENERAL)
+        refused = final(await r.h.invoke_context_menu("Ask about this", bob, user=ALICE, channel_id=GENERAL))
+        assert refused.content == OUT_OF_BUDGET  # the budget path is the one tested
         queued = [t.human for t in await r.engine.inbox.every_turn() if t.user_id == ALICE["id"]]
         assert "What can you tell me about this message?" not in queued
 

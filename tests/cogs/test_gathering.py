@@ -110,6 +110,29 @@ async def test_follow_ups_restart_an_answer_at_most_three_times_then_wait_behind
         assert last.content.endswith("alice m5")
         assert "alice m0" in r.model.chat_calls[3].prompt_text and "alice m4" not in r.model.chat_calls[3].prompt_text
 
+async def test_lines_typed_while_an_answer_waits_to_start_again_restart_nothing():
+    """The cap counts attempts cancelled: one thought split over five quick lines cancels one attempt and
+    is answered as one turn (counted per line, the fifth was split off into a turn of its own)."""
+    from cogs._gathering import ChannelTurns
+
+    runs: list[list[str]] = []
+    release = asyncio.Event()
+
+    async def run(turn):
+        runs.append(list(turn.items))
+        await release.wait()
+
+    turns = ChannelTurns(run, gather_seconds=0.2, max_waiting=10)
+    turns.offer(1, "m0")
+    await until(lambda: len(runs) == 1)
+    for line in ("m1", "m2", "m3", "m4", "m5"):  # m1 cancels the attempt; the rest arrive while it waits
+        turns.offer(1, line)
+        await asyncio.sleep(0.01)
+    await until(lambda: len(runs) == 2)
+    release.set()
+    await until(lambda: turns.idle, timeout=5)
+    assert runs == [["m0"], ["m0", "m1", "m2", "m3", "m4", "m5"]]
+
 async def test_other_people_are_answered_in_their_own_turns_in_order(tmp_path):
     async with rig(tmp_path, discord={"gather_seconds": 0.2}) as r:
         r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, "alice asks"))

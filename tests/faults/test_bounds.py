@@ -75,19 +75,20 @@ async def test_extraction_at_the_cap_drops_the_least_recently_used_learned_memor
 
 async def test_at_the_cap_a_memory_the_person_wrote_stays_after_extraction_patched_it(tmp_path):
     """Extraction patching a memory the person wrote makes its origin "extraction"; its hand source still
-    says whose it is, and it is not dropped to make room (nor one they imported)."""
+    says whose it is, and it is not dropped to make room. An imported one the bot learned can go: a
+    restored backup must not stop all learning at the cap."""
     settings = make_settings(tmp_path / "data", memory={"max_per_person": 3})
     place = {"guild_id": "1", "channel_id": "10", "message_id": "100", "source": "extraction"}
     async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
         theirs = await engine.memories.add("7", "Written by the person", dict(place, source="user"),
                                            actor=Actor("user", "7"))
         await engine.memories.apply("7", updates=[(theirs, "Written by the person, patched", place)])
+        await engine.memories.apply("7", inserts=[("Learned fact", place)])
         imported = {**place, "message_id": "90", "imported": True}
         await engine.memories.apply("7", inserts=[("Imported fact", place, [imported])])
-        await engine.memories.apply("7", inserts=[("Learned fact", place)])
         request = WriteRequest(user_id="7", speaker_name="Ann", origin=place,
                                new=[TurnText("7", "Ann", "I like sailing.", "nice", origin=place)])
         await engine.learn(request)
         contents = sorted(m.content for m in await engine.memories.list("7"))
     assert "Written by the person, patched" in contents and "Imported fact" in contents
-    assert "Learned fact" not in contents and len(contents) == 3
+    assert "Learned fact" not in contents and len(contents) == 3  # the least recently used of those learned

@@ -146,16 +146,16 @@ def pending_start(messages: list[AnyMessage]) -> int:
     return i
 
 
-def situation(speaker: Speaker, now: datetime | None = None) -> str:
+def situation(speaker: Speaker) -> str:
     """Where the conversation is, who is answered and when they wrote, as quoted data (names are written
     by members). The date: memories are listed under theirs, and "what did I tell you yesterday" needs
     today's; without it the model guessed from its training. The message's own time (``sent_at``), else
-    ``now``."""
+    the clock (the console)."""
     try:
         sent = datetime.fromisoformat(speaker.sent_at) if speaker.sent_at else None
     except ValueError:
         sent = None
-    when = (sent or now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    when = (sent or datetime.now(timezone.utc)).astimezone(timezone.utc)
     return SITUATION_NOTE.format(place=quoted(speaker.place), speaker_id=speaker.user_id,
                                  name=quoted(speaker.name), sent=when.strftime("%Y-%m-%d %H:%M UTC (%A)"))
 

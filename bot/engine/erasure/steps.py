@@ -101,6 +101,9 @@ class ErasureSteps:
         messages = {str(m) for m in messages}
         if messages:
             await self.storage.inbox.forget_messages(messages)
+            # Read again under the hold: an extraction that was running when the person asked has finished
+            # now, and what it learned from the message goes too.
+            keys = sorted(set(keys) | {m.key for m in await self.memories.list(user) if messages & m.about_messages()})
         changes = await self.memories.apply(user, deletes=keys, actor=by)
         await self.drop_vectors(user, keys)
         return changes

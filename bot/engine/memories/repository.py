@@ -177,7 +177,8 @@ class MemoryRepository:
         """Keep a person at ``cap`` memories when extraction learns more: drop the least recently used.
 
         "Used" is when a memory was last learned or confirmed (``updated_at``). Only memories learned by
-        extraction make room; what the person wrote themselves (``remember``, ``edit``, an import) is never
+        extraction make room (an imported one too: a restored backup of what the bot learned must not stop
+        all learning at the cap); what the person wrote themselves (``remember``, ``edit``) is never
         dropped to make room for something the bot inferred: when nothing else can go, the newest inserts
         are dropped instead. Either way the log says how many (never which text, at INFO).
         """
@@ -187,10 +188,10 @@ class MemoryRepository:
         if over <= 0:
             return inserts, deletes
         touched = {u[0] for u in updates}
-        # The origin names the last writer: extraction patching a memory the person wrote (or imported) makes
-        # it "extraction" there, while its sources still say whose it is.
+        # The origin names the last writer: extraction patching a memory the person wrote makes it
+        # "extraction" there, while its hand source still says whose it is.
         evictable = sorted((m for m in kept if m.key not in touched and m.origin.get("source", "extraction") == "extraction"
-                            and not m.hand_written and not any(s.get("imported") for s in m.sources)),
+                            and not m.hand_written),
                            key=lambda m: (m.updated_at, m.key))
         evicted = [m.key for m in evictable[:over]]
         dropped = max(0, over - len(evicted))

@@ -7,6 +7,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from bot.engine import create_engine
+from bot.engine.memories.records import Actor
 from bot.engine.state import Speaker
 from bot.storage import open_storage
 from tests.conftest import Call, ScriptedChatModel, default_script, running_engine
@@ -249,3 +250,15 @@ async def test_an_engine_never_started_leaves_the_owed_compaction_to_the_running
         engine = create_engine(settings, storage, chat_model=ScriptedChatModel(default_script))
         await engine.close()
         assert await storage.erasures.compaction_owed() is not None  # still the running bot's to pay
+
+
+async def test_forgetting_a_message_takes_what_an_extraction_learned_from_it_meanwhile(settings):
+    """"Forget this" listed nothing learned (an extraction of the message was running): what that
+    extraction wrote is read again under the person's hold and goes too."""
+    ann = Speaker(user_id="1", name="Ann", guild_id="9", channel_id="c", message_id="m7")
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("c", ann, "I like forget_race_canary")
+        await engine.scheduler.flush()  # learned after the person's menu read the memories (none)
+        assert [m.content for m in await engine.memories.list("1")] == ["I like forget_race_canary"]
+        changes = await engine.delete_memories("1", [], by=Actor("user", "1"), from_message="m7")
+        assert len(changes.deleted) == 1 and await engine.memories.list("1") == []
