@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Awaitable, Callable, TypeVar
 
@@ -54,10 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _with_storage(settings: Settings, fn: Callable[[Storage], Awaitable[T]], *, writer: bool = True) -> T:
+async def _with_storage(settings: Settings, fn: Callable[[Storage], Awaitable[T]], *, writer: bool = True,
+                        existing: bool = False) -> T:
     from bot.storage import open_storage
 
-    async with open_storage(settings, writer=writer) as storage:
+    async with open_storage(settings, writer=writer, existing=existing) as storage:
         return await fn(storage)
 
 
@@ -84,11 +86,32 @@ async def _wipe_through_running_bot(settings: Settings, user: str, yes: bool) ->
                 _out(f"The running bot has the wipe of user {user} recorded but has not finished it yet; it will.")
                 return 1
             await asyncio.sleep(0.5)
+        # The row goes before the wipe's compaction (VACUUM, the WAL emptied) runs: until that is paid, a
+        # file may still hold the words. Debts are paid oldest first; one owed since before now is ours.
+        seen = time.time()
+        while (owed := await storage.erasures.compaction_owed()) is not None and owed <= seen:
+            if asyncio.get_running_loop().time() > deadline:
+                _out(f"The running bot erased user {user} but has not compacted its files yet; it will.")
+                return 1
+            await asyncio.sleep(0.5)
         _out(f"Deleted {count} memories of user {user} (the running bot did the wipe).")
         log.info("shell wipe of user %s handed to the running bot", user)
         return 0
 
     return await _with_storage(settings, go, writer=False)
+
+
+def _bad_user(user: str) -> str | None:
+    """Why ``--user`` cannot name anyone (None: it can). A mention pasted as ``<@123>`` named nobody, and
+    a wipe of it reported "Deleted 0 memories" while the person's data stayed; a dot or an empty name
+    ended in a storage traceback."""
+    if not user.strip():
+        return "is empty"
+    if user.startswith("<@"):
+        return "is a mention: give the user ID alone (the digits)"
+    if "." in user or "\x00" in user:
+        return "cannot contain a dot or a NUL character"
+    return None
 
 
 def _confirmed(question: str) -> bool:
@@ -121,7 +144,7 @@ async def _memories(settings: Settings, action: str, user: str, yes: bool) -> in
         memories = await repo.list(user)
         if action == "list":
             for m in memories:
-                _out(f"{m.short_id}  {m.created_at:%Y-%m-%d}  {m.origin.get('guild_id', '?'):>20}  {m.content}")
+                _out(f"{m.short_id}  {m.created_at:%Y-%m-%d}  {str(m.origin.get('guild_id') or '?'):>20}  {m.content}")
             _out(f"{len(memories)} memories for user {user}")
         elif action == "export":
             _out(json.dumps(export_memories(user, memories), indent=2, ensure_ascii=False))
@@ -138,10 +161,10 @@ async def _memories(settings: Settings, action: str, user: str, yes: bool) -> in
         from bot.storage import StorageBusy
 
         try:
-            return await _with_storage(settings, go)
+            return await _with_storage(settings, go, existing=True)
         except StorageBusy:
             return await _wipe_through_running_bot(settings, user, yes)
-    return await _with_storage(settings, go, writer=False)  # reading beside a running bot is safe
+    return await _with_storage(settings, go, writer=False, existing=True)  # reading beside a running bot is safe
 
 
 async def _stats(settings: Settings) -> int:
@@ -152,7 +175,7 @@ async def _stats(settings: Settings) -> int:
             _out(line)
         return 0
 
-    return await _with_storage(settings, go, writer=False)
+    return await _with_storage(settings, go, writer=False, existing=True)
 
 
 def _health(settings: Settings) -> int:
@@ -197,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     if settings.limits.cooldown_seconds is not None:
         log.warning("config key 'limits.cooldown_seconds' is no longer used: limits.burst and "
                     "limits.refill_seconds (a token bucket) replace it")
+    user = getattr(args, "user", None)
+    if user is not None and (problem := _bad_user(user)):
+        sys.stderr.write(f"error: --user {user!r} {problem}\n")
+        return 2
     from bot.engine import StorageUnavailable
     from bot.sharding import ShardError, parse_shards
     from bot.storage import StorageBusy

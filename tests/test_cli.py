@@ -84,7 +84,7 @@ def test_a_data_file_that_is_not_sqlite_stops_a_command_with_one_line(tmp_path):
     cfg = tmp_path / "config.toml"
     cfg.write_text('[bot]\ndata_dir = "data"\n')
     (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "memories.sqlite").write_bytes(b"this is not a database at all, " * 100)
+    (tmp_path / "data" / "ledger.sqlite").write_bytes(b"this is not a database at all, " * 100)
     out = run(["stats", "--config", str(cfg)], env={})
     lines = [line for line in out.stderr.splitlines() if line.strip() and " INFO " not in line]
     assert out.returncode == 1, out.stderr
@@ -101,3 +101,18 @@ def test_the_health_probe_does_not_load_the_engine(tmp_path):
     out = subprocess.run([sys.executable, "-c", probe, str(cfg)], capture_output=True, text=True, cwd=ROOT,
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}, timeout=120)
     assert out.stdout.strip().splitlines()[-1] == "1 []", out.stdout + out.stderr
+
+
+def test_operator_mistakes_stop_with_one_line(tmp_path):
+    """A mistyped data directory was created empty and reported zeros ("Deleted 0 memories", exit 0); a
+    pasted mention named nobody; a dot ended in a storage traceback."""
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('[bot]\ndata_dir = "no-such-dir"\n')
+    for args in (["stats"], ["memories", "list", "--user", "123"], ["memories", "wipe", "--user", "123", "--yes"]):
+        out = run([*args, "--config", str(cfg)], env={})
+        assert out.returncode == 1 and out.stderr.strip().splitlines() == [
+            f"storage error: no SQLite data directory at {tmp_path / 'no-such-dir'} (no ledger.sqlite)"], args
+    assert not (tmp_path / "no-such-dir").exists()
+    for user, says in (("<@123>", "is a mention"), ("j.doe", "cannot contain a dot"), ("", "is empty")):
+        out = run(["memories", "wipe", "--user", user, "--yes", "--config", str(cfg)], env={})
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and says in out.stderr, out.stderr

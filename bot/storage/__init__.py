@@ -18,17 +18,19 @@ __all__ = ["OpenStorage", "StorageBusy", "open_storage"]
 
 
 @asynccontextmanager
-async def open_storage(settings: Settings, *, writer: bool = True) -> AsyncIterator[OpenStorage]:
+async def open_storage(settings: Settings, *, writer: bool = True, existing: bool = False) -> AsyncIterator[OpenStorage]:
     """Open the configured backend; close every connection on exit, even after an error.
 
     ``writer`` False is for read-only commands beside a running bot: an embedded backend (SQLite) lets
     one writer process at a time open its files and raises :class:`StorageBusy` for a second one.
+    ``existing``: the shell's commands on what is stored (``stats``, ``memories``): a SQLite data
+    directory that is not there is an error, not an empty one created to report zeros.
     """
     backend = settings.storage.backend
     if backend == "sqlite":
         from bot.storage.sqlite import open_sqlite
 
-        async with open_sqlite(settings, writer=writer) as storage:
+        async with open_sqlite(settings, writer=writer, existing=existing) as storage:
             yield storage
         return
     if backend == "postgres":

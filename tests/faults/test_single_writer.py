@@ -80,6 +80,9 @@ async def test_a_second_writer_refuses_and_a_shell_wipe_is_done_by_the_running_b
             code, out, err = await run(["--config", str(cfg), "memories", "wipe", "--user", "lance", "--yes"], env)
             attempts += 1
             assert code == 0 and "the running bot did the wipe" in out, (out, err)
+            # "Deleted" once the bot's compaction ran too, not when its journal row went (before it)
+            held = [p for p in (tmp_path / "data").rglob("*") if p.is_file() and b"Zanzibar" in p.read_bytes()]
+            assert held == [], held
             first.stdin.write(b"/quit\n")  # close: the flush must not write the wiped turn back
             await first.stdin.drain()
             await asyncio.wait_for(first.wait(), 60)

@@ -43,12 +43,15 @@ LEDGER_FILE = "ledger.sqlite"
 
 
 @asynccontextmanager
-async def open_sqlite(settings: Settings, *, writer: bool = True) -> AsyncIterator[OpenStorage]:
-    """Open (creating if needed) the three files; close every connection on exit, even after an error.
+async def open_sqlite(settings: Settings, *, writer: bool = True, existing: bool = False) -> AsyncIterator[OpenStorage]:
+    """Open (creating if needed, unless ``existing``) the three files; close every connection on exit, even
+    after an error.
 
     A writer holds the data directory's lock (``lock.py``) for as long as the files are open.
     """
     data_dir = settings.bot.data_dir
+    if existing and not (data_dir / LEDGER_FILE).exists():  # a mistyped data_dir: not a new, empty database
+        raise StorageUnavailable(f"no SQLite data directory at {data_dir} (no {LEDGER_FILE})")
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a file in the way, no permission, a read-only disk: one line, not a traceback
