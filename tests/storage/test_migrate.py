@@ -38,6 +38,8 @@ async def test_a_sqlite_data_directory_moves_to_postgres_and_carries_on(tmp_path
         # What deletions and sweeps still need after the move: an unfinished job and what it is about, where
         # a message's text reached, a server still to sweep (until 2026-12-06 none of them was copied).
         job = await engine.storage.erasures.begin(kind="messages", user_id="42", subject='{"thread": "7"}')
+        gone = await engine.storage.erasures.begin(kind="memories", user_id="42")  # the top row, finished:
+        await engine.storage.erasures.finish(gone)  # SQLite never hands out its ID again
         await engine.storage.removed_guilds.mark("901", 1000.0)
         await engine.storage.reach.reached("12", ["70"])  # Ada's message quoted in another thread
         reach_since = await engine.storage.reach.since()
@@ -59,6 +61,9 @@ async def test_a_sqlite_data_directory_moves_to_postgres_and_carries_on(tmp_path
         assert await storage.reach.threads_of(["70"]) == {"12"}
         assert await storage.reach.since() == reach_since
         await storage.erasures.finish(job)  # not this test's to replay
+        later = await storage.erasures.begin(kind="memories", user_id="42")
+        assert later > gone  # the sequence goes on from SQLite's, not from the highest row kept
+        await storage.erasures.finish(later)
     async with running_engine(postgres, ScriptedChatModel(default_script)) as engine:
         assert [m.text for m in (await engine.thread_state("7"))["messages"]] == before_thread
         assert sorted((r.guild_id, r.user_id, r.calls) for r in await engine.usage.totals()) == before_usage

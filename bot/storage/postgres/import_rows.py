@@ -52,9 +52,10 @@ async def import_rows(db: PgDb, rows: dict[str, list[dict]]) -> None:
             if batch:
                 async with conn.cursor() as cur:
                     await cur.executemany(query, batch)
-        for table in ("bot_inbox", "bot_erasures"):  # new rows continue after the copied IDs
+        seqs = {r["table"]: int(r["seq"]) for r in rows.get("sequences", [])}
+        for table in ("bot_inbox", "bot_erasures"):  # new rows continue after every ID SQLite handed out
             await conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'),"
-                               f" GREATEST((SELECT MAX(id) FROM {table}), 1))")
+                               f" GREATEST((SELECT MAX(id) FROM {table}), %s, 1))", (seqs.get(table, 0),))
         await conn.execute("UPDATE bot_meta SET value = %s WHERE key = 'epoch'", (rows["epoch"][0]["value"],))
         for since in rows.get("reach_since", []):  # the reach rows are as complete as they were in SQLite
             await conn.execute("INSERT INTO bot_meta (key, value) VALUES ('reach_since', %s)"

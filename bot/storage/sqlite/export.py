@@ -33,6 +33,11 @@ async def export_rows(db: LedgerDb) -> dict[str, list[dict]]:
         for key in ("paused", "private", "reactions"):
             row[key] = bool(row[key])
         row["dm_in_servers"] = None if row["dm_in_servers"] is None else bool(row["dm_in_servers"])
+    # AUTOINCREMENT never hands out an ID again, even a deleted top row's: the copy's sequences continue
+    # from there, not from the highest ID kept (an extraction watermark past deleted rows skipped new turns).
+    cur = await db.conn.execute("SELECT name, seq FROM sqlite_sequence WHERE name IN ('memory_inbox', 'erasures')")
+    out["sequences"] = [{"table": {"memory_inbox": "bot_inbox", "erasures": "bot_erasures"}[name], "seq": seq}
+                        for name, seq in await cur.fetchall()]
     cur = await db.conn.execute("SELECT value FROM meta WHERE key='epoch'")
     out["epoch"] = [{"value": (await cur.fetchone())[0]}]
     # From when the reach rows are complete: the copy is exactly as complete as the original.
