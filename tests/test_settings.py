@@ -181,11 +181,12 @@ def test_a_data_dir_that_cannot_be_made_stops_start_up_with_one_line(tmp_path):
     (tmp_path / "afile").write_text("in the way")
     path = tmp_path / "c.toml"
     path.write_text(f'[bot]\ndata_dir = "{tmp_path / "afile" / "data"}"\n')
-    proc = subprocess.run([sys.executable, "-m", "bot", "--config", str(path), "stats"], capture_output=True,
-                          text=True, cwd=ROOT, env={"PATH": "/usr/bin:/bin", **ENV}, timeout=60)
+    # A command that creates its data directory (``stats`` and ``memories`` only read an existing one)
+    proc = subprocess.run([sys.executable, "-m", "bot", "--config", str(path), "console", "--user", "ada"],
+                          capture_output=True, text=True, cwd=ROOT, env={"PATH": "/usr/bin:/bin", **ENV}, timeout=60,
+                          input="")
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines() == [f"storage error: cannot use bot.data_dir {tmp_path / 'afile' / 'data'}: "
-                                                "Not a directory"], proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"storage error: cannot use bot.data_dir {tmp_path / 'afile' / 'data'}: Not a directory"], proc.stderr
 
 
 def test_discord_ids_may_be_written_as_strings_and_paths_as_text(tmp_path):
