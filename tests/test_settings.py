@@ -186,7 +186,8 @@ def test_a_data_dir_that_cannot_be_made_stops_start_up_with_one_line(tmp_path):
                           capture_output=True, text=True, cwd=ROOT, env={"PATH": "/usr/bin:/bin", **ENV}, timeout=60,
                           input="")
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines() == [f"storage error: cannot use bot.data_dir {tmp_path / 'afile' / 'data'}: Not a directory"], proc.stderr
+    where = tmp_path / "afile" / "data"
+    assert proc.stderr.strip().splitlines() == [f"storage error: cannot use bot.data_dir {where}: Not a directory"], proc.stderr
 
 
 def test_discord_ids_may_be_written_as_strings_and_paths_as_text(tmp_path):
