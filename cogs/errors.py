@@ -79,8 +79,7 @@ class Errors(commands.Cog):
         if text is None:
             name = interaction.command.qualified_name if interaction.command else "?"
             cause = getattr(error, "original", error)  # a command's own exception, wrapped by discord.py
-            log_failure(log, getattr(getattr(self.bot, "engine", None), "outages", None), cause,
-                        "app command /%s failed", name)
+            log_failure(log, self.bot.engine.outages, cause, "app command /%s failed", name)
             text = GENERIC
         try:
             if interaction.response.is_done():

@@ -219,12 +219,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         await asyncio.gather(*self._background, return_exceptions=True)
         if self._started:
             await self.scheduler.close()
-            # The compaction small removals still owe (else the next start runs it). Not from an engine
-            # never started (``python -m bot sync`` beside a running bot): that process holds no writer
-            # lock, and would rebuild the running bot's files outside its erasure lock.
-            await self.eraser.close()
-        else:
-            await self.eraser.owed.close()  # its timer only
+        await self.eraser.close(pay=self._started)  # the compaction small removals still owe
         if self.semantic is not None:
             await self.semantic.drain()
         for close in self.closing:

@@ -501,9 +501,13 @@ class Eraser(JournalReplay):
             await self._compact()
             return True
 
-    async def close(self) -> None:
-        """Stop the batch's timer and pay what is owed now (else the next start does)."""
+    async def close(self, *, pay: bool = True) -> None:
+        """Stop the batch's timer and pay what is owed now (else the next start does). ``pay`` False: an
+        engine never started (``python -m bot sync`` beside a running bot) holds no writer lock, and would
+        rebuild the running bot's files outside its erasure lock."""
         await self.owed.close()
+        if not pay:
+            return
         try:
             await self.compact_owed()
         except Exception as exc:  # noqa: BLE001 - the debt stays in the journal for the next start

@@ -36,7 +36,7 @@ from bot.engine.erasure.memories import (
 from bot.engine.erasure.quotes import QuoteRule, redaction_of, taken_back
 from bot.engine.memories.records import Actor, MemoryChanges, StoredMemory
 from bot.engine.memories.repository import MemoryRepository
-from bot.engine.stores import Storage
+from bot.engine.stores import Storage, still_queued
 
 log = logging.getLogger(__name__)
 
@@ -442,8 +442,7 @@ class ErasureSteps:
             if sent is not None:  # queued now, said then: "yesterday" in it, and its memory's date, are then's
                 origin["sent_at"] = datetime.fromtimestamp(sent, timezone.utc).isoformat(timespec="seconds")
             where = origin.get("channel_id") or plan["thread"]
-            _, pending = await self.storage.inbox.batch(where, user, 0)
-            if any(str(t.origin.get("message_id")) == message_id for t in pending):
+            if await still_queued(self.storage.inbox, where, user, message_id):
                 continue  # still waiting (or queued by a first run): it already carries the new text
             if (await self.storage.prefs.get(user)).paused:
                 continue

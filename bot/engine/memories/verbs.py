@@ -11,7 +11,7 @@ from bot.engine.erasure.eraser import Eraser
 from bot.engine.memories.export import export_memories
 from bot.engine.memories.records import Actor, HistoryEntry, MemoryChanges, StoredMemory
 from bot.engine.memories.repository import MemoryRepository
-from bot.engine.stores import Prefs, PrefsStore, Storage
+from bot.engine.stores import Prefs, PrefsStore, Storage, still_queued
 
 
 class MemoryVerbs:
@@ -61,8 +61,7 @@ class MemoryVerbs:
     async def waiting_to_learn(self, user_id: str | int, thread_id: str, message_id: str) -> bool:
         """Whether one of the person's messages is still queued to be learned from (not learned yet, or
         queued again by an edit)."""
-        _, pending = await self.storage.inbox.batch(str(thread_id), str(user_id), 0)
-        return any(str(t.origin.get("message_id")) == str(message_id) for t in pending)
+        return await still_queued(self.storage.inbox, thread_id, str(user_id), message_id)
 
     async def export(self, user_id: str) -> dict:
         """Everything held as memories about a person, with its change log, as a JSON document."""

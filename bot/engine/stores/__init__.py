@@ -29,7 +29,7 @@ from langgraph.store.base import BaseStore
 
 from bot.engine.stores.guild_settings import GuildSettingsStore, ServerSettings
 from bot.engine.stores.erasures import ErasureJob, ErasureJournal
-from bot.engine.stores.inbox import Inbox, InboxTurn, PendingKey
+from bot.engine.stores.inbox import Inbox, InboxTurn, PendingKey, still_queued
 from bot.engine.stores.locks import ClaimLost, CrossProcessLocks, SingleProcessLocks
 from bot.engine.stores.maintenance import Maintenance
 from bot.engine.stores.prefs import PREF_FIELDS, Prefs, PrefsStore
@@ -40,7 +40,7 @@ from bot.engine.stores.usage import UsageRow, UsageStore
 from bot.engine.stores.vectors import VectorCache
 
 __all__ = [
-    "ClaimLost", "CrossProcessLocks", "ErasureJob", "ErasureJournal", "SingleProcessLocks", "GuildSettingsStore", "Inbox", "InboxTurn", "PendingKey", "Maintenance",
+    "ClaimLost", "CrossProcessLocks", "ErasureJob", "ErasureJournal", "SingleProcessLocks", "GuildSettingsStore", "Inbox", "InboxTurn", "PendingKey", "still_queued", "Maintenance",
     "MessageReach",
     "PREF_FIELDS", "Prefs", "PrefsStore", "RemovedGuilds", "NoScopes", "ServerSettings", "Storage", "StorageUnavailable", "UsageRow",
     "TurnScopes", "UsageStore", "VectorCache",

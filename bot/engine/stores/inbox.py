@@ -97,3 +97,9 @@ class Inbox(Protocol):
     async def rewrite_turns(self, texts: dict[int, tuple[str, str]]) -> None:
         """Replace the ``(human, ai)`` texts of some turns, in one transaction (quotes cut out)."""
         ...
+
+
+async def still_queued(inbox: Inbox, thread_id: str, user_id: str, message_id: str) -> bool:
+    """Whether one of a person's messages waits in the learning queue, not learned yet (or queued again)."""
+    _, pending = await inbox.batch(str(thread_id), str(user_id), 0)
+    return any(str(t.origin.get("message_id")) == str(message_id) for t in pending)

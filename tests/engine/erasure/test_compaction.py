@@ -184,7 +184,7 @@ async def test_a_crash_between_a_deletion_and_its_compaction_is_compacted_at_the
         await engine.messages_deleted("c", {"501"})
         assert await engine.storage.erasures.compaction_owed() is not None
 
-        async def crashed() -> None:  # the process dies: no shutdown compaction
+        async def crashed(**_kw) -> None:  # the process dies: no shutdown compaction
             await engine.eraser.owed.close()
 
         monkeypatch.setattr(engine.eraser, "close", crashed)
