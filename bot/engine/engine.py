@@ -115,6 +115,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                                  owe_compaction=self._owe_compaction,
                                  scopes=storage.scopes,
                                  owed=(self.meter.owe, self.meter.paid))
+        self.turns_done = self.runner.turns_done
         self.eraser = Eraser(storage, self.conversations, hold=self._hold, light_hold=self._light_hold,
                              erasing=self.runner.inflight.erasing, exclusive=self.locks.erasures,
                              notify=self.scheduler.notify, settled=self._settled, after=self._after_erasure)

@@ -139,6 +139,32 @@ async def test_forget_this_on_a_message_still_waiting_to_be_learned_takes_it_out
     await r.engine.flush_learning()
     assert [m.content for m in await r.engine.list_memories(ALICE["id"])] == ["I like sailing"]
 
+async def test_forget_this_on_a_message_still_being_answered_waits_for_the_answer_then_takes_it_out(tmp_path):
+    """A message is queued for learning only as its answer ends: "Forget this" while the model was still
+    answering found nothing to forget, and the message was learned moments later."""
+    release = threading.Event()
+
+    def slow(call):
+        if not call.is_extraction:
+            release.wait(10)  # the model is still answering when the person right-clicks
+        return default_script(call)
+
+    async with rig(tmp_path, ScriptedChatModel(slow), model={"streaming": False}) as r:
+        mine = r.mentioning(ALICE, "I like secret_inflight_canary")
+        r.h.feed("MESSAGE_CREATE", mine)
+        for _ in range(200):
+            if r.model.chat_calls:
+                break
+            await asyncio.sleep(0.02)
+        assert r.model.chat_calls, "the answer never started"
+        threading.Timer(0.5, release.set).start()
+        res = await r.h.invoke_context_menu("Forget this", mine, user=ALICE, channel_id=GENERAL)
+        assert final(res).ephemeral and "now I won't" in final(res).content, final(res).content
+        await r.h.settle()
+        await r.engine.flush_learning()
+        assert await r.engine.list_memories(ALICE["id"]) == []
+
+
 async def test_forget_this_on_someone_elses_message_is_refused(r):
     theirs = said(r, BOB, "I'm vegetarian")
     await r.h.invoke_context_menu("Remember this", theirs, user=BOB, channel_id=GENERAL)

@@ -184,11 +184,16 @@ class TurnRunner:
         the thread only once its turn is done: a reader (who wrote a message that is being deleted or
         edited; a test after a reply) waits for it, as the erasure itself waits for the channel's lock.
         """
+        await self.turns_done(thread_id)
+        return await self._read_state(thread_id)
+
+    async def turns_done(self, thread_id: str) -> None:
+        """Wait until this process's turns in a thread have ended (each queues its messages for learning
+        and writes its checkpoint as it ends). The caller's own turn, if it is one, is not waited for."""
         me = asyncio.current_task()
         running = [t for t in self._turns.get(thread_id, ()) if t is not me]
         if running:
             await asyncio.wait(running)
-        return await self._read_state(thread_id)
 
     async def _durability(self, thread_id: str) -> str:
         """How a turn's run writes its checkpoints: once, as it stops (``"exit"``), in a thread already stored.

@@ -6,6 +6,8 @@ verbs live beside what they use. The engine's ``__init__`` sets the attributes a
 
 from __future__ import annotations
 
+from typing import Awaitable, Callable
+
 from bot.engine.concurrency import RateLimiter
 from bot.engine.erasure.eraser import Eraser
 from bot.engine.memories.export import export_memories
@@ -22,6 +24,7 @@ class MemoryVerbs:
     prefs: PrefsStore
     storage: Storage
     eraser: Eraser  # corrections and deletions are removals: they go through the one door
+    turns_done: Callable[[str], Awaitable[None]]  # waits for this process's turns in a thread to end
 
     async def list_memories(self, user_id: str | int) -> list[StoredMemory]:
         """Every memory of a person, oldest first."""
@@ -60,7 +63,12 @@ class MemoryVerbs:
 
     async def waiting_to_learn(self, user_id: str | int, thread_id: str, message_id: str) -> bool:
         """Whether one of the person's messages is still queued to be learned from (not learned yet, or
-        queued again by an edit)."""
+        queued again by an edit).
+
+        A message still being answered is queued only as its turn ends: that turn is waited for first, or
+        "Forget this" on it would find nothing and the message would be learned moments later.
+        """
+        await self.turns_done(str(thread_id))
         return await still_queued(self.storage.inbox, thread_id, str(user_id), message_id)
 
     async def export(self, user_id: str) -> dict:
