@@ -224,26 +224,28 @@ async def reply_chain(bot: discord.Client, message: discord.Message, depth: int,
     return list(reversed(chain))
 
 
-async def channel_context(bot: discord.Client, before: discord.Message, *, count: int, tokens: int) -> list[Quote]:
-    """Recent messages of ``before``'s channel since the bot last spoke there, oldest first."""
+async def channel_context(bot: discord.Client, before: discord.Message, *, count: int, tokens: int,
+                          skip: Callable[[discord.Message], bool] = lambda _m: False) -> list[Quote]:
+    """Recent messages of ``before``'s channel since the bot last spoke there, oldest first; a message
+    ``skip`` names (a blocked member's) is left out and costs nothing."""
     if count <= 0 or tokens <= 0 or before.guild is None:
         return []
     channel = before.channel
     me = bot.user
     cached = sorted((m for m in bot.cached_messages if m.channel.id == channel.id and m.id < before.id),
                     key=lambda m: m.id, reverse=True)
-    picked, complete = _take(cached, me, count, tokens)
+    picked, complete = _take(cached, me, count, tokens, skip)
     if not complete:
         try:
             history = [m async for m in channel.history(limit=count + 1, before=before)]
-            picked, _ = _take(history, me, count, tokens)
+            picked, _ = _take(history, me, count, tokens, skip)
         except discord.HTTPException as exc:  # no Read Message History here: the cache is what there is
             log.info("no channel history for context in %s: %s", channel.id, exc)
     return list(reversed(picked))
 
 
 def _take(newest_first: list[discord.Message], me: discord.ClientUser | None, count: int,
-          tokens: int) -> tuple[list[Quote], bool]:
+          tokens: int, skip: Callable[[discord.Message], bool]) -> tuple[list[Quote], bool]:
     """Quotes of the messages until the bot's own, ``count`` or the token cap (newest first); and whether
     that end was reached. A message costs what is shown of it (cut to ``QUOTE_CHARS``)."""
     picked: list[Quote] = []
@@ -251,7 +253,7 @@ def _take(newest_first: list[discord.Message], me: discord.ClientUser | None, co
     for m in newest_first:
         if me is not None and m.author.id == me.id:
             return picked, True
-        if m.type not in CHAT_TYPES:
+        if m.type not in CHAT_TYPES or skip(m):
             continue
         quote = quote_of(m, "channel")
         cost = estimate_tokens(quote.text) + 8

@@ -42,6 +42,14 @@ def interaction_allows(interaction: discord.Interaction, access: AccessSection) 
                   channel_id=interaction.channel_id, parent_id=getattr(channel, "parent_id", None))
 
 
+def blocked(access: AccessSection, author: discord.abc.User) -> bool:
+    """Whether the block lists name this author (by ID or role). Their messages are not read as channel
+    context either: what a blocked member posts around a mention would otherwise still steer the answers.
+    A member who may talk to the bot can still point at one (a reply, a forward, "Ask about this")."""
+    roles = {r.id for r in getattr(author, "roles", [])}
+    return author.id in access.block_users or bool(roles & set(access.block_roles))
+
+
 def allows(access: AccessSection, author: discord.abc.User, *, in_dm: bool, channel_id: int | None,
            parent_id: int | None) -> bool:
     if author.id in access.block_users or (access.allow_users and author.id not in access.allow_users):

@@ -25,7 +25,7 @@ from bot.client import MemoryBot
 from bot.engine import EmptyAnswer, GuildPolicy, Incoming, Quote, Reply, Speaker, safe_name
 from cogs._context import StarterCache, carried_quotes, channel_context, marked_own, reply_chain, speaker_name
 from cogs._failures import log_failure
-from cogs._gate import access_allows, unknown_server
+from cogs._gate import access_allows, blocked, unknown_server
 from cogs._input import input_builder
 from cogs._gathering import ChannelTurns, Turn
 from cogs._replying import ReplyWriter, may_speak, reply_to, typing_indicator
@@ -174,7 +174,8 @@ class Chat(commands.Cog):
                                             images=lambda m: self.inputs.quoted_images(self.bot, m),
                                             deleted=self._deleted, edited=self._edited)
         quotes += await channel_context(self.bot, first, count=self.config.channel_context_messages,
-                                        tokens=self.config.channel_context_tokens)
+                                        tokens=self.config.channel_context_tokens,
+                                        skip=lambda m: blocked(self.access, m.author))
         own = {str(i.message.id) for i in items}
         unique: dict[str, Quote] = {}
         for q in quotes:
