@@ -51,18 +51,17 @@ async def run(args: argparse.Namespace) -> int:
 
 async def show(questions, memories, index, args) -> None:
     """Where each evidence memory of the missed questions ranked (for reading misses, not for figures)."""
-    from bot.engine import asks_about_disposition, score_memories, third_person, without_time
+    from bot.engine import asks_about_disposition, matched_text, score_memories, third_person
 
     w = dataclasses.replace(DEFAULT_WEIGHTS, **(json.loads(args.base) if args.base else {}))
     for q in questions:
         if args.show != "all" and str(q.category) != args.show:
             continue
         mems = memories[q.person.key]
-        query = third_person(q.text, q.person.name)
-        rel = await index.relevance(q.person.key, mems, without_time(query, q.now), about=q.person.name, name_share=w.name,
-                                    hub_name_share=w.hub_name,
-                                    dispositions=bool(w.disposition) and asks_about_disposition(query))
-        scores = score_memories(mems, query, rel, weights=w, now=q.now, speaker=q.person.name)
+        rel = await index.relevance(q.person.key, mems, matched_text(q.text, q.now, q.person.name), about=q.person.name,
+                                    name_share=w.name, hub_name_share=w.hub_name,
+                                    dispositions=bool(w.disposition) and asks_about_disposition(third_person(q.text, q.person.name)))
+        scores = score_memories(mems, q.text, rel, weights=w, now=q.now, speaker=q.person.name)
         order = sorted(range(len(mems)), key=lambda i: scores[i], reverse=True)
         rank = {mems[i].key: r for r, i in enumerate(order)}
         print(f"\n{q.text}  [{q.category}]")

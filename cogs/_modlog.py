@@ -35,9 +35,14 @@ async def _fetched(guild: discord.Guild, channel_id: int) -> discord.abc.GuildCh
     archived threads from its cache, and a restart only learns the active ones). Discord has it, and a
     message sent to an archived thread that is not locked unarchives it, so the audit line still goes out.
     None when Discord does not know it here (deleted, or another server's)."""
+    elsewhere = guild._state.get_channel(channel_id)  # a channel this process knows in another server
+    if elsewhere is not None and getattr(elsewhere, "guild", None) is not None and elsewhere.guild.id != guild.id:
+        return None
     try:
         channel = await guild.fetch_channel(channel_id)
-    except discord.HTTPException as exc:  # 404 (gone), 403 (no access): the log keeps the line
+    except (discord.HTTPException, discord.InvalidData) as exc:
+        # 404 (gone), 403 (no access), or another server's (discord.py raises InvalidData for those, after
+        # the change was made: it surfaced as "something went wrong" after "Done"): the log keeps the line
         log.debug("mod-log channel %s could not be fetched: %r", channel_id, exc)
         return None
     return channel if getattr(channel, "guild", None) is not None and channel.guild.id == guild.id else None

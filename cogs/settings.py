@@ -121,6 +121,9 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         can_post = perms.send_messages_in_threads if in_threads else perms.send_messages
         if post and not can_post:
             return f"I can see that {kind} but I'm not allowed to send messages there. Nothing was changed."
+        if post and isinstance(real, discord.Thread) and real.locked and not perms.manage_threads:
+            # discord.py's permissions ignore a lock; Discord refuses a message there without Manage Threads
+            return "That thread is locked, and I can't post in a locked thread. Nothing was changed."
         return None
 
     @staticmethod
@@ -169,7 +172,7 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
             return
         await start_work(button)
         try:
-            _, after = await self.bot.engine.change_settings(guild.id, edit, by=str(button.user.id))
+            before, after = await self.bot.engine.change_settings(guild.id, edit, by=str(button.user.id))
         except SettingRefused as refused:  # someone else changed something meanwhile
             await button.edit_original_response(content=str(refused), view=None, embed=None)
             return
@@ -179,16 +182,20 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
             return
         what = describe(after)
         await button.edit_original_response(content=f"Done: {what}.", view=None, embed=None)
-        await self._audit(interaction, button.user, what, after)
+        await self._audit(interaction, button.user, what, after, before)
 
     async def _audit(self, interaction: discord.Interaction, admin: discord.abc.User, what: str,
-                     after: GuildPolicy) -> None:
+                     after: GuildPolicy, before: GuildPolicy | None = None) -> None:
+        """The change in the process's audit log and in the mod-log channel; a change of the mod-log channel
+        itself goes to the old one too, so the staff who read it see where the lines went (or that they stop)."""
         guild = interaction.guild
         assert guild is not None
         when = datetime.now(timezone.utc).isoformat(timespec="seconds")
         line = f"server settings: {admin} ({admin.id}) changed {what} in server {guild.name} ({guild.id}) at {when}"
         audit.warning(line)
         await post_mod_log(guild, after.mod_log_channel, line)
+        if before is not None and before.mod_log_channel and before.mod_log_channel != after.mod_log_channel:
+            await post_mod_log(guild, before.mod_log_channel, line)
 
     # ---- commands
     @app_commands.command(name="show")

@@ -89,7 +89,8 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         self.embeddings = embeddings
         #: What closes after everything else (the model's HTTP connection pool, which ``create_engine`` owns).
         self.closing: list[Callable[[], Awaitable[None]]] = []
-        self.semantic = (SemanticIndex(embeddings, storage.vectors, read=self.memories.list)
+        self.semantic = (SemanticIndex(embeddings, storage.vectors, read=self.memories.list,
+                                       waiting=storage.scopes.waiting)
                          if embeddings is not None else None)
         self.shown_sources = ShownSources(storage.reach)
         self.graph: CompiledStateGraph = build_chat_graph(self._chat_deps(chat_model)).compile(
@@ -350,9 +351,8 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         changes = (await self.memory_graph.ainvoke({"request": request}))["changes"]
         if changes.get("deleted") or changes.get("updated"):  # (the cap's drops are among the deletions)
             await self.eraser.drop_derived(request.user_id, [*changes.get("deleted", []), *changes.get("updated", [])])
-        if self.semantic is not None and (changes.get("inserted") or changes.get("updated")):
-            user = request.user_id  # memory vectors are made at write time, off the reply path
-            self.semantic.index_later(user, lambda: self.memories.list(user))
+        if changes.get("inserted") or changes.get("updated"):
+            self.index_soon(request.user_id)  # memory vectors are made at write time, off the reply path
         return changes
 
     def on_memory_change(self, callback: OnChange | None) -> None:

@@ -292,11 +292,36 @@ async def test_mod_log_channel_of_the_server_gets_purges_and_changes(r):
     r.h.feed("CHANNEL_CREATE", channel(other_log, name="bot-log"))
     await apply(r, "mod-log", channel=channel(other_log, name="bot-log"))
     assert len(r.h.sent_messages(other_log)) == 1  # the change itself goes to the new channel
+    # and to the old one, whose readers would otherwise never learn where the lines went
+    assert len(r.h.sent_messages(MODLOG)) == 1 and "mod-log" in r.h.sent_messages(MODLOG)[0].content
     await apply(r, "learning", on=False)
-    assert len(r.h.sent_messages(other_log)) == 2 and r.h.sent_messages(MODLOG) == []
+    assert len(r.h.sent_messages(other_log)) == 2 and len(r.h.sent_messages(MODLOG)) == 1  # not there any more
     res = await r.h.invoke_slash("purge-memories", user=MOD, channel_id=GENERAL, options={"member": BOB})
     await click_erasure(r, button(res[-1], "Purge"), res[-1].message, user=MOD)
     assert "memory purge" in r.h.sent_messages(other_log)[-1].content
+
+
+async def test_the_operators_mod_log_in_another_server_keeps_a_change_here_in_the_log_without_an_error(r):
+    """Found in review 2026-12-07: the operator's mod-log channel is in another server, so discord.py's
+    fetch raised InvalidData ("Guild ID resolved to a different guild"), not an HTTP error: after "Done" the
+    admin got "something went wrong" and might apply the change again."""
+    res = await r.h.invoke_slash("settings learning", user=OWNER, channel_id=OTHER_CHANNEL, options={"on": False})
+    done = await r.h.click(button(res[-1], "Apply"), res[-1].message, user=OWNER)
+    said = [c.content or "" for c in [*done, *r.h.interaction_responses(int(res.interaction["id"]))]]
+    assert any("Done" in t for t in said) and not any("went wrong" in t for t in said), said
+    assert r.h.sent_messages(MODLOG) == [] and r.h.sent_messages(OTHER_CHANNEL) == []
+    assert not (await r.engine.guild_policy(OTHER_GUILD)).learning
+
+
+async def test_a_locked_thread_is_refused_as_the_mod_log_when_i_cannot_post_there(r):
+    """discord.py's permissions ignore a thread's lock; Discord refuses a message there without Manage
+    Threads, so every audit line failed with a 403 in the log only."""
+    locked = dh.thread(THREAD + 100, GUILD_ID, GENERAL, "audit")
+    locked["thread_metadata"]["locked"] = True
+    r.h.feed("THREAD_CREATE", dict(locked, newly_created=True))
+    res = await settings(r, "mod-log", channel=locked)
+    assert "locked" in res[-1].content and "Nothing was changed" in res[-1].content
+    assert (await r.engine.guild_policy(GUILD_ID)).mod_log_channel != str(THREAD + 100)
 
 
 async def test_a_mod_log_thread_that_auto_archived_still_gets_the_audit_lines(r):

@@ -109,3 +109,47 @@ async def test_pending_extraction_resumes_after_restart(tmp_path, backend):
 
 async def _noop(*_a, **_k) -> None:
     return None
+
+
+def test_a_summary_folds_whole_turns_and_enough_that_long_answers_do_not_summarise_every_turn():
+    """Found in review 2026-12-07: the cut fell at a fixed count, so with a turn of two messages the
+    question was folded and its answer kept, and a wipe of the asker (which takes an answer out with its
+    question) left the answer; and with long answers the kept four were near the budget alone, so nearly
+    every turn summarised again."""
+    from types import SimpleNamespace
+
+    from langchain_core.messages import AIMessage
+
+    from bot.engine.conversation.graph import fold_point
+
+    deps = SimpleNamespace(keep_messages=2, summarize_after_tokens=1000)
+    q1, a1, q2, q2b, a2 = (HumanMessage("q1"), AIMessage("a1"), HumanMessage("q2"), HumanMessage("q2 again"),
+                           AIMessage("a2"))
+    assert fold_point([q1, a1, q2, q2b, a2], deps) == 2  # not 3: q2 stays with q2b and its answer
+    assert fold_point([q1, a1], deps) == 0  # nothing older than what is kept
+    long = [HumanMessage("q"), AIMessage("x" * 2000)] * 4  # each answer ~500 tokens: keep only the last turn
+    deps = SimpleNamespace(keep_messages=4, summarize_after_tokens=1200)
+    assert fold_point(long, deps) == 6
+
+
+async def test_a_reasoning_models_thinking_is_not_the_summary_and_an_empty_one_changes_nothing(tmp_path):
+    settings = make_settings(tmp_path, conversation={"summarize_after_messages": 6, "keep_messages": 4})
+    empty = [True]
+
+    def script(call):
+        if any("Summarize" in m.text for m in call.messages[-1:]):
+            return "<think>" + ("" if empty[0] else "private chain of thought") + "</think>" + \
+                ("" if empty[0] else "SUMMARY: they counted")
+        return default_script(call)
+
+    async with running_engine(settings, ScriptedChatModel(script)) as engine:
+        for i in range(4):
+            await engine.reply("t", ADA, f"message number {i}")
+        await engine.runner.close()
+        state = await engine.thread_state("t")
+        assert not state.get("summary") and len(state["messages"]) == 8  # nothing folded into nothing
+        empty[0] = False
+        await engine.reply("t", ADA, "message number 4")
+        await engine.runner.close()
+        state = await engine.thread_state("t")
+        assert state["summary"] == "SUMMARY: they counted"

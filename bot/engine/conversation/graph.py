@@ -131,6 +131,25 @@ def needs_summary(messages: list[AnyMessage], deps: ChatDeps) -> bool:
     return sum(estimate_tokens(m.text) for m in messages) > deps.summarize_after_tokens
 
 
+def fold_point(messages: list[AnyMessage], deps: ChatDeps) -> int:
+    """How many of the oldest messages a summary folds in.
+
+    All but the last ``keep_messages``, and more while what is kept passes half the token budget: with
+    long answers the kept messages alone were near it, so almost every turn summarised again (one extra
+    model call each, under the channel's lock). Then back to where a turn starts: a cut between a
+    question and its answer folded the question away and kept the answer, which a wipe of its asker
+    then could not find (it takes an answer out with its question).
+    """
+    cut = max(0, len(messages) - deps.keep_messages)
+    kept = sum(estimate_tokens(m.text) for m in messages[cut:])
+    while cut < len(messages) - 2 and kept > deps.summarize_after_tokens // 2:
+        kept -= estimate_tokens(messages[cut].text)
+        cut += 1
+    while cut > 0 and not isinstance(messages[cut - 1], AIMessage):
+        cut -= 1
+    return cut
+
+
 def build_chat_graph(deps: ChatDeps) -> StateGraph:
     """The conversation graph: ``respond`` then, when the thread is over budget, ``summarize``."""
 
@@ -159,8 +178,9 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
         if speaker.use_memories and runtime.store is not None:
             everything = await MemoryRepository(runtime.store).list(speaker.user_id)
             shown = allowed_here(everything, speaker.policy)
+            asked, context = recall_query(state["messages"], speaker)
             selection = await choose_memories(
-                shown, recall_query(state["messages"]), deps.memory_budget_tokens,
+                shown, asked, deps.memory_budget_tokens, context=context,
                 user_id=speaker.user_id, index=deps.semantic,
                 now=reply_time(state["messages"]), speaker=speaker.name,
             )
@@ -212,17 +232,23 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
 
     async def summarize(state: ChatState, runtime: Runtime[Speaker]) -> dict:
         messages = state["messages"]
-        fold = messages[: -deps.keep_messages]
+        fold = messages[: fold_point(messages, deps)]
+        if not fold:
+            return {}
         summary = state.get("summary", "")
         ask = SUMMARIZE_EXTEND.format(summary=quoted(summary)) if summary else SUMMARIZE_NEW
         result = await call([*for_model(fold), HumanMessage(content=ask)], runtime.context)
+        text = said(result.text).strip()  # a reasoning model's inline thinking is not the summary
+        if not text:  # nothing came back: the messages stay, and a later answer tries again
+            log.warning("the model returned an empty summary; the conversation is kept as it is")
+            return {}
         authors = set(state.get("summary_authors") or [])
         authors |= {str(m.additional_kwargs.get("author_id")) for m in fold if isinstance(m, HumanMessage)}
         sources = list(state.get("summary_sources") or [])
         sources += [str(m.additional_kwargs["message_id"]) for m in fold if m.additional_kwargs.get("message_id")]
         sources += [str(i) for m in fold if isinstance(m, AIMessage) for i in m.additional_kwargs.get("discord_ids", [])]
         return {
-            "summary": result.text,
+            "summary": text,
             "summary_authors": sorted(authors),
             "summary_sources": list(dict.fromkeys(sources)),
             "messages": [RemoveMessage(id=m.id) for m in fold],

@@ -230,9 +230,31 @@ def system_prompt(persona: str, speaker: Speaker, memories: list[StoredMemory]) 
     return REPLY_SYSTEM.format(persona=persona, speaker_id=speaker.user_id, memory_block=block).strip()
 
 
-def recall_query(messages: list[AnyMessage], turns: int = 3, reply_chars: int = 200) -> str:
-    """What memories are chosen for: the current message plus the recent turns (the bot's last reply cut short)."""
-    recent = messages[-2 * turns:]
-    parts = [m.text if isinstance(m, HumanMessage) else m.text[:reply_chars] for m in recent
-             if isinstance(m, (HumanMessage, AIMessage))]
-    return "\n".join(p for p in parts if p)
+def recall_query(messages: list[AnyMessage], speaker: Speaker | None = None, *, turns: int = 3,
+                 reply_chars: int = 200, quote_chars: int = 300) -> tuple[str, str]:
+    """What memories are chosen for: the person's words now, and what surrounds them.
+
+    The first is this turn's messages of the person answered (the latest of theirs when none waits). The
+    rules that read a question (the time it names, "I" meaning the person, "would they ...") read only it,
+    and it comes first in what is embedded: the embedder keeps 256 tokens, so a long context is what is
+    cut, not the question. Before 2026-12-07 the six last messages were one query: "Bob is visiting in
+    March" said earlier made every March memory win "what is my sister called?", and another member's
+    "my" became the person's.
+
+    The second is the context, most direct first: what they reply to or forward, or ask about (the subject
+    of "is this right?" and of "Ask about this", whose stored message is only "what can you tell me about
+    this message?"), then the recent turns, newest first (the bot's replies cut short). Channel chatter
+    since the bot last spoke is not part of it.
+    """
+    start = pending_start(messages)
+    who = speaker.user_id if speaker is not None else None
+    now = [m for m in messages[start:] if isinstance(m, HumanMessage)
+           and (who is None or str(m.additional_kwargs.get("author_id", who)) == who)]
+    if not now:
+        now = [m for m in messages if isinstance(m, HumanMessage)][-1:]
+    current = "\n".join(m.text for m in now if m.text)
+    pointed = [q.text[:quote_chars] for q in reversed(speaker.quotes if speaker is not None else ())
+               if q.kind in ("reply", "forward", "poll", "starter")]
+    earlier = [m.text if isinstance(m, HumanMessage) else m.text[:reply_chars] for m in reversed(messages[-2 * turns:])
+               if isinstance(m, (HumanMessage, AIMessage)) and not any(m is n for n in now)]
+    return current, "\n".join(p for p in pointed + earlier if p)

@@ -171,9 +171,7 @@ class Eraser(JournalReplay):
             guild_id: limit to one server (a moderator purge).
             by: a moderator doing a purge: recorded, without any content, in the person's change log.
         """
-        user = str(user_id)
-        with self.erasing(user):
-            return await self._erase_person(user, guild_id, by)
+        return await self._erase_person(str(user_id), guild_id, by)
 
     async def _erase_person(self, user: str, guild_id: str | None, by: Actor | None) -> ErasureResult:
         self._taken_back.setdefault(user, 0)
@@ -184,18 +182,23 @@ class Eraser(JournalReplay):
             self._taken_back.pop(user, None)
 
     async def _erase_person_held(self, user: str, guild_id: str | None, by: Actor | None) -> ErasureResult:
+        # Their turns are marked (answered without memories, neither kept nor learned) only once the erasure
+        # holds the global lock: marked while it waited (minutes behind a wipe or a server's sweep), a purge
+        # in one server made them "remembered nothing" everywhere for all that time. A turn that ends
+        # before the mark is recorded and queued as usual, and the steps below take it out.
         async with self._exclusive(), self.hold(user):
-            quotes = await self.words_of(user, guild_id)
-            job_id = await self.storage.erasures.begin(kind=PERSON, user_id=user, guild_id=guild_id,
-                                                       actor=by.kind if by else None, actor_id=by.id if by else None,
-                                                       quotes=quotes.to_bytes())
-            async with self._journaled(job_id, compact_now=True):  # "Done" only once no file holds the words
-                result = await self.steps.person(job_id, user, guild_id, by, quotes)
-                if self.settled is not None:  # a turn of theirs that started meanwhile takes its messages back
-                    await self.settled(user)
-                # Still theirs? A lease that ran out meanwhile (no fenced write since) let other processes
-                # record the person's turns: not "Done" then, the journal runs it again.
-                await self.storage.locks.still_held()
+            with self.erasing(user):
+                quotes = await self.words_of(user, guild_id)
+                job_id = await self.storage.erasures.begin(kind=PERSON, user_id=user, guild_id=guild_id,
+                                                           actor=by.kind if by else None, actor_id=by.id if by else None,
+                                                           quotes=quotes.to_bytes())
+                async with self._journaled(job_id, compact_now=True):  # "Done" only once no file holds the words
+                    result = await self.steps.person(job_id, user, guild_id, by, quotes)
+                    if self.settled is not None:  # a turn of theirs that started meanwhile takes its messages back
+                        await self.settled(user)
+                    # Still theirs? A lease that ran out meanwhile (no fenced write since) let other processes
+                    # record the person's turns: not "Done" then, the journal runs it again.
+                    await self.storage.locks.still_held()
         return result
 
     @counted

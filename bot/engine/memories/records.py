@@ -40,7 +40,11 @@ from pydantic import BaseModel, Field
 NAMESPACE_ROOT = "memories"
 HISTORY_ROOT = "memory_history"
 WATERMARK_ROOT = "extraction_marks"
-PAGE_SIZE = 500
+# A namespace is read in one statement (``MemoryRepository._all``): one snapshot. Pages by offset, ordered
+# by when each item last changed, skipped a memory an extraction moved (or an erasure took from an earlier
+# page) between two pages' reads, and showed another twice. The list is held whole anyway; a person's
+# memories are bounded by the cap. Pages go on past this only for a namespace larger than any cap.
+PAGE_SIZE = 100_000
 
 
 class Memory(BaseModel):

@@ -13,6 +13,7 @@ from bot.engine.erasure.eraser import Eraser
 from bot.engine.memories.export import export_memories
 from bot.engine.memories.records import Actor, HistoryEntry, MemoryChanges, StoredMemory
 from bot.engine.memories.repository import MemoryRepository
+from bot.engine.recall import SemanticIndex
 from bot.engine.stores import Prefs, PrefsStore, Storage, still_queued
 
 
@@ -25,6 +26,7 @@ class MemoryVerbs:
     storage: Storage
     eraser: Eraser  # corrections and deletions are removals: they go through the one door
     turns_done: Callable[[str], Awaitable[None]]  # waits for this process's turns in a thread to end
+    semantic: SemanticIndex | None  # memory vectors (None: lexical recall only)
 
     async def list_memories(self, user_id: str | int) -> list[StoredMemory]:
         """Every memory of a person, oldest first."""
@@ -48,11 +50,24 @@ class MemoryVerbs:
 
     async def remember(self, user_id: str | int, text: str, origin: dict, *, by: Actor) -> str:
         """Add a memory the person wrote themselves; returns its key."""
-        return await self.memories.add(user_id, text, origin, actor=by)
+        key = await self.memories.add(user_id, text, origin, actor=by)
+        self.index_soon(user_id)
+        return key
 
     async def edit_memory(self, user_id: str | int, key: str, text: str, origin: dict, *, by: Actor) -> bool:
         """Replace a memory's text with the person's own (through the Eraser: the old text's vector goes)."""
-        return await self.eraser.replace_memory(user_id, key, text, origin, by=by)
+        changed = await self.eraser.replace_memory(user_id, key, text, origin, by=by)
+        if changed:
+            self.index_soon(user_id)
+        return changed
+
+    def index_soon(self, user_id: str | int) -> None:
+        """Give a person's new or changed memories their vectors now, in the background, as extraction's
+        are: a memory without one counts as typical at the next reply, and at 1,000 memories "what's my PIN
+        hint?" just after teaching it would not choose it."""
+        if self.semantic is not None:
+            user = str(user_id)
+            self.semantic.index_later(user, lambda: self.memories.list(user))
 
     async def delete_memories(self, user_id: str | int, keys: list[str], *, by: Actor,
                               from_message: str | None = None) -> MemoryChanges:
@@ -79,7 +94,10 @@ class MemoryVerbs:
                                by: Actor) -> int:
         """Restore memories read from an export of this person (``parse_import``); returns how many. A text
         the import replaces is removed as an edit's is (through the Eraser: held, journaled, its vector goes)."""
-        return await self.eraser.restore_memories(user_id, memories, history, by=by)
+        restored = await self.eraser.restore_memories(user_id, memories, history, by=by)
+        if restored:
+            self.index_soon(user_id)
+        return restored
 
     async def preferences(self, user_id: str) -> Prefs:
         """A person's memory preferences."""

@@ -180,7 +180,8 @@ def third_person(query: str, speaker: str | None) -> str:
     out = query
     for pattern, repl in _FIRST_PERSON:
         flags = re.IGNORECASE if pattern not in (r"\bI\b",) else 0
-        out = re.sub(pattern, repl.replace("{n}", name), out, flags=flags)
+        said = repl.replace("{n}", name)  # as text: a backslash in a name is no group reference
+        out = re.sub(pattern, lambda _m, said=said: said, out, flags=flags)
     return out
 
 
@@ -272,14 +273,16 @@ def score_memories(
     weights: Weights = DEFAULT_WEIGHTS,
     now: datetime | None = None,
     speaker: str | None = None,
+    context: str = "",
 ) -> list[float]:
     """The final score of every memory: what matches the query, the time it names, the second round, coverage.
 
-    ``relevance`` is what the query vector says (None: lexical, no embedder or it failed).
+    ``query`` is the person's words as they wrote them (see :func:`matched_text`); ``relevance`` is what the
+    query vector says (None: lexical, no embedder or it failed).
     """
     cosines = (conversation_cosines(memories, relevance.cosines, relevance.vectors, weights)
                if relevance is not None else None)
-    scores = fused_scores(memories, without_time(query, now), cosines, mode=mode, weights=weights,
+    scores = fused_scores(memories, matched_text(query, now, speaker, context), cosines, mode=mode, weights=weights,
                           hubness=relevance.hubness if relevance else None)
     boost = temporal_boost(memories, query, now, weights)
     if boost is not None:
@@ -295,6 +298,16 @@ def score_memories(
     return [s + c for s, c in zip(scores, cover)]
 
 
+def matched_text(query: str, now: datetime | None, speaker: str | None, context: str = "") -> str:
+    """The words memories are compared with: the person's question without the time it names (that is a
+    window of dates by then), "I" and "my" as their name, then the context as it was written.
+
+    The time is read from the question as written, before "my" becomes the name: a person called June
+    asking "what is my sister called?" named no month."""
+    asked = third_person(without_time(query, now), speaker)
+    return f"{asked}\n{context}" if context else asked
+
+
 async def choose_memories(
     memories: Sequence[StoredMemory],
     query: str,
@@ -306,12 +319,16 @@ async def choose_memories(
     weights: Weights = DEFAULT_WEIGHTS,
     now: datetime | None = None,
     speaker: str | None = None,
+    context: str = "",
 ) -> Selection:
     """Choose which of a person's memories go into a prompt.
 
     Args:
         memories: the memories the prompt may show (already filtered by where they may be shown).
-        query: the current message plus the recent turns.
+        query: the person's message (this turn's messages of theirs): the time it names, whether it asks
+            "when" or what someone would do, are read from it alone.
+        context: what surrounds it (what they reply to, the recent turns; ``rendering.recall_query``),
+            compared after the query and never read for times or "I".
         budget_tokens: the most the memory lines may cost (estimated tokens).
         user_id: whose memories (the vector cache is per person).
         index: semantic relevance, when available; consulted (one query vector) only when the memories
@@ -325,13 +342,13 @@ async def choose_memories(
     ordered = sorted(memories, key=_display_order)
     if fits(ordered, budget_tokens):
         return Selection(ordered, block_tokens(ordered), len(memories), "all")
-    query = third_person(query, speaker)
-    found = (await index.relevance(user_id, memories, without_time(query, now), about=speaker, name_share=weights.name,
-                                   hub_name_share=weights.hub_name,
-                                   dispositions=bool(weights.disposition) and asks_about_disposition(query))
+    dispositions = bool(weights.disposition) and asks_about_disposition(third_person(query, speaker))
+    found = (await index.relevance(user_id, memories, matched_text(query, now, speaker, context), about=speaker,
+                                   name_share=weights.name, hub_name_share=weights.hub_name, dispositions=dispositions)
              if index is not None and mode != "lexical" else None)
     method = mode if found is not None else "lexical"
-    scores = score_memories(memories, query, found, mode=method, weights=weights, now=now, speaker=speaker)
+    scores = score_memories(memories, query, found, mode=method, weights=weights, now=now, speaker=speaker,
+                            context=context)
     picked, used = pack(memories, scores, budget_tokens)
     return Selection(picked, used, len(memories), method)
 

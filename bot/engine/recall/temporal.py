@@ -46,6 +46,16 @@ _DATED = re.compile(rf"\b({_MONTH_RE}|yesterday|today|tonight|last (?:week|month
 
 Window = tuple[datetime, datetime]
 
+# Month words that are also everyday words or first names: a month only with a preposition ("in June", "im
+# Mai"), a day ("8 May", "May 8th") or a year beside them. "What did I get April for her birthday?" names a
+# person, and "do I like mayo?" no month.
+_AMBIGUOUS = frozenset("may march mayo mai june april august jan julio abril".split())
+
+
+def _dated_use(text: str, name: str) -> bool:
+    return bool(re.search(rf"(?:\b(?:in|during|of|since|by|on|until|before|after|early|late|mid-?|im|en|de)\s+"
+                          rf"(?:early |late |mid-?)?|\d(?:st|nd|rd|th)?\s+(?:of\s+)?){name}\b|\b{name}\s+\d", text))
+
 
 def _utc(t: datetime) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
@@ -86,16 +96,17 @@ def _named_time(query: str, now: datetime | None) -> tuple[Window, tuple[int, in
     """The window the query names and where in the query it is named."""
     now = _utc(now) if now is not None else None
     text = query.lower()
-    if m := _MONTH.search(query):
+    for m in _MONTH.finditer(query):
         name, year = m.group(1).lower(), m.group(2)
         month = MONTHS[name]
-        if name == "may" and not year and not re.search(r"\b(in|during|of|since|by|early|late|mid-?)\s+may\b", text):
-            m = None  # "may" the verb
-        elif year:
+        if name in _AMBIGUOUS and not year and not _dated_use(text, name):
+            continue  # "may" the verb, "march", "mayo", someone called June or April
+        if year:
             return _month_span(int(year), month), m.span()
-        elif now is not None:
+        if now is not None:
             y = now.year if month <= now.month else now.year - 1
             return _month_span(y, month), m.span()
+        break
     if now is None:
         if y := _YEAR.search(query):
             year = int(y.group(1))

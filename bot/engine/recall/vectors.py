@@ -29,7 +29,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 import numpy as np
@@ -112,12 +112,18 @@ class SemanticIndex:
     """Memory vectors written ahead of time, and cosine scores against one query vector at reply time."""
 
     def __init__(self, embeddings: Embeddings, cache: VectorCache, *, batch_size: int = 64,
-                 read: Callable[[str], Awaitable[Sequence[StoredMemory]]] | None = None) -> None:
+                 read: Callable[[str], Awaitable[Sequence[StoredMemory]]] | None = None,
+                 waiting: Callable[[], AbstractAsyncContextManager[object]] = nullcontext) -> None:
         """``read(user_id)``: the person's memories as they are now. A reply that finds memories without a
         vector indexes what ``read`` returns when the run starts, not the list the reply read: a memory
         deleted in between (an erasure that ended before the run began, so its pause stopped nothing)
-        would otherwise get its vector written back after it was gone (without ``read``: that list)."""
+        would otherwise get its vector written back after it was gone (without ``read``: that list).
+
+        ``waiting()`` is entered around the reply's embeddings (``TurnScopes.waiting``): an embeddings
+        endpoint can take as long as a model call, and a turn on PostgreSQL must not keep its pooled
+        connection meanwhile (six slow replies held the default pool, and erasures' claims starved)."""
         self.read = read
+        self.waiting = waiting
         self.embeddings = embeddings
         self.embedder = embedder_name(embeddings)
         self.cache = cache
@@ -126,6 +132,7 @@ class SemanticIndex:
         self.failures = 0  # how many times the embedder (or the cache) failed: the switch's sweep stops on one
         self._background: dict[str, asyncio.Task] = {}
         self._paused: dict[str, int] = {}  # people being erased: no vectors are written for them meanwhile
+        self._again: dict[str, Sequence[StoredMemory] | Callable[[], Awaitable[Sequence[StoredMemory]]]] = {}  # see index_later
         self.query_embeddings = 0  # how many query vectors the reply path computed (a benchmark figure)
         # (person, name) -> (its vector, or None after a failure, and when to try again): see ``relevance``
         self._names: OrderedDict[tuple[str, str], tuple[np.ndarray | None, float]] = OrderedDict()
@@ -176,14 +183,28 @@ class SemanticIndex:
         """Index in the background (at most one run per person at a time).
 
         ``memories`` is the list, or an async function that reads it when the run starts (after a write).
+        Asked while a run is going, the run goes again once it ends, with the newest ``memories``: it read
+        its list before this write, and what this write added would otherwise wait for a reply to notice it.
         """
+        if user_id in self._paused:
+            return
         running = self._background.get(user_id)
-        if user_id in self._paused or running is not None and not running.done():
+        if running is not None and not running.done():
+            self._again[user_id] = memories
             return
 
         async def run() -> int:
-            current = await memories() if callable(memories) else memories
-            return await self.index(user_id, list(current), complete=callable(memories))
+            done, source = 0, memories
+            while True:
+                try:
+                    current = await source() if callable(source) else source
+                except Exception as exc:  # noqa: BLE001 - the database is down: a later write or reply asks again
+                    log.debug("could not read user %s's memories to index them: %r", user_id, exc)
+                    return done
+                done += await self.index(user_id, list(current), complete=callable(source))
+                source = self._again.pop(user_id, None)
+                if source is None or user_id in self._paused:
+                    return done
 
         task = asyncio.create_task(run(), name=f"index-memories:{user_id}")
         self._background[user_id] = task
@@ -201,6 +222,7 @@ class SemanticIndex:
         for key in [k for k in self._names if k[0] == user_id]:  # their name's vector goes with their data
             del self._names[key]
         try:
+            self._again.pop(user_id, None)
             running = self._background.get(user_id)
             if running is not None and not running.done():
                 running.cancel()
@@ -290,11 +312,12 @@ class SemanticIndex:
             cached = await self.cache.get(user_id, self.embedder)  # this space only: never another embedder's
             self.query_embeddings += 1
             wanted = max(name_share, hub_name_share or 0.0) > 0
-            if wanted and about and any(ch.isalnum() for ch in about):  # requested together
-                raw, named = await asyncio.gather(self.embeddings.aembed_query(query),
-                                                  self._name_vector(user_id, about), return_exceptions=True)
-            else:
-                raw, named = await self.embeddings.aembed_query(query), None
+            async with self.waiting():
+                if wanted and about and any(ch.isalnum() for ch in about):  # requested together
+                    raw, named = await asyncio.gather(self.embeddings.aembed_query(query),
+                                                      self._name_vector(user_id, about), return_exceptions=True)
+                else:
+                    raw, named = await self.embeddings.aembed_query(query), None
             if isinstance(raw, BaseException):
                 raise raw
             query_vec = unit(raw)
@@ -319,7 +342,11 @@ class SemanticIndex:
             hub_vectors = vectors
             if hub_name_share is not None and hub_name_share != name_share:
                 _, hub_vectors = without_name(query_vec, raw_vectors, name_vec, min(max(hub_name_share, 0.0), 0.9))
-        centre = await self._disposition_centre() if dispositions else None
+        if dispositions:
+            async with self.waiting():
+                centre = await self._disposition_centre()
+        else:
+            centre = None
         disposition = _cosines(centre, vectors) if centre is not None and centre.shape == query_vec.shape else None
         return Relevance(vectors, _cosines(query_vec, vectors), _hubness(hub_vectors), disposition)
 

@@ -63,3 +63,21 @@ def test_a_name_cannot_forge_a_header_with_lookalikes_or_invisible_characters():
     assert safe_name("\u200b\u200d") == ""  # nothing left: the caller names them by ID
     line = author_line(HumanMessage("hi", additional_kwargs={"author_name": forged, "author_id": "999"}))
     assert line.splitlines()[0].count("[") == 1 and line.splitlines()[0].count("|") == 1
+
+
+def test_memories_are_chosen_for_the_persons_message_with_what_they_point_at_then_the_recent_turns():
+    """Found in review 2026-12-07: the query was the six last messages, oldest first, so another member's
+    "in March" set a window, and the question itself was past the embedder's 256 tokens after a long
+    paste; a reply's subject ("is this right?") and "Ask about this"'s message were not in it at all."""
+    from bot.engine.conversation.rendering import recall_query
+
+    messages = [human("Bob is visiting in March", "Bob", "2", "m1"), AIMessage(content="x" * 500),
+                human("lol", "Bob", "2", "m2"), human("what is my sister called?", "Ann", "1", "m3"),
+                human("and her dog?", "Ann", "1", "m4")]
+    replied = Quote(author_id="2", author_name="Bob", text="Ann's sister is Ottilie, right?", kind="reply", message_id="q")
+    chatter = Quote(author_id="3", author_name="Cy", text="unrelated chatter", kind="channel", message_id="c")
+    asked, context = recall_query(messages, Speaker(user_id="1", name="Ann", quotes=(chatter, replied)))
+    assert asked == "what is my sister called?\nand her dog?"  # Ann's messages of this turn, not Bob's "lol"
+    assert context == "Ann's sister is Ottilie, right?\nlol\n" + "x" * 200 + "\nBob is visiting in March"
+    # Nobody named: the latest message is the question.
+    assert recall_query(messages[:2])[0] == "Bob is visiting in March"

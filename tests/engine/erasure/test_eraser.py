@@ -262,3 +262,24 @@ async def test_forgetting_a_message_takes_what_an_extraction_learned_from_it_mea
         assert [m.content for m in await engine.memories.list("1")] == ["I like forget_race_canary"]
         changes = await engine.delete_memories("1", [], by=Actor("user", "1"), from_message="m7")
         assert len(changes.deleted) == 1 and await engine.memories.list("1") == []
+
+
+async def test_a_purge_waiting_for_another_erasure_does_not_blank_the_persons_turns_meanwhile(settings):
+    """Found in review 2026-12-07: the person's turns were marked "being erased" before the purge had the
+    global lock, so while it waited (minutes behind a wipe or a server's sweep) their turns everywhere were
+    answered as if nothing were remembered, and not kept."""
+    import asyncio
+
+    dm = Speaker(user_id="42", name="Ada", channel_id="77")
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        await engine.memories.apply("42", inserts=[("Ada keeps bees", {})])
+        async with engine.locks.erasures():  # another erasure is running
+            purge = asyncio.create_task(engine.erase_person("42", guild_id="900", by=Actor("moderator", "1")))
+            await asyncio.sleep(0.2)
+            await engine.reply("dm-42", dm, "what do I keep?")
+            assert "Ada keeps bees" in model.chat_calls[-1].system  # still remembered here
+            assert not purge.done()
+        await purge
+        state = await engine.thread_state("dm-42")
+        assert any("what do I keep?" in m.text for m in state["messages"])  # kept: a DM, not that server

@@ -235,3 +235,73 @@ async def test_the_time_a_question_names_is_not_compared_as_words():
         assert await first("What did I purchase last month?") != [van]
     finally:
         choose.without_time = kept
+
+
+def test_the_time_and_i_are_read_from_the_persons_question_not_from_the_context_or_their_name():
+    """Found in review 2026-12-07: the six last messages were one query, so "Bob is visiting in March" said
+    earlier gave "what is my sister called?" a March window; another member's "my" became the person's;
+    and a speaker called June asking about "my sister" got a June window (the rewrite came first)."""
+    from bot.engine.recall.choose import matched_text, third_person
+    from bot.engine.recall.temporal import time_window
+
+    now = datetime(2026, 12, 7, tzinfo=timezone.utc)
+    words = matched_text("What is my sister called?", now, "June", context="Bob: my cousin is visiting in March")
+    assert words == "What is June's sister called?\nBob: my cousin is visiting in March"  # context as written
+    assert time_window("What is my sister called?", now) is None  # what the window is read from
+    assert matched_text("What did I buy last month?", now, "Ann") == "What did Ann buy?"
+    # A name with a backslash is text, not a replacement template (it raised re.error on every reply).
+    assert third_person("what is my dog called?", "\\o/ Ann\\1") == "what is \\o/ Ann\\1's dog called?"
+
+
+async def test_memories_written_while_a_background_run_is_going_get_their_vectors_when_it_ends():
+    """A run reads the list as it starts: a memory taught meanwhile was left without a vector until some
+    reply noticed it, and counted as typical (the median) at that reply."""
+    import asyncio
+
+    class Slow(ConceptEmbeddings):
+        async def aembed_documents(self, texts):
+            await asyncio.sleep(0.2)
+            return self.embed_documents(texts)
+
+    index = SemanticIndex(Slow(), MemoryVectorCache())
+    stored = list(FILLER)
+
+    async def read():
+        return list(stored)
+
+    index.index_later("u", read)
+    await asyncio.sleep(0.05)  # the run has read its list
+    stored.append(PASTRY)
+    index.index_later("u", read)  # the write just made: asked while the run goes
+    await index.drain()
+    cached = await index.cache.get("u", index.embedder)
+    assert PASTRY.key in cached and len(cached) == len(stored)
+
+
+async def test_the_replys_embeddings_run_inside_the_scopes_waiting_so_a_turn_gives_its_connection_back():
+    """Found in review 2026-12-07: on PostgreSQL a turn kept its pooled connection while an embeddings
+    endpoint answered (up to the turn's deadline); six such replies held the default pool."""
+    from contextlib import asynccontextmanager
+
+    inside: list[bool] = []
+    depth = 0
+
+    @asynccontextmanager
+    async def waiting():
+        nonlocal depth
+        depth += 1
+        try:
+            yield
+        finally:
+            depth -= 1
+
+    class Watched(ConceptEmbeddings):
+        async def aembed_query(self, text):
+            inside.append(depth > 0)
+            return self.embed_query(text)
+
+    index = SemanticIndex(Watched(), MemoryVectorCache(), waiting=waiting)
+    memories = FILLER + [PASTRY]
+    await index.index("u", memories)
+    await choose_memories(memories, "would I like a croissant?", 120, user_id="u", index=index, speaker="Ann")
+    assert len(inside) >= 2 and all(inside)  # the question and the name (and the dispositions' centre)

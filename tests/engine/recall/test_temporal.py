@@ -98,3 +98,16 @@ def test_the_time_phrase_read_as_a_window_leaves_the_words_to_compare():
     assert without_time("May I ask what Ann likes?", NOW) == "May I ask what Ann likes?"  # "may" the verb
     assert without_time("What did Ann buy last month?", None) == "What did Ann buy last month?"  # no window
     assert without_time("What does Ann like?", NOW) == "What does Ann like?"
+
+
+def test_a_month_that_is_also_a_name_or_a_word_needs_a_preposition_a_day_or_a_year():
+    """"What did I get April for her birthday?" named a person, not a month; "do I like mayo?" no month. Found
+    in review 2026-12-07: such a window gave every memory of that month +0.35."""
+    assert time_window("What did I get April for her birthday?", NOW) is None
+    assert time_window("do I like mayo?", NOW) is None
+    assert time_window("Did August call back?", NOW) is None
+    assert time_window("What did I do on 8 May?", NOW) == (day(2023, 5, 1), day(2023, 6, 1))
+    assert time_window("What did Ann do May 3?", NOW) == (day(2023, 5, 1), day(2023, 6, 1))
+    assert time_window("Was hat Ann im Mai gemacht?", NOW) == (day(2023, 5, 1), day(2023, 6, 1))
+    assert time_window("May I ask what happened in June?", NOW) == (day(2023, 6, 1), day(2023, 7, 1))  # the next one
+    assert time_window("What did Ann do in October?", NOW) == (day(2023, 10, 1), day(2023, 11, 1))

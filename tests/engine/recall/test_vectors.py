@@ -103,7 +103,9 @@ async def test_memories_written_without_vectors_are_indexed_off_the_reply_path(t
                          for t in (r["input"] if isinstance(r["input"], list) else [r["input"]]))
         # One query vector a reply, and the speaker's name once: the second reply reuses its vector.
         assert len(queries) == 3 and queries.count("Sam") == 1
-        assert [q for q in queries if q != "Sam"][-1].endswith("any band tonight?")  # the query: recent turns, then the message
+        # The query: the message first, then the recent turns, newest first (the embedder cuts the end).
+        second = next(q for q in queries if q.startswith("any band tonight?"))
+        assert second.startswith("any band tonight?\nreply to") and second.endswith("\nany croissant?")
 
 
 async def test_a_reply_indexes_the_memories_as_they_are_when_the_run_starts_not_as_the_reply_read_them(tmp_path):
@@ -385,3 +387,29 @@ async def test_choose_memories_measures_hubs_with_the_shipped_share_of_the_name_
     assert Spy.asked == {"about": "Saskia", "name_share": DEFAULT_WEIGHTS.name,
                          "hub_name_share": DEFAULT_WEIGHTS.hub_name, "dispositions": False}
     assert DEFAULT_WEIGHTS.hub_name > DEFAULT_WEIGHTS.name
+
+
+async def test_a_memory_taught_edited_or_imported_gets_its_vector_at_once_not_at_the_next_reply(tmp_path):
+    """Found in review 2026-12-07: only extraction indexed what it wrote. A memory from /memories remember,
+    edit or import had no vector until a reply noticed, and at that reply it counted as typical (the median
+    cosine): at 1,000 memories, "what's my PIN hint?" just after teaching it did not choose it."""
+    from bot.engine import Actor, export_file, parse_import
+
+    async with sam_with_filler_and_no_vectors(tmp_path) as (_server, storage, engine):
+        me = Actor("user", "7")
+        taught = await engine.remember("7", "Sam's PIN hint is the cat's name", {}, by=me)
+        await engine.semantic.drain()
+        cached = await storage.vectors.get("7", engine.semantic.embedder)
+        assert taught in cached
+        await engine.edit_memory("7", taught, "Sam's PIN hint is the dog's name", {}, by=me)
+        await engine.semantic.drain()
+        edited = await engine.find_memory("7", taught)
+        assert (await storage.vectors.get("7", engine.semantic.embedder))[taught][0] != cached[taught][0]  # a new version
+        data, _ending = export_file(await engine.export("7"))
+        await engine.delete_memories("7", [taught], by=me)
+        memories, history = parse_import(data, "7")
+        assert await engine.restore_memories("7", memories, history, by=me)
+        await engine.semantic.drain()
+        back = await storage.vectors.get("7", engine.semantic.embedder)
+        assert taught in back and edited is not None
+        await engine.close()
