@@ -316,11 +316,11 @@ class MessageEvents(commands.Cog):
                 log.exception("deleting the conversation of channel %s failed", channel_id)
         if guild_id is None:
             return
-        try:  # the channel's own /settings instructions go with it
+        try:  # the channel's own /settings (instructions, lists, mod-log) go with it
             if await self.engine.channel_settings_gone(str(guild_id), str(channel_id)):
-                log.info("deleted the instructions of deleted channel %s in server %s", channel_id, guild_id)
+                log.info("deleted the settings of deleted channel %s in server %s", channel_id, guild_id)
         except Exception:  # noqa: BLE001
-            log.exception("deleting the instructions of channel %s failed", channel_id)
+            log.exception("deleting the settings of channel %s failed", channel_id)
 
     @commands.Cog.listener()
     async def on_guild_remove(self, guild: discord.Guild) -> None:

@@ -50,6 +50,9 @@ RESETTABLE = {
     "delete_replies": "deleting my replies to deleted messages",
 }
 
+# The settings that name channels: resetting one changes what happens in each channel it names.
+CHANNEL_SETTINGS = frozenset({"respond_channels", "mentions_off", "channel_personas", "mod_log_channel"})
+
 
 def has_manage_server(interaction: discord.Interaction) -> bool:
     """Manage Server from the member's roles, in a server; raises the error the central handler explains."""
@@ -146,6 +149,21 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
             return given.view_channel
         member = interaction.user
         return real is None or not isinstance(member, discord.Member) or real.permissions_for(member).view_channel
+
+    async def _parent_decides(self, interaction: discord.Interaction, channel: AnyChannel, does: str, listed: str) -> bool:
+        """Whether a thread's parent channel has the setting the admin wants off for the thread alone. A thread
+        follows its parent, and no list excepts one: the change was confirmed as "Done" and changed nothing.
+        Refused then, with where to change it (True: answered)."""
+        parent = getattr(channel, "parent_id", None)
+        if channel.type not in THREADS or parent is None:
+            return False
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        assert interaction.guild is not None
+        if str(parent) not in getattr(await self.bot.engine.guild_policy(interaction.guild.id), listed):
+            return False
+        await interaction.followup.send(f"<#{parent}> {does}, and its threads follow it: change it there. "
+                                        "Nothing was changed.", ephemeral=True)
+        return True
 
     def _operator_channels_here(self, guild: discord.Guild) -> frozenset[str]:
         return frozenset(c for c in self.bot.engine.operator_defaults().respond_channels if guild.get_channel_or_thread(int(c)))
@@ -272,6 +290,8 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
             await interaction.response.send_message(why, ephemeral=True)
             return
         assert interaction.guild is not None
+        if not on and await self._parent_decides(interaction, channel, "answers every message", "respond_channels"):
+            return
         start = self._operator_channels_here(interaction.guild)
         edit = channel_listed("respond_channels", str(channel.id), on, start)
         verb = "answer every message" if on else "answer only mentions and replies"
@@ -284,6 +304,8 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
         """Choose whether I answer mentions at all in a channel."""
         if (why := self._refuse_channel(interaction, channel, post=False)) is not None:
             await interaction.response.send_message(why, ephemeral=True)
+            return
+        if on and await self._parent_decides(interaction, channel, "ignores mentions", "mentions_off"):
             return
         edit = channel_listed("mentions_off", str(channel.id), not on, frozenset())
         question = (f"Answer mentions and replies in <#{channel.id}> again?" if on
@@ -397,15 +419,20 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
                                 channel_persona(str(channel.id), None),
                                 lambda p: f"the instructions of <#{channel.id}>: removed")
             return
-        if setting.value == "channel_personas" and interaction.guild is not None:
-            # answered first: reading the settings (a database read past the cache) can outlast Discord's 3 s
+        if setting.value in CHANNEL_SETTINGS and interaction.guild is not None:
+            # Settings of channels the admin cannot see are not theirs to change (see ``_member_sees``), and
+            # a reset of a whole list changes every channel in it. Answered first: reading the settings (a
+            # database read past the cache) can outlast Discord's 3 s.
             await interaction.response.defer(ephemeral=True, thinking=True)
             policy = await self.bot.engine.guild_policy(interaction.guild.id)
-            if hidden := len(self._hidden_from(interaction.user, interaction.guild, policy.channel_personas)):
+            value = getattr(policy, setting.value)
+            named = {value} if isinstance(value, str) else set(value or ())
+            if setting.value == "respond_channels":  # the operator's channels stay listed after the reset
+                named -= self._operator_channels_here(interaction.guild)
+            if hidden := len(self._hidden_from(interaction.user, interaction.guild, named)):
                 await interaction.followup.send(
-                    f"{hidden} of the channels with their own instructions are ones you can't see: remove the "
-                    "others one channel at a time, or ask someone who can see them. Nothing was changed.",
-                    ephemeral=True)
+                    f"{hidden} of the channels in {label} are ones you can't see: change the others one channel "
+                    "at a time, or ask someone who can see them. Nothing was changed.", ephemeral=True)
                 return
         await self._propose(interaction, f"Put {label} back to this bot's default?", reset(setting.value),
                             lambda p: f"{label}: back to the default")

@@ -22,6 +22,7 @@ from bot.engine.conversation.turn import DeltaCallback, Reply, TakenBack, TurnRu
 from bot.engine.erasure.conversations import ConversationEraser
 from bot.engine.erasure.eraser import Eraser
 from bot.engine.erasure.events import DiscordChanges
+from bot.engine.erasure.jobs import erasure_owed
 from bot.engine.erasure.verbs import ChangeVerbs
 from bot.engine.errors import Outages
 from bot.engine.health import HealthVerbs
@@ -131,6 +132,8 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         self.bucket = TokenBucket(limits.burst, limits.refill_seconds)
         self.notices = NoticeOnce()
         self._started = False
+        self._closing = False
+        self._start_done = asyncio.Event()  # set when ``start`` returns (or fails): ``close`` waits for it
         self._background: list[asyncio.Task] = []
 
     def _after_erasure(self) -> None:
@@ -185,16 +188,31 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
     async def start(self) -> None:
         """Finish erasures and resume pending memory work left by a previous run; watch for wipe requests;
         sweep servers the bot was removed from. Erasures come first, so nothing of an erased person is
-        learned from on the way back up."""
+        learned from on the way back up.
+
+        A shutdown asked for meanwhile (SIGTERM during start-up) lets the step running end and starts
+        nothing more: ``close`` waits for that, so no sweep, journal watcher or learning begins after the
+        engine closed, and its final pass of learning never runs beside the erasures still being resumed.
+        """
         self._started = True
-        await self.eraser.resume()
-        await self.meter.prune()
+        try:
+            await self.eraser.resume()
+            if not self._closing:
+                await self.meter.prune()
+            if not self._closing:
+                await self._start_background()
+        finally:
+            self._start_done.set()
+
+    async def _start_background(self) -> None:
         if isinstance(self.embeddings, LocalMiniLM):  # load the embedded model now, so no reply waits for it
             self._background.append(_logged(asyncio.create_task(self.embeddings.warm(), name="load-embedding-model")))
         if self.semantic is not None:  # vectors another embedder made (a switch) are made again, off the reply path
             self._background.append(_logged(asyncio.create_task(self.semantic.remake_others(self.memories.list),
                                                                 name="remake-memory-vectors")))
         await self.scheduler.start()
+        if self._closing:
+            return
         self.changes.start()
         self._background.append(asyncio.create_task(self._watch_erasure_requests(), name="erasure-requests"))
 
@@ -213,7 +231,11 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
 
     async def close(self) -> None:
         """Finish in-flight turns, then flush pending memory extraction (if this engine was started). An
-        erasure running meanwhile is waited for too: the owed compaction takes the erasure lock it holds."""
+        erasure running meanwhile is waited for too: the owed compaction takes the erasure lock it holds.
+        A start-up still running is waited for first (see :meth:`start`)."""
+        self._closing = True
+        if self._started:
+            await self._start_done.wait()
         await self.changes.close()
         await self.runner.close()
         for task in self._background:
@@ -347,6 +369,10 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         """Run one extraction (the scheduler calls this), under the policy as it stands now."""
         request = await self.policies.for_learning(request)
         if request is None:
+            return {}
+        place = request.origin.get("guild_id")
+        if await erasure_owed(self.storage.erasures, request.user_id, str(place) if place else None):
+            log.debug("not learning for user %s: an erasure of theirs is unfinished", request.user_id)
             return {}
         changes = (await self.memory_graph.ainvoke({"request": request}))["changes"]
         if changes.get("deleted") or changes.get("updated"):  # (the cap's drops are among the deletions)

@@ -115,6 +115,22 @@ async def test_mentions_off_in_a_channel(r):
     assert await r.h.send_message(r.mentioning(ALICE, "hello again?", channel_id=THREAD)) != []
 
 
+async def test_a_thread_cannot_be_excepted_from_what_its_parent_channel_does_and_is_told_so(r):
+    """Found in review 2026-12-07: "answer-all #thread off" under a channel that answers every message was
+    confirmed "Done" and changed nothing (a thread follows its parent); so was "mentions #thread on"."""
+    thread = dh.thread(THREAD, GUILD_ID, GENERAL, "a-thread")
+    await apply(r, "answer-all", channel=channel(GENERAL, name="general"), on=True)
+    res = await settings(r, "answer-all", channel=thread, on=False)
+    assert f"<#{GENERAL}> answers every message" in res[-1].content and "Nothing was changed" in res[-1].content
+    assert not res[-1].components  # no Apply button
+    await apply(r, "mentions", channel=channel(GENERAL, name="general"), on=False)
+    res = await settings(r, "mentions", channel=thread, on=True)
+    assert f"<#{GENERAL}> ignores mentions" in res[-1].content and not res[-1].components
+    # A thread under a channel without the setting is changed as before.
+    res = await settings(r, "mentions", channel=dh.thread(THREAD, GUILD_ID, LISTED, "listed-thread"), on=True)
+    assert res[-1].components
+
+
 async def test_instructions_are_shown_back_capped_and_reach_the_prompt(r):
     text = "Speak like a pirate. Our server is about sailing."
     res = await settings(r, "instructions", text=text)
@@ -236,6 +252,17 @@ async def test_an_admin_cannot_change_a_channel_hidden_from_them(tmp_path):
         assert answered_when_read and answered_when_read[0] == before + 1
         assert res[-1].ephemeral and "ones you can't see" in res[-1].content
         assert str(CLOSED_CHANNEL) in (await r.engine.guild_policy(GUILD_ID)).channel_personas
+        # The same for the lists and the mod-log channel (found in review 2026-12-07: a reset of those
+        # changed #staff for an admin who cannot see it).
+        await apply(r, "answer-all", channel=channel(CLOSED_CHANNEL, name="staff"), on=True)
+        await apply(r, "mod-log", channel=channel(CLOSED_CHANNEL, name="staff"))
+        for name in ("respond_channels", "mod_log_channel"):
+            res = await settings(r, "reset", MOD, setting=name)
+            assert res[-1].ephemeral and "ones you can't see" in res[-1].content and not res[-1].components, name
+        policy = await r.engine.guild_policy(GUILD_ID)
+        assert str(CLOSED_CHANNEL) in policy.respond_channels and policy.mod_log_channel == str(CLOSED_CHANNEL)
+        res = await settings(r, "reset", MOD, setting="mentions_off")  # names no channel hidden from them
+        assert res[-1].components
 
 
 async def test_permission_granted_then_revoked_between_display_and_use(r):
@@ -417,6 +444,24 @@ async def test_channel_instructions_come_after_the_servers_apply_to_threads_and_
     r.h.feed("CHANNEL_DELETE", dh.text_channel(pirates, GUILD_ID, "pirates"))
     await r.h.settle(timeout=20, quiet=0.3)
     assert (await r.engine.guild_policy(GUILD_ID)).channel_personas == {str(forum): "Forum rule: one idea per post."}
+
+
+async def test_a_deleted_channel_leaves_the_lists_and_the_mod_log_too(r):
+    """Found in review 2026-12-07: only its instructions went. It stayed in answer-all and mentions-off
+    (counted against their cap, shown as "#unknown", not removable by any picker) and as the mod-log channel
+    (every later audit line then a warning in the process log only)."""
+    gone = 4400
+    r.h.feed("CHANNEL_CREATE", channel(gone, name="old-log"))
+    await apply(r, "answer-all", channel=channel(gone, name="old-log"), on=True)
+    await apply(r, "mentions", channel=channel(gone, name="old-log"), on=False)
+    await apply(r, "mod-log", channel=channel(gone, name="old-log"))
+    await apply(r, "answer-all", channel=channel(GENERAL, name="general"), on=True)
+    r.h.feed("CHANNEL_DELETE", dh.text_channel(gone, GUILD_ID, "old-log"))
+    await r.h.settle(timeout=20, quiet=0.3)
+    policy = await r.engine.guild_policy(GUILD_ID)
+    assert str(gone) not in policy.respond_channels and str(GENERAL) in policy.respond_channels
+    assert str(gone) not in policy.mentions_off
+    assert policy.mod_log_channel == str(MODLOG)  # the operator's again
 
 
 async def test_channel_instructions_are_capped_and_one_channel_can_be_reset(r):

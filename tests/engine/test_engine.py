@@ -149,3 +149,33 @@ async def test_an_erasure_empties_the_recall_caches_that_hold_whole_texts(tmp_pa
         assert _tokens.cache_info().currsize
         await engine.channel_deleted("c")
         assert (_tokens.cache_info().currsize, _names.cache_info().currsize, mentions_time.cache_info().currsize) == (0, 0, 0)
+
+
+async def test_a_shutdown_during_start_up_starts_nothing_after_the_engine_closed(settings):
+    """Found in review 2026-12-07: SIGTERM while start-up was resuming the erasure journal closed the engine
+    beside it; start-up then went on to create the server sweep, the journal watcher and the re-indexing,
+    which nothing would ever cancel, and the final pass of learning ran beside the erasures being resumed."""
+    import asyncio
+
+    from bot.engine.engine import ChatEngine
+    from bot.storage import open_storage
+
+    async with open_storage(settings) as storage:
+        engine = ChatEngine(settings=settings, storage=storage, chat_model=ScriptedChatModel(default_script))
+        release, resuming = asyncio.Event(), asyncio.Event()
+        real = engine.eraser.resume
+
+        async def slow_resume(*a, **kw):
+            resuming.set()
+            await release.wait()
+            return await real(*a, **kw)
+
+        engine.eraser.resume = slow_resume
+        starting = asyncio.create_task(engine.start())
+        await resuming.wait()
+        closing = asyncio.create_task(engine.close())
+        await asyncio.sleep(0.1)
+        assert not closing.done()  # waits for the start-up step running
+        release.set()
+        await asyncio.gather(starting, closing)
+        assert engine._background == [] and engine.changes._sweeper is None

@@ -333,9 +333,12 @@ class TurnRunner:
                 try:
                     await self._stream(turn, tickets)
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller, or logged
+                    unanswered = not turn.answered.done()
                     self._after_failure(turn, exc)
                     if not isinstance(exc, Exception):
                         raise
+                    if unanswered:
+                        await self._set_aside(turn)
                 if not turn.answered.done():  # pragma: no cover - the graph always runs respond
                     turn.answered.set_exception(RuntimeError("the graph produced no reply"))
                 # A restarted turn stored its messages over their earlier text (an edit while it was answered:
@@ -346,6 +349,25 @@ class TurnRunner:
                     await self._owe()
             finally:  # a cancelled run wrote its messages as it ended: they go before the next turn's too
                 turn.taken = await self._take_back_held(turn.thread_id, turn.incoming, tickets)
+
+    async def _set_aside(self, turn: _Turn) -> None:
+        """A turn that failed before its answer (the model down, the deadline, an empty answer): its messages,
+        which the run stored as it ended, stay as context but are marked answered. The person got an
+        apology; left waiting, they were answered again by the next turn in the channel, someone else's,
+        whose answer then went with them (deleting the failed message took that answer out too)."""
+        ids = {i.speaker.message_id for i in turn.incoming if i.speaker.message_id}
+        if not ids:
+            return
+        try:
+            messages = (await self._read_state(turn.thread_id)).get("messages", [])
+            marked = [m.model_copy(update={"additional_kwargs": {**m.additional_kwargs, "answered": True}})
+                      for m in messages[pending_start(messages):]
+                      if isinstance(m, HumanMessage) and str(m.additional_kwargs.get("message_id")) in ids]
+            if marked:
+                await self.graph.aupdate_state({"configurable": {"thread_id": turn.thread_id}},
+                                               {"messages": marked}, as_node="summarize")
+        except Exception as exc:  # noqa: BLE001 - the database is what failed: the messages wait as before
+            log.debug("could not set aside the failed turn's messages in thread %s: %r", turn.thread_id, exc)
 
     async def _owe(self) -> None:
         """A compaction, owed durably: the edited-away words are on disk until it runs."""

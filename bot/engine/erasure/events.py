@@ -138,12 +138,12 @@ class DiscordChanges:
             forget = self.forget_settings
             try:
                 erased = await self.eraser.erase_guild(
-                    guild_id, still_due=still_due, first=None if forget is None else (lambda g=guild_id: forget(g)))
+                    guild_id, still_due=still_due, first=None if forget is None else (lambda g=guild_id: forget(g)),
+                    then=lambda g=guild_id: self.storage.removed_guilds.done(g))
             finally:
                 self.forget_stored(None)  # which threads were that server's is not kept here; all re-checked
             if erased is None:
-                continue  # added back while the sweep waited for the erasure lock
-            await self.storage.removed_guilds.done(guild_id)
+                continue  # added back while the sweep waited for the erasure lock (or swept meanwhile)
             swept.append(guild_id)
         return swept
 

@@ -6,6 +6,8 @@ policy home, beside the settings service and the usage meter they call.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from bot.engine.policy.server_settings import Edit, GuildPolicy, GuildSettingsService, OperatorDefaults, channel_persona
 from bot.engine.policy.turn_policy import Policies
 from bot.engine.policy.usage import UsageMeter
@@ -45,11 +47,26 @@ class SettingsVerbs:
         return result
 
     async def channel_settings_gone(self, guild_id: str | int, channel_id: str | int) -> bool:
-        """A channel or thread was deleted: its own instructions go with it (True if it had any)."""
+        """A channel or thread was deleted: its settings go with it, in one change (True if it had any).
+
+        Its own instructions, and its place in the answer-every-message and mentions-off lists and as the
+        mod-log channel. Kept, the lists counted the deleted channel against their cap, `/settings show`
+        listed it as "#unknown", no picker could offer it to remove, and a deleted mod-log channel made every
+        later audit line a warning in the process log only.
+        """
+        channel = str(channel_id)
         stored = await self.guild_settings.stored(str(guild_id))
-        if stored is None or str(channel_id) not in stored.channel_personas:
+        if stored is None or not (channel in stored.channel_personas or channel in (stored.respond_channels or ())
+                                  or channel in stored.mentions_off or stored.mod_log_channel == channel):
             return False
-        await self.guild_settings.change(guild_id, channel_persona(str(channel_id), None), by="")
+
+        def gone(s: ServerSettings) -> ServerSettings:
+            s = channel_persona(channel, None)(s)
+            listed = s.respond_channels - {channel} if s.respond_channels is not None else None
+            return replace(s, respond_channels=listed, mentions_off=s.mentions_off - {channel},
+                           mod_log_channel=None if s.mod_log_channel == channel else s.mod_log_channel)
+
+        await self.guild_settings.change(guild_id, gone, by="")
         return True
 
     async def budget_exhausted(self, speaker: Speaker, policy: GuildPolicy | None = None) -> str | None:

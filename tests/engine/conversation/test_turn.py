@@ -311,6 +311,31 @@ async def test_a_turn_that_fails_after_the_answer_has_stored_its_message_when_it
         assert after.index("and canoes") < after.index("and boats")  # kept, not overwritten by a late write
 
 
+async def test_a_message_whose_answer_failed_stays_as_context_and_is_not_answered_by_the_next_persons_turn(settings):
+    """Found in review 2026-12-07: Ada got the apology, and her message waited as unanswered; Bo's turn next
+    answered it too (and deleting Ada's message then took Bo's answer out with it)."""
+    down = [False]
+
+    def script(call):
+        if not call.is_extraction and down[0]:
+            raise ConnectionError("the model is down")
+        return default_script(call)
+
+    bo = Speaker(user_id="43", name="Bo", guild_id="900", channel_id="c", message_id="m2")
+    async with running_engine(settings, ScriptedChatModel(script)) as engine:
+        await engine.reply("c", ada("m0"), "hello")  # the thread is stored: later turns write once
+        down[0] = True
+        with pytest.raises(ConnectionError):
+            await engine.reply("c", ada("m1"), "what is a kayak?")
+        down[0] = False
+        await engine.reply("c", bo, "I like canoes")
+        await engine.runner.close()
+        messages = (await engine.thread_state("c"))["messages"]
+        answer = messages[-1]
+        assert answer.additional_kwargs["answers"] == [messages[-2].id]  # Bo's message only
+        assert "what is a kayak?" in texts({"messages": messages})  # kept as context
+
+
 async def test_a_deleted_threads_next_first_message_is_stored_before_the_model_answers_again(settings):
     """The process remembers which threads are stored; deleting a thread's conversation (a deleted channel,
     a removed server) must make its next message a first message again, findable by an erasure mid-answer."""

@@ -99,3 +99,26 @@ async def test_a_server_that_adds_the_bot_back_while_its_erasure_waits_for_the_l
         assert [m.content for m in await r.engine.list_memories(ALICE["id"])] == ["Alice said this in server 996"]
         assert (await r.engine.guild_policy("996")).persona_addition == "a pirate_canary_996"
         assert await r.engine.storage.removed_guilds.due(time.time() + 8 * 86400) == []
+
+
+async def test_two_sweeps_at_once_erase_a_removed_server_once(tmp_path):
+    """Found in review 2026-12-07: the server was marked done after the erasure lock was released, so a
+    second sweep waiting for the lock found it still due and erased it again (a second full compaction)."""
+    import asyncio
+
+    async with rig(tmp_path) as r:
+        await seed(r, ALICE, ["Alice said this in a server that removed the bot"], guild="999")
+        await r.engine.storage.removed_guilds.mark("999", time.time() - 9 * 86400)
+        runs: list[str] = []
+        steps = r.engine.eraser.steps
+        real = steps.guild
+
+        async def counted(guild_id: str) -> int:
+            runs.append(guild_id)
+            return await real(guild_id)
+
+        steps.guild = counted
+        later = time.time() + 8 * 86400
+        first, second = await asyncio.gather(r.engine.changes.sweep_removed_servers(now=later),
+                                             r.engine.changes.sweep_removed_servers(now=later))
+        assert runs == ["999"] and sorted(first + second) == ["999"]

@@ -283,3 +283,15 @@ async def test_a_purge_waiting_for_another_erasure_does_not_blank_the_persons_tu
         await purge
         state = await engine.thread_state("dm-42")
         assert any("what do I keep?" in m.text for m in state["messages"])  # kept: a DM, not that server
+
+
+async def test_nothing_is_learned_from_a_person_whose_recorded_erasure_has_not_finished(settings):
+    """Found in review 2026-12-07: a shutdown cancelled the journal's re-run of a wipe mid-way (its hold
+    released), and the final pass of learning just after learned from the words being wiped."""
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("a", Speaker(user_id="1", name="Ann"), "I like the unfinished-wipe-canary")
+        await engine.reply("b", Speaker(user_id="2", name="Bo", guild_id="900"), "I like the other-server-canary")
+        await engine.eraser.request("1")  # recorded, not run: as a cut-short wipe leaves it
+        await engine.storage.erasures.begin(kind="guild", user_id="", guild_id="900")  # a server's, too
+        await engine.scheduler.flush()  # what shutdown's last pass does
+        assert await engine.memories.list("1") == [] and await engine.memories.list("2") == []
