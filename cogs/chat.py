@@ -32,6 +32,7 @@ from cogs._replying import ReplyWriter, may_speak, reply_to, typing_indicator
 
 log = logging.getLogger(__name__)
 
+DRAIN_RECORDING_SECONDS = 10.0  # at shutdown, past the drain: how long the waiting turns get to be recorded
 APOLOGY = "Sorry, I couldn't come up with an answer just now. Please try again in a moment."
 SLOW_DOWN = "You're going a bit fast for me. I've noted what you said and will take it in with your next message."
 BUSY = "Lots of people are talking to me here right now. I've noted what you said; ask me again in a moment."
@@ -291,6 +292,19 @@ class Chat(commands.Cog):
             self.drained = True
             log.warning("shutting down with turns still waiting or being answered after %.0f s; the waiting "
                         "ones are recorded without an answer", most)
+            # The answers still running are cancelled now, and the workers given a moment to record the
+            # waiting turns: left running, an answer went on to post and attach its reply while the engine
+            # and storage closed under it (the reply on Discord, never tied to its stored answer), and the
+            # recordings nobody awaited were lost.
+            for turns in self.channels.values():
+                if turns.current is not None and turns.current.attempt is not None:
+                    turns.current.attempt.cancel()
+            workers = [t.worker for t in self.channels.values() if t.worker is not None and not t.worker.done()]
+            if workers:
+                await asyncio.wait(workers, timeout=DRAIN_RECORDING_SECONDS)
+            until = asyncio.get_running_loop().time() + DRAIN_RECORDING_SECONDS
+            while self._hearing and asyncio.get_running_loop().time() < until:
+                await asyncio.sleep(0.05)
 
     async def notify(self, message: discord.Message, text: str) -> None:
         try:
@@ -372,7 +386,7 @@ class Chat(commands.Cog):
                     kept = set(attachments)
                     item.message.attachments = [a for a in item.message.attachments if a.id in kept]
                 changed = True
-        if changed and turns is not None:  # a restart is a new model call: within the person's limits
+        if changed and turns is not None and not self.drained:  # a restart: a new model call, within limits
             turns.restart(lambda item: item.message.id == message_id, self.engine.restart_delay)
 
     def deleted(self, channel_id: int, message_ids: set[int]) -> None:

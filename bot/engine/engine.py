@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable
@@ -94,6 +95,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                                        waiting=storage.scopes.waiting)
                          if embeddings is not None else None)
         self.shown_sources = ShownSources(storage.reach)
+        self.being_deleted: Counter[str] = Counter()  # see DiscordChanges.being_deleted
         self.graph: CompiledStateGraph = build_chat_graph(self._chat_deps(chat_model)).compile(
             checkpointer=self.checkpointer, store=self.store)
         mem = settings.memory
@@ -125,7 +127,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                                       scheduler=self.scheduler, thread_state=self.thread_state,
                                       removed_server_days=settings.retention.removed_server_days,
                                       forget_settings=self.guild_settings.forget,
-                                      forget_stored=self.runner.forget_stored)
+                                      forget_stored=self.runner.forget_stored, being_deleted=self.being_deleted)
         limits = settings.limits
         # /memories remember and import, per person per hour: bounded like every map keyed by person.
         self.memory_commands: RateLimiter[str] = RateLimiter(limits.memory_commands_per_hour, 3600.0)
@@ -182,7 +184,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                         summarize_after_messages=conv.summarize_after_messages,
                         summarize_after_tokens=conv.summarize_after_tokens, keep_messages=conv.keep_messages,
                         limiter=self.limiter, on_usage=self.meter.record, semantic=self.semantic,
-                        waiting=self.storage.scopes.waiting, shown=self.shown_sources)
+                        waiting=self.storage.scopes.waiting, shown=self.shown_sources, being_deleted=self.being_deleted)
 
     # ---- life cycle
     async def start(self) -> None:

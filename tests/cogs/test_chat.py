@@ -608,8 +608,10 @@ async def test_a_shutdown_finishes_the_turns_it_has_and_records_what_arrives_mea
 
 async def test_past_the_drains_deadline_waiting_turns_are_recorded_and_follow_ups_keep_their_order(tmp_path):
     """A shutdown that runs out of time starts no turn against a closing engine: the turns still waiting are
-    recorded without an answer. A follow-up sent while the bot stops joins its author's waiting turn, so the
-    thread keeps Discord's order."""
+    recorded without an answer, and the answer still running is cancelled before the drain returns (left
+    running, it posted and attached its reply while the engine closed under it; found in review
+    2026-12-07). A follow-up sent while the bot stops joins its author's waiting turn, so the thread keeps
+    Discord's order."""
     import threading
 
     model = HeldModel(default_script)
@@ -623,15 +625,18 @@ async def test_past_the_drains_deadline_waiting_turns_are_recorded_and_follow_up
         draining = asyncio.create_task(chat.drain(most=0.5))
         await asyncio.sleep(0.1)
         r.h.feed("MESSAGE_CREATE", r.mentioning(BOB, "and bob follows up"))
-        await draining  # out of time: Alice's answer is still being written
-        model.gate.set()
-        for _ in range(200):
-            if chat.idle():
+        await draining  # out of time: Alice's answer was still being written
+        assert chat.idle()  # cancelled, and Bob's turn recorded, before the drain returned
+        model.gate.set()  # Alice's model call (its worker thread) ends, answering nobody
+        for _ in range(100):
+            if model.chat_calls:
                 break
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)
         assert len(model.chat_calls) == 1  # Bob's turn was not started
         answered = [m.json["content"] for m in r.h.sent_messages(GENERAL)]
-        assert any("alice asks first" in a for a in answered) and not any("bob" in a for a in answered)
+        assert not any("alice asks first" in a or "bob" in a for a in answered)
         said = [m.text for m in (await r.engine.thread_state(str(GENERAL)))["messages"]]
+        assert "alice asks first" in said[0]  # a cancelled turn keeps its message in the thread
         bobs = [i for i, t in enumerate(said) if "bob" in t]
         assert len(bobs) == 2 and "bob waits behind her" in said[bobs[0]] and "and bob follows up" in said[bobs[1]]

@@ -17,7 +17,7 @@ import logging
 from contextlib import AbstractAsyncContextManager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Container
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
@@ -112,6 +112,9 @@ class ChatDeps:
     #: Told (thread ID, source message IDs) of the memories put in a prompt, before the model is called
     #: (``bot.engine.stores.reach.ShownSources``): deleting a source visits this thread's answers too.
     shown: Callable[[str, set[str]], Awaitable[None]] | None = None
+    #: Discord message IDs deleted whose erasure has not finished (it waits for the global erasure lock,
+    #: held by a wipe or a compaction for up to minutes): the model is not shown them meanwhile.
+    being_deleted: Container[str] = frozenset()
 
 
 
@@ -129,6 +132,18 @@ def needs_summary(messages: list[AnyMessage], deps: ChatDeps) -> bool:
     if len(messages) > deps.summarize_after_messages:
         return True
     return sum(estimate_tokens(m.text) for m in messages) > deps.summarize_after_tokens
+
+
+def without_deleted(messages: list[AnyMessage], deleted: Container[str]) -> list[AnyMessage]:
+    """What the model reads: the thread without messages deleted on Discord whose erasure still waits, nor
+    the answers that answered only those (an answer often repeats what it answers)."""
+    if not deleted:
+        return messages
+    gone = {m.id for m in messages if str(m.additional_kwargs.get("message_id", "")) in deleted}
+    if not gone:
+        return messages
+    return [m for m in messages if m.id not in gone and not (
+        isinstance(m, AIMessage) and (answered := set(m.additional_kwargs.get("answers") or ())) and answered <= gone)]
 
 
 def fold_point(messages: list[AnyMessage], deps: ChatDeps) -> int:
@@ -174,11 +189,12 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
 
     async def respond(state: ChatState, runtime: Runtime[Speaker]) -> dict:
         speaker = runtime.context
+        visible = without_deleted(state["messages"], deps.being_deleted)
         memories: list[StoredMemory] = []
         if speaker.use_memories and runtime.store is not None:
             everything = await MemoryRepository(runtime.store).list(speaker.user_id)
             shown = allowed_here(everything, speaker.policy)
-            asked, context = recall_query(state["messages"], speaker)
+            asked, context = recall_query(visible, speaker)
             selection = await choose_memories(
                 shown, asked, deps.memory_budget_tokens, context=context,
                 user_id=speaker.user_id, index=deps.semantic,
@@ -201,10 +217,10 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
         for q in speaker.quotes:
             if q.images and q.message_id in stored:
                 images.setdefault(q.message_id, q.images)
-        history = for_model(state["messages"], summary=state.get("summary", ""), quotes=quotes, speaker=speaker,
+        history = for_model(visible, summary=state.get("summary", ""), quotes=quotes, speaker=speaker,
                             images=images)
         try:
-            reply = await call([system, *history], speaker, image_tokens(state["messages"], images, quotes))
+            reply = await call([system, *history], speaker, image_tokens(visible, images, quotes))
         except Exception as exc:
             if not (images or any(q.images for q in quotes)) or getattr(exc, "status_code", None) not in REFUSED:
                 raise
@@ -214,7 +230,7 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
                         type(exc).__name__)
             quotes = tuple(q if not q.images else replace(q, images=tuple(_refused(i) for i in q.images))
                            for q in quotes)
-            history = for_model(state["messages"], summary=state.get("summary", ""), quotes=quotes,
+            history = for_model(visible, summary=state.get("summary", ""), quotes=quotes,
                                 speaker=speaker, images={k: tuple(_refused(i) for i in v) for k, v in images.items()})
             reply = await call([system, *history], speaker)
         reply = reply.model_copy(update={"content": said(reply.text)})  # (inline reasoning is not said)

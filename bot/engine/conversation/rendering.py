@@ -230,6 +230,9 @@ def system_prompt(persona: str, speaker: Speaker, memories: list[StoredMemory]) 
     return REPLY_SYSTEM.format(persona=persona, speaker_id=speaker.user_id, memory_block=block).strip()
 
 
+_MENTION = re.compile(r"<@!?(\d{15,20})>")
+
+
 def recall_query(messages: list[AnyMessage], speaker: Speaker | None = None, *, turns: int = 3,
                  reply_chars: int = 200, quote_chars: int = 300) -> tuple[str, str]:
     """What memories are chosen for: the person's words now, and what surrounds them.
@@ -257,4 +260,13 @@ def recall_query(messages: list[AnyMessage], speaker: Speaker | None = None, *, 
                if q.kind in ("reply", "forward", "poll", "starter")]
     earlier = [m.text if isinstance(m, HumanMessage) else m.text[:reply_chars] for m in reversed(messages[-2 * turns:])
                if isinstance(m, (HumanMessage, AIMessage)) and not any(m is n for n in now)]
-    return current, "\n".join(p for p in pointed + earlier if p)
+    # A mention is "<@id>" in the text: named as people read it where the thread or the quotes know the
+    # name ("what did I say about @Bob's job?" should meet "Ann's friend Bob started at ...").
+    names = {str(m.additional_kwargs.get("author_id")): str(m.additional_kwargs.get("author_name") or "")
+             for m in messages if isinstance(m, HumanMessage) and m.additional_kwargs.get("author_id")}
+    names.update({q.author_id: q.author_name for q in (speaker.quotes if speaker is not None else ())})
+
+    def named(text: str) -> str:
+        return _MENTION.sub(lambda found: names.get(found.group(1)) or found.group(0), text)
+
+    return named(current), named("\n".join(p for p in pointed + earlier if p))

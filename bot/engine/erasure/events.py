@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from dataclasses import replace
 from typing import Awaitable, Callable, Mapping
 
@@ -42,6 +43,7 @@ class DiscordChanges:
         removed_server_days: float,
         forget_settings: Callable[[str], Awaitable[bool]] | None = None,
         forget_stored: Callable[[str | None], None] | None = None,
+        being_deleted: Counter[str] | None = None,
     ) -> None:
         self.storage = storage
         self.conversations = conversations
@@ -54,6 +56,9 @@ class DiscordChanges:
         # This process's note of which threads have a checkpoint (``TurnRunner.forget_stored``; None: all).
         self.forget_stored = forget_stored or (lambda _thread: None)
         self._sweeper: asyncio.Task | None = None
+        # Discord message IDs whose deletion is being erased (shared with the chat graph, which leaves them
+        # out of what the model reads: the erasure can wait minutes for the global erasure lock).
+        self.being_deleted: Counter[str] = being_deleted if being_deleted is not None else Counter()
         self.active = 0  # edits being applied right now (erasures are counted by the Eraser)
         # Edits and deletions are applied one at a time, in the order Discord sent them: an edit racing a
         # deletion of the same message must not re-learn what the deletion is erasing.
@@ -73,6 +78,16 @@ class DiscordChanges:
         a turn of theirs in this thread finishes first (the thread's lock).
         """
         ids = {str(i) for i in message_ids}
+        self.being_deleted.update(ids)  # hidden from the model from now until they are gone (ChatDeps)
+        try:
+            return await self._forget_messages(thread_id, ids, shown)
+        finally:
+            self.being_deleted.subtract(ids)
+            for i in ids:  # in place: the chat graph holds this very Counter
+                if self.being_deleted[i] <= 0:
+                    del self.being_deleted[i]
+
+    async def _forget_messages(self, thread_id: str, ids: set[str], shown: Mapping[str, str] | None) -> MessageErasure:
         async with self._one_at_a_time:
             authors = await self.authors_in_thread(thread_id, ids)
             replies = await self.conversations.replies_to(thread_id, ids)  # before the answers go

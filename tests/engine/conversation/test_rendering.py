@@ -81,3 +81,14 @@ def test_memories_are_chosen_for_the_persons_message_with_what_they_point_at_the
     assert context == "Ann's sister is Ottilie, right?\nlol\n" + "x" * 200 + "\nBob is visiting in March"
     # Nobody named: the latest message is the question.
     assert recall_query(messages[:2])[0] == "Bob is visiting in March"
+
+
+def test_a_mention_in_the_recall_query_is_the_name_people_read():
+    """"what did I say about <@id>'s job?" shares no word with "Ann's friend Bob started at ..."."""
+    from bot.engine.conversation.rendering import recall_query
+
+    bob_id = "123456789012345678"
+    messages = [human("I got a new job", "Bob", bob_id, "m1"), AIMessage(content="congrats"),
+                human(f"what did I say about <@{bob_id}>'s job and <@!987654321098765432>?", "Ann", "1", "m2")]
+    asked, context = recall_query(messages, Speaker(user_id="1", name="Ann"))
+    assert asked == "what did I say about Bob's job and <@!987654321098765432>?"  # an unknown one stays

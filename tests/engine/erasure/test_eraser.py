@@ -295,3 +295,28 @@ async def test_nothing_is_learned_from_a_person_whose_recorded_erasure_has_not_f
         await engine.storage.erasures.begin(kind="guild", user_id="", guild_id="900")  # a server's, too
         await engine.scheduler.flush()  # what shutdown's last pass does
         assert await engine.memories.list("1") == [] and await engine.memories.list("2") == []
+
+
+async def test_a_deleted_message_is_not_shown_to_the_model_while_its_erasure_waits(settings):
+    """Found in review 2026-12-07: the deletion leaves the thread only inside the erasure, behind the global
+    erasure lock (a wipe or a compaction can hold it for minutes); replies built meanwhile still showed it."""
+    import asyncio
+
+    model = ScriptedChatModel(default_script)
+    ann = Speaker(user_id="1", name="Ann", guild_id="900", channel_id="c")
+    async with running_engine(settings, model) as engine:
+        await engine.reply("c", replace_id(ann, "m1"), "my phone number is 0151-secret")
+        async with engine.locks.erasures():  # another erasure is running
+            deleting = asyncio.create_task(engine.messages_deleted("c", {"m1"}))
+            await asyncio.sleep(0.2)
+            await engine.reply("c", replace_id(ann, "m2"), "what did I just say?")
+            assert "0151-secret" not in model.chat_calls[-1].prompt_text
+            assert not deleting.done()
+        await deleting
+        assert not engine.changes.being_deleted  # nothing left hidden once it is gone
+
+
+def replace_id(speaker: Speaker, message_id: str) -> Speaker:
+    from dataclasses import replace
+
+    return replace(speaker, message_id=message_id)
