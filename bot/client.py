@@ -148,8 +148,15 @@ class MemoryBot(commands.Bot):
             await self.load_extension(ext)
         if not self.force_sync:  # `python -m bot sync` only pushes commands: no memory work, no model calls
             await self.engine.start()
+        if self.stopping:  # SIGTERM during start-up: nothing more starts (the engine waited for its own start)
+            return
         if self.syncs_commands or self.force_sync:
             await self.sync_commands()
+
+    @property
+    def stopping(self) -> bool:
+        """A shutdown began (a signal, ``close()``)."""
+        return self._shutdown is not None
 
     def command_fingerprint(self, guild: discord.abc.Snowflake | None = None) -> str:
         """A hash of the command tree as Discord would receive it."""
@@ -382,6 +389,8 @@ async def run_discord(
                 if sync_only:
                     if bot.sync_failure:
                         raise StartupError(f"Discord refused the slash commands ({bot.sync_failure})")
+                    return 0
+                if bot.stopping:  # a signal during start-up: no gateway for a closing engine
                     return 0
                 if settings.discord.api_base:
                     await follow_gateway(bot)

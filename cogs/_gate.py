@@ -52,7 +52,7 @@ def blocked(access: AccessSection, author: discord.abc.User) -> bool:
 
 def allows(access: AccessSection, author: discord.abc.User, *, in_dm: bool, channel_id: int | None,
            parent_id: int | None) -> bool:
-    if author.id in access.block_users or (access.allow_users and author.id not in access.allow_users):
+    if blocked(access, author) or (access.allow_users and author.id not in access.allow_users):
         return False
     if in_dm:
         return access.dms_enabled
@@ -60,6 +60,4 @@ def allows(access: AccessSection, author: discord.abc.User, *, in_dm: bool, chan
     if ids & set(access.block_channels) or (access.allow_channels and not ids & set(access.allow_channels)):
         return False
     roles = {r.id for r in getattr(author, "roles", [])}
-    if roles & set(access.block_roles) or (access.allow_roles and not roles & set(access.allow_roles)):
-        return False
-    return True
+    return not (access.allow_roles and not roles & set(access.allow_roles))

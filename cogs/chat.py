@@ -72,6 +72,7 @@ class Chat(commands.Cog):
         # messages being recorded without an answer -> their latest text and attachment IDs
         self._hearing: dict[int, tuple[str, list[int]]] = {}
         self._deleted: dict[int, None] = {}  # recently deleted message IDs (bounded), for out-of-order events
+        self._not_learned: dict[int, None] = {}  # "Forget this" while they waited (bounded): see forget_waiting
         self._edited: dict[int, None] = {}  # recently edited message IDs (bounded): a reply's copy of one is stale
         self.draining = False  # shutting down (``drain``): messages are recorded, not answered
         self.drained = False  # and past the drain's deadline: waiting turns are recorded, not started
@@ -157,7 +158,8 @@ class Chat(commands.Cog):
                 text = "(the message was empty: they only mentioned you)"
             # Images go beside the stored text, for this answer only (a message only heard needs none).
             images = await self.inputs.images(item.message, most[item.message.id]) if answer else ()
-            out.append(Incoming(self.speaker(item.message), text, answer=answer, images=images, again=again))
+            out.append(Incoming(self.speaker(item.message), text, answer=answer, images=images, again=again,
+                                learn=item.message.id not in self._not_learned))
         return out
 
     async def quotes(self, items: list[Pending]) -> tuple[Quote, ...]:
@@ -388,6 +390,18 @@ class Chat(commands.Cog):
                 changed = True
         if changed and turns is not None and not self.drained:  # a restart: a new model call, within limits
             turns.restart(lambda item: item.message.id == message_id, self.engine.restart_delay)
+
+    def forget_waiting(self, channel_id: int, message_id: int) -> bool:
+        """"Forget this" on a message this cog still holds (its turn waits for a quiet moment, or behind
+        another, or to start again): it is answered and kept, never learned from. True if it was held.
+        The engine finds it in the learning queue otherwise (``waiting_to_learn``)."""
+        turns = self.channels.get(channel_id)
+        if turns is None or not any(i.message.id == message_id for i in turns.items()):
+            return False
+        self._not_learned[message_id] = None
+        while len(self._not_learned) > DELETED_REMEMBERED:
+            del self._not_learned[next(iter(self._not_learned))]
+        return True
 
     def deleted(self, channel_id: int, message_ids: set[int]) -> None:
         """Deleted messages leave the turns that were waiting to answer them (or are never let in)."""

@@ -181,8 +181,11 @@ class ContextMenus(commands.Cog):
         mine = str(message.id)
         learned = [m for m in await self.engine.list_memories(interaction.user.id) if mine in m.about_messages()]
         if not learned:
-            # Not learned yet (the conversation has not gone quiet, the model is down): it would be moments
-            # later. Nothing learned is lost, so no confirmation: it is taken out of the queue at once.
+            # Not learned yet (the conversation has not gone quiet, the model is down, it waits to be
+            # answered): it would be moments later. Nothing learned is lost, so no confirmation: it is taken
+            # out of the queue at once, or marked never to be learned while it still waits for its answer.
+            chat = self.bot.get_cog("Chat")
+            held = chat is not None and chat.forget_waiting(message.channel.id, message.id)
             if await self.engine.waiting_to_learn(interaction.user.id, str(message.channel.id), mine):
                 changes = await self.engine.delete_memories(interaction.user.id, [], from_message=mine,
                                                             by=Actor("user", str(interaction.user.id)))
@@ -190,7 +193,8 @@ class ContextMenus(commands.Cog):
                             " forgotten, and I won't learn from it again." if changes.deleted else
                             "I hadn't learned anything from that message yet, and now I won't.")
                 return
-            await reply(interaction, "I didn't learn anything from that message: there is nothing to forget.")
+            await reply(interaction, "I hadn't learned anything from that message yet, and now I won't." if held
+                        else "I didn't learn anything from that message: there is nothing to forget.")
             return
         listing = "\n".join(f"`{m.short_id}` {fmt.clip(m.content, 150)}" for m in learned[:10])
         more = f"\n…and {len(learned) - 10} more." if len(learned) > 10 else ""

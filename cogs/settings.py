@@ -159,7 +159,8 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
             return False
         await interaction.response.defer(ephemeral=True, thinking=True)
         assert interaction.guild is not None
-        if str(parent) not in getattr(await self.bot.engine.guild_policy(interaction.guild.id), listed):
+        chosen = getattr(await self.bot.engine.guild_policy(interaction.guild.id), listed)
+        if str(parent) not in chosen or str(channel.id) in chosen:  # its own entry can always be taken out
             return False
         await interaction.followup.send(f"<#{parent}> {does}, and its threads follow it: change it there. "
                                         "Nothing was changed.", ephemeral=True)
@@ -425,8 +426,8 @@ class SettingsCommands(commands.GroupCog, group_name="settings", group_descripti
             # database read past the cache) can outlast Discord's 3 s.
             await interaction.response.defer(ephemeral=True, thinking=True)
             policy = await self.bot.engine.guild_policy(interaction.guild.id)
-            value = getattr(policy, setting.value)
-            named = {value} if isinstance(value, str) else set(value or ())
+            value = getattr(policy, setting.value) if policy.sources.get(setting.value) != OPERATOR else None
+            named = {value} if isinstance(value, str) else set(value or ())  # (the operator's: a reset changes nothing)
             if setting.value == "respond_channels":  # the operator's channels stay listed after the reset
                 named -= self._operator_channels_here(interaction.guild)
             if hidden := len(self._hidden_from(interaction.user, interaction.guild, named)):

@@ -23,7 +23,7 @@ from bot.engine.conversation.turn import DeltaCallback, Reply, TakenBack, TurnRu
 from bot.engine.erasure.conversations import ConversationEraser
 from bot.engine.erasure.eraser import Eraser
 from bot.engine.erasure.events import DiscordChanges
-from bot.engine.erasure.jobs import erasure_owed
+from bot.engine.erasure.jobs import ErasurePending, erasure_owed
 from bot.engine.erasure.verbs import ChangeVerbs
 from bot.engine.errors import Outages
 from bot.engine.health import HealthVerbs
@@ -108,7 +108,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
             self.inbox, self.learn, quiet_seconds=mem.extraction_quiet_seconds,
             after_messages=mem.extraction_after_messages, context_turns=mem.extraction_context_messages,
             on_change=on_memory_change, applied_up_to=self.memories.watermark,
-            storage_errors=storage.transient_errors, locks=self.locks)
+            storage_errors=(*storage.transient_errors, ErasurePending), locks=self.locks)
         self.conversations = ConversationEraser(self.graph, self.checkpointer, self.locks.channel,
                                                 storage.maintenance.prune_thread)
         self.runner = TurnRunner(graph=self.graph, inbox=self.inbox, maintenance=storage.maintenance,
@@ -196,6 +196,8 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         nothing more: ``close`` waits for that, so no sweep, journal watcher or learning begins after the
         engine closed, and its final pass of learning never runs beside the erasures still being resumed.
         """
+        if self._closing:  # closed before it started (a signal while the extensions loaded)
+            return
         self._started = True
         try:
             await self.eraser.resume()
@@ -360,7 +362,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
     async def answer_not_sent(self, thread_id: str, reply: Reply) -> None:
         """Discord refused ``reply`` (the bot lost its permission, the DM was closed, the thread locked):
         nobody saw it, so later turns must not read it as said, nor extraction learn from it."""
-        await self.eraser.take_back_answer(thread_id, reply.message_id)
+        await self.eraser.take_back_answer(thread_id, reply.message_id, refused=True)
 
     async def thread_state(self, thread_id: str) -> dict:
         """The thread's current state values (messages, summary)."""
@@ -374,8 +376,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
             return {}
         place = request.origin.get("guild_id")
         if await erasure_owed(self.storage.erasures, request.user_id, str(place) if place else None):
-            log.debug("not learning for user %s: an erasure of theirs is unfinished", request.user_id)
-            return {}
+            raise ErasurePending(f"an erasure of user {request.user_id} (or of their server) is unfinished")
         changes = (await self.memory_graph.ainvoke({"request": request}))["changes"]
         if changes.get("deleted") or changes.get("updated"):  # (the cap's drops are among the deletions)
             await self.eraser.drop_derived(request.user_id, [*changes.get("deleted", []), *changes.get("updated", [])])

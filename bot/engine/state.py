@@ -143,7 +143,8 @@ class Incoming:
     ``text`` is what is stored (image placeholders included); ``images`` are shown to the model with it for
     this answer only and never stored (see :class:`Image`). ``again``: an earlier attempt at the same turn
     may have stored it already (the turn was restarted, for an edit of it or a deletion of another of its
-    messages), so it replaces that copy instead of being added twice.
+    messages), so it replaces that copy instead of being added twice. ``learn`` False: its author chose
+    "Forget this" while it waited to be answered: answered and kept in the conversation, never learned from.
     """
 
     speaker: Speaker
@@ -151,3 +152,4 @@ class Incoming:
     answer: bool = True
     images: tuple[Image, ...] = ()
     again: bool = False
+    learn: bool = True

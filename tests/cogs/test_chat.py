@@ -474,6 +474,13 @@ async def test_an_answer_automod_blocks_gets_the_short_apology_instead(r):
     assert "flagged" in refused.content and apology.content == APOLOGY
     messages = (await r.engine.thread_state(str(GENERAL)))["messages"]
     assert not [m for m in messages if isinstance(m, AIMessage)]
+    # Alice's question stays as context, answered by nobody: the next person's answer is not also hers
+    # (found in review 2026-12-07: deleting her message then took Bob's answer away with it).
+    await r.h.send_message(r.mentioning(BOB, "what time is it?"))
+    messages = (await r.engine.thread_state(str(GENERAL)))["messages"]
+    (answer,) = [m for m in messages if isinstance(m, AIMessage)]
+    assert answer.additional_kwargs["answers"] == [messages[-2].id] and "what time" in messages[-2].text
+
 
 async def test_waiting_behind_a_slow_summary_does_not_count_against_the_deadline(tmp_path):
     import time as _time

@@ -165,6 +165,27 @@ async def test_forget_this_on_a_message_still_being_answered_waits_for_the_answe
         assert await r.engine.list_memories(ALICE["id"]) == []
 
 
+async def test_forget_this_on_a_message_waiting_for_its_answer_answers_it_and_never_learns_it(tmp_path):
+    """Found in review 2026-12-07: a message the chat cog still held (waiting for a quiet moment, or behind
+    another turn) was in no turn and no queue yet: "nothing to forget", and it was learned moments later."""
+    async with rig(tmp_path, discord={"gather_seconds": 3.0}) as r:
+        r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, "hello"))
+        for _ in range(100):
+            if r.model.chat_calls:
+                break
+            await asyncio.sleep(0.02)
+        mine = r.mentioning(ALICE, "I like secret_waiting_canary")  # a follow-up: it waits for a pause
+        r.h.feed("MESSAGE_CREATE", mine)
+        await asyncio.sleep(0.1)
+        assert len(r.model.chat_calls) == 1  # still gathering
+        res = await r.h.invoke_context_menu("Forget this", mine, user=ALICE, channel_id=GENERAL)
+        assert "now I won't" in final(res).content, final(res).content
+        await r.h.settle(timeout=10)
+        assert any("secret_waiting_canary" in m.json["content"] for m in r.h.sent_messages(GENERAL))  # answered
+        await r.engine.flush_learning()
+        assert await r.engine.list_memories(ALICE["id"]) == []
+
+
 async def test_forget_this_on_someone_elses_message_is_refused(r):
     theirs = said(r, BOB, "I'm vegetarian")
     await r.h.invoke_context_menu("Remember this", theirs, user=BOB, channel_id=GENERAL)

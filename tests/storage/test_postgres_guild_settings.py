@@ -175,3 +175,24 @@ async def test_two_bot_processes_take_settings_from_discord_at_once(dsn, opened,
     async with opened(dsn) as gs:
         record = await gs.get("900")
     assert len(record.respond_channels) == 14 and record.version == 14
+
+
+async def test_the_listener_connection_has_tcp_keepalives(dsn, opened, monkeypatch):
+    """Found in review 2026-12-07: a plain connection, so after a silent network drop ``notifies()`` waited
+    forever while "listening", and the other processes' changes never arrived (only the cache's expiry)."""
+    import psycopg
+
+    seen: list[dict] = []
+    real = psycopg.AsyncConnection.connect
+
+    async def connect(*args, **kwargs):
+        import inspect
+
+        if any(f.function == "_listen" for f in inspect.stack()):  # the settings listener's connection
+            seen.append(kwargs)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "connect", connect)
+    async with opened(dsn) as mine:
+        assert await eventually(lambda: _is_set(mine.listening))
+    assert seen and all(k.get("keepalives") == 1 and k.get("keepalives_idle") for k in seen)

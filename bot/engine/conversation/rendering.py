@@ -136,6 +136,12 @@ def said(text: str) -> str:
     return _THINKING.sub("", text, count=1) if text.lstrip().startswith("<think>") else text
 
 
+def marked_answered(message: BaseMessage) -> BaseMessage:
+    """The message as answered (``pending_start`` stops at it) though no answer follows it: its answer was
+    taken away, or never came (the turn failed), and it stays as context only."""
+    return message.model_copy(update={"additional_kwargs": {**message.additional_kwargs, "answered": True}})
+
+
 def pending_start(messages: list[AnyMessage]) -> int:
     """Index of the first human message after the bot's last answer: the messages this turn answers. A
     message whose answer was deleted since is marked ``answered`` (``erasure/conversations.py``) and ends
@@ -237,10 +243,10 @@ def recall_query(messages: list[AnyMessage], speaker: Speaker | None = None, *, 
                  reply_chars: int = 200, quote_chars: int = 300) -> tuple[str, str]:
     """What memories are chosen for: the person's words now, and what surrounds them.
 
-    The first is this turn's messages of the person answered (the latest of theirs when none waits). The
-    rules that read a question (the time it names, "I" meaning the person, "would they ...") read only it,
-    and it comes first in what is embedded: the embedder keeps 256 tokens, so a long context is what is
-    cut, not the question. Before 2026-12-07 the six last messages were one query: "Bob is visiting in
+    The first is this turn's messages of the person answered (the thread's latest message when none of
+    theirs waits). The rules that read a question (the time it names, "I" meaning the person, "would they
+    ...") read only it, and it comes first in what is embedded: the embedder keeps 256 tokens, so a long
+    context is what is cut, not the question. Before 2026-12-07 the six last messages were one query: "Bob is visiting in
     March" said earlier made every March memory win "what is my sister called?", and another member's
     "my" became the person's.
 

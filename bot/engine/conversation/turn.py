@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import AbstractSet, Any, Awaitable, Callable, Coroutine
@@ -20,7 +21,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from bot.engine.concurrency import InflightTurns, Locks
 from bot.engine.conversation.graph import AFTER_ANSWER, Later
-from bot.engine.conversation.rendering import pending_start, said
+from bot.engine.conversation.rendering import marked_answered, pending_start, said
 from bot.engine.errors import Outages
 from bot.engine.learning.scheduler import ExtractionScheduler
 from bot.engine.policy.turn_policy import Policies, TurnPolicy
@@ -60,6 +61,7 @@ class _Turn:
     timeout: float | None
     replaced: bool = False  # it stored a message over its earlier text (a turn restarted by an edit)
     taken: TakenBack | None = None  # what it took back of erased people before releasing the channel
+    stored: frozenset[str] = frozenset()  # the IDs its messages have in the thread (see ``_set_aside``)
 
 
 class TurnRunner:
@@ -259,7 +261,8 @@ class TurnRunner:
                 meta["heard"] = True
             out.append(HumanMessage(
                 content=item.text,
-                id=waiting[sp.message_id].id if sp.message_id in waiting else None,
+                # IDs given here, not by the graph: a turn that fails knows which messages were its own
+                id=waiting[sp.message_id].id if sp.message_id in waiting else str(uuid.uuid4()),
                 additional_kwargs=meta,
             ))
         return out, {i.speaker.message_id for i in incoming if i.speaker.message_id in waiting}, rewritten
@@ -355,14 +358,12 @@ class TurnRunner:
         which the run stored as it ended, stay as context but are marked answered. The person got an
         apology; left waiting, they were answered again by the next turn in the channel, someone else's,
         whose answer then went with them (deleting the failed message took that answer out too)."""
-        ids = {i.speaker.message_id for i in turn.incoming if i.speaker.message_id}
-        if not ids:
+        if not turn.stored:
             return
         try:
             messages = (await self._read_state(turn.thread_id)).get("messages", [])
-            marked = [m.model_copy(update={"additional_kwargs": {**m.additional_kwargs, "answered": True}})
-                      for m in messages[pending_start(messages):]
-                      if isinstance(m, HumanMessage) and str(m.additional_kwargs.get("message_id")) in ids]
+            marked = [marked_answered(m) for m in messages[pending_start(messages):]
+                      if isinstance(m, HumanMessage) and m.id in turn.stored]
             if marked:
                 await self.graph.aupdate_state({"configurable": {"thread_id": turn.thread_id}},
                                                {"messages": marked}, as_node="summarize")
@@ -396,6 +397,7 @@ class TurnRunner:
                 if turn.timeout is not None:
                     clock.reschedule(asyncio.get_running_loop().time() + turn.timeout)
                 messages, again, turn.replaced = await self._human_messages(turn.thread_id, turn.incoming)
+                turn.stored = frozenset(m.id for m in messages)
                 durability = await self._durability(turn.thread_id)
                 # Closed here, not by the garbage collector: when this loop's body raises (a learning-queue
                 # insert in an outage, the caller's stream callback), the run's one checkpoint is written as
@@ -511,7 +513,7 @@ class TurnRunner:
             sp = item.speaker
             if (sp.user_id, sp.message_id) in queued:
                 continue
-            if tickets[sp.user_id].erased:
+            if tickets[sp.user_id].erased or not item.learn:
                 continue
             try:
                 count = await self.inbox.record(

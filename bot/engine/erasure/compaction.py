@@ -66,6 +66,10 @@ class OwedCompaction:
         """Whether this process's timer will compact what is owed (the poll then leaves it to the timer)."""
         return self._task is not None and not self._task.done()
 
+    def resting(self) -> bool:
+        """Whether a slow compaction's rest (see :meth:`took`) is still on: no compaction before it ends."""
+        return self.clock() < self._rest_until
+
     def paid(self) -> None:
         """A compaction just ran (a wipe's, or start-up's): whatever was owed before it is paid."""
         self._first = None

@@ -23,6 +23,7 @@ from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 
+from bot.engine.conversation.rendering import marked_answered
 from bot.engine.erasure.quotes import QuoteRule
 
 log = logging.getLogger(__name__)
@@ -149,7 +150,7 @@ class ConversationEraser:
         stay = _still_answered(messages, doomed)
         for m in messages:
             if m.id in stay:
-                cut[m.id] = _answered(cut.get(m.id, m))
+                cut[m.id] = marked_answered(cut.get(m.id, m))
         update["messages"] = [RemoveMessage(id=i) for i in doomed] + list(cut.values())
         await self.graph.aupdate_state(config, update, as_node="summarize")
         if self.prune is not None:
@@ -235,7 +236,7 @@ class ConversationEraser:
             return 0, []
         said = [m.text for m in messages if m.id in hit]
         stay = _still_answered(messages, doomed)
-        await self._rewrite(thread_id, doomed, drop_summary, [_answered(m) for m in messages if m.id in stay])
+        await self._rewrite(thread_id, doomed, drop_summary, [marked_answered(m) for m in messages if m.id in stay])
         log.info("removed %d deleted messages from thread %s%s", len(doomed), thread_id,
                  " and its summary" if drop_summary else "")
         return len(doomed), said
@@ -275,15 +276,18 @@ class ConversationEraser:
         messages = (await self._values(thread_id)).get("messages", [])
         return next((m.text for m in messages if m.id == answer_id and isinstance(m, AIMessage)), None)
 
-    async def drop_answer(self, thread_id: str, answer_id: str) -> str | None:
+    async def drop_answer(self, thread_id: str, answer_id: str, *, refused: bool = False) -> str | None:
         """Remove an answer nobody saw (its turn was cancelled right after it was written, or Discord refused
-        it); its text, when it was there."""
+        it); its text, when it was there. ``refused``: the person got an apology instead, so the messages it
+        answered stay as context, marked answered (else the next person's answer answered them too); a
+        cancelled turn's stay waiting, for its restart to answer."""
         async with self.lock_for(thread_id):
-            values = await self._values(thread_id)
-            found = [m for m in values.get("messages", []) if m.id == answer_id and isinstance(m, AIMessage)]
+            messages = (await self._values(thread_id)).get("messages", [])
+            found = [m for m in messages if m.id == answer_id and isinstance(m, AIMessage)]
             if not found:
                 return None
-            await self._rewrite(thread_id, [answer_id], False)
+            stay = _still_answered(messages, [answer_id]) if refused else set()
+            await self._rewrite(thread_id, [answer_id], False, [marked_answered(m) for m in messages if m.id in stay])
             return found[0].text
 
     async def erase_thread(self, thread_id: str) -> bool:
@@ -334,7 +338,7 @@ def _doomed(messages: list, message_ids: set[str]) -> tuple[set[str], list[str]]
 
 def _still_answered(messages: list, doomed: list[str]) -> set[str]:
     """The people's messages that stay while the answer to them goes (a moderator deleted the bot's reply, a
-    wipe took a gathered turn's answer): marked ``answered`` (:func:`_answered`), since after the last
+    wipe took a gathered turn's answer): marked ``answered`` (``rendering.marked_answered``), since after the last
     answer they would read as waiting (``rendering.pending_start``), and the next person's answer would
     answer them again and list them as its own."""
     gone = set(doomed)
@@ -343,10 +347,6 @@ def _still_answered(messages: list, doomed: list[str]) -> set[str]:
         if isinstance(m, AIMessage) and m.id in gone:
             answered |= set(m.additional_kwargs.get("answers") or [])
     return {m.id for m in messages if isinstance(m, HumanMessage) and m.id in answered - gone}
-
-
-def _answered(message):
-    return message.model_copy(update={"additional_kwargs": {**message.additional_kwargs, "answered": True}})
 
 
 def with_answers(messages: list, human_ids: set[str]) -> list[str]:

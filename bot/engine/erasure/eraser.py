@@ -340,9 +340,10 @@ class Eraser(JournalReplay):
             async with self._journaled(job_id):
                 yield
 
-    async def take_back_answer(self, thread_id: str, answer_id: str) -> None:
+    async def take_back_answer(self, thread_id: str, answer_id: str, *, refused: bool = False) -> None:
         """An answer nobody saw (Discord refused it, or its turn was cancelled just after it was written) out
-        of the thread and out of the learning queue's copy, which extraction would otherwise read as said."""
+        of the thread and out of the learning queue's copy, which extraction would otherwise read as said.
+        ``refused``: see ``ConversationEraser.drop_answer``."""
         if self.conversations is None:
             return
         text = await self.conversations.answer_text(thread_id, answer_id)
@@ -354,7 +355,7 @@ class Eraser(JournalReplay):
         # compaction in between paid the first debt).
         await self.owe_compaction()
         await self.steps.forget_answers(thread_id, {text})
-        if await self.conversations.drop_answer(thread_id, answer_id):
+        if await self.conversations.drop_answer(thread_id, answer_id, refused=refused):
             self.after()
             await self.owe_compaction()
 

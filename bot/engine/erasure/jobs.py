@@ -28,6 +28,12 @@ def counted(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+class ErasurePending(Exception):
+    """Learning waits: an erasure of this person (or server) is recorded and unfinished (see
+    :func:`erasure_owed`). Their turns stay queued, retried with the database's back-off; the erasure,
+    once it runs again, takes them out."""
+
+
 async def erasure_owed(journal: ErasureJournal, user_id: str, place: str | None) -> bool:
     """Whether an erasure of this person (everywhere, or in ``place``, a server ID) or of that server was
     recorded and has not finished: a shutdown cut it short, or it waits to be run again at start-up.

@@ -14,7 +14,7 @@ import time
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Callable
 
-from bot.engine.erasure.compaction import OwedCompaction
+from bot.engine.erasure.compaction import MOST_REST, OwedCompaction
 from bot.engine.erasure.jobs import EDIT, GUILD, MEMORIES, MESSAGES, QUOTES, THREAD, counted
 from bot.engine.erasure.quotes import QuoteRule
 from bot.engine.erasure.steps import ErasureSteps
@@ -77,13 +77,16 @@ class JournalReplay:
         """Whether this round pays the compaction owed: at start-up (a crash left it); not while this
         process's batch timer will, nor before a failure's pause is over; after a failure (a wipe's
         compaction a reader blocked); or once it waited longer than any batch does (its timer died with
-        another process)."""
+        another process). Not while this process rests after a slow one; and a debt another process's
+        timer may still pay (it rests up to ``MOST_REST`` after a slow compaction) is taken over only past
+        that too: taken at ``most``, a second process compacted every few seconds under the global lock,
+        ignoring the owner's rest."""
         if not self._resumed:
             return True
         failures, not_before = self._compact_failures
-        if now < not_before or self.owed.waiting():
+        if now < not_before or self.owed.waiting() or self.owed.resting():
             return False
-        return failures > 0 or time.time() - since >= self.owed.most
+        return failures > 0 or time.time() - since >= self.owed.most + MOST_REST
 
     @counted
     async def run_job(self, job: ErasureJob) -> bool:
@@ -134,6 +137,8 @@ class JournalReplay:
                 await self.steps.thread(subject["thread"], threads=bool(subject.get("threads")))
             else:
                 await self.steps.guild(str(job.guild_id))
+                # as the live sweep does, under the lock: left marked, the next sweep erased it all again
+                await self.storage.removed_guilds.done(str(job.guild_id))
             await self._finish(job.id, compact_now=job.kind == GUILD)
             return
 

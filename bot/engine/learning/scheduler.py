@@ -130,15 +130,20 @@ class ExtractionScheduler:
             self._sweeper = asyncio.create_task(self._sweep(sweep), name="extraction-sweep")
 
     async def _sweep(self, every: float) -> None:
-        """On a shared database: pick up turns no timer here knows of (another process died with them)."""
+        """On a shared database: pick up turns no timer here knows of (another process died with them).
+
+        Only turns overdue by a whole sweep: the process that recorded them (alive) restarts its quiet timer
+        at each new message, and another process's timer armed at the newest turn's time plus the quiet
+        period fired in the middle of the conversation, every sweep: several extractions a conversation
+        instead of one when it goes quiet."""
         while not self._closed:
             await asyncio.sleep(every)
             try:
                 now = time.time()
                 for (scope, user_id), last in (await self._pending_by_scope()).items():
                     timer = self._timers.get((scope, user_id))
-                    if timer is None or timer.done():
-                        self._schedule(scope, user_id, max(0.0, last + self.quiet_seconds - now))
+                    if (timer is None or timer.done()) and now - last >= self.quiet_seconds + every:
+                        self._schedule(scope, user_id, 0.0)
             except self.storage_errors as exc:
                 log.debug("looking for left-over memory work waits for the database: %r", exc)
             except Exception:  # noqa: BLE001 - the next round tries again
@@ -211,7 +216,7 @@ class ExtractionScheduler:
             key = (scope, user_id)
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
-            log.debug("memory extraction for user %s waits for the database: %r", user_id, exc)
+            log.debug("memory extraction for user %s waits (the database, or an unfinished erasure): %r", user_id, exc)
             self._schedule(scope, user_id, min(60.0, STORAGE_RETRY_SECONDS * 2 ** min(failures - 1, 5)))
             return None
 

@@ -55,10 +55,6 @@ class SettingsVerbs:
         later audit line a warning in the process log only.
         """
         channel = str(channel_id)
-        stored = await self.guild_settings.stored(str(guild_id))
-        if stored is None or not (channel in stored.channel_personas or channel in (stored.respond_channels or ())
-                                  or channel in stored.mentions_off or stored.mod_log_channel == channel):
-            return False
 
         def gone(s: ServerSettings) -> ServerSettings:
             s = channel_persona(channel, None)(s)
@@ -66,6 +62,9 @@ class SettingsVerbs:
             return replace(s, respond_channels=listed, mentions_off=s.mentions_off - {channel},
                            mod_log_channel=None if s.mod_log_channel == channel else s.mod_log_channel)
 
+        stored = await self.guild_settings.stored(str(guild_id))
+        if stored is None or gone(stored) == stored:
+            return False
         await self.guild_settings.change(guild_id, gone, by="")
         return True
 

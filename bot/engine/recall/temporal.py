@@ -53,8 +53,11 @@ _AMBIGUOUS = frozenset("may march mayo mai june april august jan julio abril".sp
 
 
 def _dated_use(text: str, name: str) -> bool:
-    return bool(re.search(rf"(?:\b(?:in|during|of|since|by|on|until|before|after|early|late|mid-?|im|en|de)\s+"
-                          rf"(?:early |late |mid-?)?|\d(?:st|nd|rd|th)?\s+(?:of\s+)?){name}\b|\b{name}\s+\d", text))
+    """Whether the month word is used as one: "last March", "in June", "mid-May", "8 May", "May 3" (but not
+    "April's cat": a possessive names a person)."""
+    return bool(re.search(rf"(?:\b(?:in|during|of|since|by|on|until|before|after|last|this|next|past|previous|early|"
+                          rf"late|im|en|de)\s+(?:early |late |mid-?)?|\bmid-?\s*|\d(?:st|nd|rd|th)?\s+(?:of\s+)?)"
+                          rf"{name}\b(?!['’]s\b)|\b{name}\s+\d", text))
 
 
 def _utc(t: datetime) -> datetime:

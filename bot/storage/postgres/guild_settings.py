@@ -23,6 +23,7 @@ import psycopg
 
 from bot.engine.stores.guild_settings import Notify, ServerSettings
 from bot.storage.postgres.db import PgDb, retried
+from bot.storage.postgres.locks import keepalive_params
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,11 @@ class PostgresGuildSettings:
         attempt = 0
         while True:
             try:
-                conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
+                # TCP keepalives, as the lock connection has: after a silent network drop (a failover, a NAT
+                # entry gone) ``notifies()`` would otherwise wait forever, "listening", while the other
+                # processes' /settings changes never arrived (the error now ends it: reconnected below).
+                conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True,
+                                                             **keepalive_params(self._dsn, server=False))
                 try:
                     await conn.execute(f"LISTEN {CHANNEL}")  # a constant identifier
                     if attempt:

@@ -95,7 +95,7 @@ async def fence(conn: psycopg.AsyncConnection) -> None:
             raise ClaimLost(f"the claim on user {claim.user_id} ran out and was taken over")
 
 
-def _lock_conn_params(dsn: str, *, server: bool = True) -> dict[str, object]:
+def keepalive_params(dsn: str, *, server: bool = True) -> dict[str, object]:
     """The lock connection's keepalives (on both ends; the server's only with ``server``), and a connect
     timeout (the DSN's own, when it has one; its ``options`` are kept, the server keepalives added after)."""
     given = conninfo_to_dict(dsn)
@@ -168,14 +168,14 @@ class PostgresLocks:
         before it was added, and the log says so once."""
         if not self._server_keepalive_refused:
             try:
-                return await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **_lock_conn_params(self._dsn))
+                return await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **keepalive_params(self._dsn))
             except psycopg.OperationalError as exc:
                 if "options" not in str(exc).lower() and "startup parameter" not in str(exc).lower():
                     raise
                 self._server_keepalive_refused = True
                 log.warning("the database refused the lock connection's server keepalives (a pooler?); "
                             "connecting without them")
-        return await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **_lock_conn_params(self._dsn, server=False))
+        return await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **keepalive_params(self._dsn, server=False))
 
     async def _try_lock(self, thread_id: str) -> tuple[psycopg.AsyncConnection, bool]:
         """One attempt at the channel's lock: the connection it was asked on, and whether it was granted.

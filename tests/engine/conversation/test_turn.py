@@ -334,6 +334,16 @@ async def test_a_message_whose_answer_failed_stays_as_context_and_is_not_answere
         answer = messages[-1]
         assert answer.additional_kwargs["answers"] == [messages[-2].id]  # Bo's message only
         assert "what is a kayak?" in texts({"messages": messages})  # kept as context
+        # The same without Discord IDs (the console; "Ask about this", whose stored question has none).
+        down[0] = True
+        side = Speaker(user_id="42", name="Ada")
+        with pytest.raises(ConnectionError):
+            await engine.reply("side", side, "first question")
+        down[0] = False
+        await engine.reply("side", side, "second question")
+        await engine.runner.close()
+        messages = (await engine.thread_state("side"))["messages"]
+        assert messages[-1].additional_kwargs["answers"] == [messages[-2].id] and messages[-2].text == "second question"
 
 
 async def test_a_deleted_threads_next_first_message_is_stored_before_the_model_answers_again(settings):

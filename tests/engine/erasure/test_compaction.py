@@ -220,3 +220,20 @@ async def test_a_wipe_whose_compaction_crashed_is_compacted_at_the_next_start(se
         assert await engine.storage.erasures.compaction_owed() is None
         assert files_with(settings, canary) == []
         assert await engine.memories.list("1") == []
+
+
+async def test_a_debt_another_process_may_still_pay_is_taken_over_only_past_its_longest_rest(settings):
+    """Found in review 2026-12-07: the journal poll paid a debt older than a batch's longest wait (10 s),
+    though its owner may rest up to ``MOST_REST`` after a slow compaction: with two processes, a VACUUM every
+    few seconds under the global lock. Nor does the poll pay while this process rests."""
+    import time
+
+    from bot.engine.erasure.compaction import MOST_REST
+
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        eraser = engine.eraser
+        now = time.time()
+        assert not eraser._compaction_due(now - eraser.owed.most - 1, now)  # its owner may be resting
+        assert eraser._compaction_due(now - eraser.owed.most - MOST_REST - 1, now)  # nobody paid it
+        eraser.owed.took(10.0)  # this process just ran a slow one
+        assert not eraser._compaction_due(now - eraser.owed.most - MOST_REST - 1, now)

@@ -122,3 +122,15 @@ async def test_two_sweeps_at_once_erase_a_removed_server_once(tmp_path):
         first, second = await asyncio.gather(r.engine.changes.sweep_removed_servers(now=later),
                                              r.engine.changes.sweep_removed_servers(now=later))
         assert runs == ["999"] and sorted(first + second) == ["999"]
+
+
+async def test_a_server_sweep_cut_short_and_run_again_from_the_journal_is_marked_swept(tmp_path):
+    """Found in review 2026-12-07: the journal's re-run of a server's erasure (after a crash) left the server
+    marked removed, so the next sweep erased it all again, with a second full compaction."""
+    async with rig(tmp_path) as r:
+        await seed(r, ALICE, ["Alice said this in a server that removed the bot"], guild="999")
+        await r.engine.storage.removed_guilds.mark("999", time.time() - 9 * 86400)
+        await r.engine.storage.erasures.begin(kind="guild", user_id="", guild_id="999")  # the crash left it
+        await r.engine.eraser.resume()
+        assert await r.engine.storage.removed_guilds.due(time.time() + 30 * 86400) == []
+        assert await r.engine.list_memories(ALICE["id"]) == []

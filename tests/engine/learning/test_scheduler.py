@@ -87,3 +87,40 @@ async def test_a_light_hold_that_fails_inside_still_schedules_what_the_person_ha
                     pass
         await scheduler.flush()
         assert [m.content for m in await engine.memories.list("1")] == ["I like held things"]
+
+
+async def test_the_shared_sweep_takes_over_only_turns_nobody_extracted_in_time():
+    """Found in review 2026-12-07: on a shared database every other process's sweep armed a timer for the
+    newest turn plus the quiet period, which fired in the middle of a live conversation whose own process
+    kept restarting its quiet timer: several extractions a conversation instead of one."""
+    import asyncio
+    import time
+    from types import SimpleNamespace
+
+    from bot.engine.concurrency import Locks
+    from bot.engine.learning.scheduler import ExtractionScheduler
+    from bot.engine.stores import PendingKey, SingleProcessLocks
+
+    now = time.time()
+    pending = [PendingKey("live", "1", 1, now - 5), PendingKey("orphan", "2", 1, now - 3600)]
+    turn = SimpleNamespace(origin={"guild_id": "900"})
+
+    class Inbox:
+        epoch = ""
+
+        async def pending(self):
+            return pending
+
+        async def batch(self, thread_id, user_id, context):
+            return [], [turn]
+
+    shared = SingleProcessLocks()
+    shared.sweep_seconds = 0.05
+    scheduler = ExtractionScheduler(Inbox(), lambda request: None, quiet_seconds=60, after_messages=10,
+                                    context_turns=0, locks=Locks(shared))
+    scheduled: list[tuple[str, float]] = []
+    scheduler._schedule = lambda scope, user_id, delay: scheduled.append((user_id, delay))
+    sweeping = asyncio.create_task(scheduler._sweep(0.05))
+    await asyncio.sleep(0.2)
+    sweeping.cancel()
+    assert scheduled and {user for user, _ in scheduled} == {"2"}  # the live conversation is left to its process

@@ -88,3 +88,22 @@ async def test_a_new_memory_is_dated_by_the_message_it_came_from_not_by_when_the
         for k in (unknown, future):
             assert got[k].created_at >= now and got[k].created_at == got[k].updated_at
         assert [m.key for m in await repo.list("7")] == [late, later, unknown, future]  # oldest first
+
+
+async def test_a_persons_memories_are_read_in_one_statement_so_a_write_between_pages_skips_none(settings):
+    """Found in review 2026-12-07: pages of 500 by offset, ordered by last change, each its own statement:
+    an extraction between two pages' reads moved a memory to the page already read (skipped) and doubled
+    another. 1,200 memories are now one read."""
+    async with open_storage(settings) as storage:
+        repo = MemoryRepository(storage.store)
+        await repo.apply("7", inserts=[(f"fact number {i}", A) for i in range(1200)])
+        calls = []
+        real = storage.store.asearch
+
+        async def counted(*args, **kwargs):
+            calls.append(kwargs.get("limit"))
+            return await real(*args, **kwargs)
+
+        storage.store.asearch = counted
+        memories = await repo.list("7")
+        assert len(calls) == 1 and len(memories) == len({m.key for m in memories}) == 1200

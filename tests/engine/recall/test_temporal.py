@@ -111,3 +111,7 @@ def test_a_month_that_is_also_a_name_or_a_word_needs_a_preposition_a_day_or_a_ye
     assert time_window("Was hat Ann im Mai gemacht?", NOW) == (day(2023, 5, 1), day(2023, 6, 1))
     assert time_window("May I ask what happened in June?", NOW) == (day(2023, 6, 1), day(2023, 7, 1))  # the next one
     assert time_window("What did Ann do in October?", NOW) == (day(2023, 10, 1), day(2023, 11, 1))
+    # and as a month with "last", "this", "mid-" (the first version of this rule missed them), never as a possessive
+    assert time_window("What did I buy last June?", NOW) == (day(2023, 6, 1), day(2023, 7, 1))
+    assert time_window("Where was Ann in mid-May?", NOW) == (day(2023, 5, 1), day(2023, 6, 1))
+    assert time_window("What is the name of April's cat?", NOW) is None
