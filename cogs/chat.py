@@ -32,7 +32,7 @@ from cogs._replying import ReplyWriter, may_speak, reply_to, typing_indicator
 
 log = logging.getLogger(__name__)
 
-DRAIN_RECORDING_SECONDS = 10.0  # at shutdown, past the drain: how long the waiting turns get to be recorded
+DRAIN_RECORDING_SECONDS = 10.0  # at shutdown, past the drain: how long the turns left get to be recorded
 APOLOGY = "Sorry, I couldn't come up with an answer just now. Please try again in a moment."
 SLOW_DOWN = "You're going a bit fast for me. I've noted what you said and will take it in with your next message."
 BUSY = "Lots of people are talking to me here right now. I've noted what you said; ask me again in a moment."
@@ -72,7 +72,6 @@ class Chat(commands.Cog):
         # messages being recorded without an answer -> their latest text and attachment IDs
         self._hearing: dict[int, tuple[str, list[int]]] = {}
         self._deleted: dict[int, None] = {}  # recently deleted message IDs (bounded), for out-of-order events
-        self._not_learned: dict[int, None] = {}  # "Forget this" while they waited (bounded): see forget_waiting
         self._edited: dict[int, None] = {}  # recently edited message IDs (bounded): a reply's copy of one is stale
         self.draining = False  # shutting down (``drain``): messages are recorded, not answered
         self.drained = False  # and past the drain's deadline: waiting turns are recorded, not started
@@ -158,8 +157,7 @@ class Chat(commands.Cog):
                 text = "(the message was empty: they only mentioned you)"
             # Images go beside the stored text, for this answer only (a message only heard needs none).
             images = await self.inputs.images(item.message, most[item.message.id]) if answer else ()
-            out.append(Incoming(self.speaker(item.message), text, answer=answer, images=images, again=again,
-                                learn=item.message.id not in self._not_learned))
+            out.append(Incoming(self.speaker(item.message), text, answer=answer, images=images, again=again))
         return out
 
     async def quotes(self, items: list[Pending]) -> tuple[Quote, ...]:
@@ -298,13 +296,14 @@ class Chat(commands.Cog):
             # waiting turns: left running, an answer went on to post and attach its reply while the engine
             # and storage closed under it (the reply on Discord, never tied to its stored answer), and the
             # recordings nobody awaited were lost.
-            for turns in self.channels.values():
-                if turns.current is not None and turns.current.attempt is not None:
-                    turns.current.attempt.cancel()
+            until = asyncio.get_running_loop().time() + DRAIN_RECORDING_SECONDS
+            for turns in self.channels.values():  # (one already sending its reply finishes: it is quick)
+                current = turns.current
+                if current is not None and not current.delivered and current.attempt is not None:
+                    current.attempt.cancel()
             workers = [t.worker for t in self.channels.values() if t.worker is not None and not t.worker.done()]
             if workers:
                 await asyncio.wait(workers, timeout=DRAIN_RECORDING_SECONDS)
-            until = asyncio.get_running_loop().time() + DRAIN_RECORDING_SECONDS
             while self._hearing and asyncio.get_running_loop().time() < until:
                 await asyncio.sleep(0.05)
 
@@ -393,14 +392,13 @@ class Chat(commands.Cog):
 
     def forget_waiting(self, channel_id: int, message_id: int) -> bool:
         """"Forget this" on a message this cog still holds (its turn waits for a quiet moment, or behind
-        another, or to start again): it is answered and kept, never learned from. True if it was held.
-        The engine finds it in the learning queue otherwise (``waiting_to_learn``)."""
+        another, or to start again): it is answered and kept, never learned from (``never_learn``: the
+        engine checks as it queues the turn, however far the turn has gone). True if it was held. The
+        engine finds it in the learning queue otherwise (``waiting_to_learn``)."""
         turns = self.channels.get(channel_id)
         if turns is None or not any(i.message.id == message_id for i in turns.items()):
             return False
-        self._not_learned[message_id] = None
-        while len(self._not_learned) > DELETED_REMEMBERED:
-            del self._not_learned[next(iter(self._not_learned))]
+        self.engine.never_learn(str(message_id))
         return True
 
     def deleted(self, channel_id: int, message_ids: set[int]) -> None:
@@ -420,15 +418,24 @@ class Chat(commands.Cog):
             turns.remove(lambda item: True)
         self.starters.forget(channel_id)
 
+    async def _record_unanswered(self, turn: Turn[Pending]) -> None:
+        """Past the drain's deadline: the turn's messages are kept without an answer (as heard: a copy a
+        cancelled attempt stored is replaced, and the next person's answer does not answer them), and a
+        preview an earlier attempt left goes."""
+        turn.delivered = True
+        previous: ReplyWriter | None = turn.state.get("writer")
+        if previous is not None:
+            await previous.discard()
+        for item in list(turn.items):
+            await self.hear(item.message, item.policy, None)
+
     # ---- answering one turn
     async def answer_turn(self, turn: Turn[Pending]) -> None:
         """Answer a turn's messages with one reply; whatever fails on the way, one short apology."""
         items = list(turn.items)
         last = items[-1].message
-        if self.drained and not turn.state:  # shutting down, out of time (never started): kept, not answered
-            turn.delivered = True
-            for item in items:
-                await self.hear(item.message, item.policy, None)
+        if self.drained:  # shutting down, out of time: kept, not answered (a restart makes no model call)
+            await self._record_unanswered(turn)
             return
         previous: ReplyWriter | None = turn.state.get("writer")
         writer = ReplyWriter(last, streaming=self.streaming, adopt=previous)
@@ -436,6 +443,9 @@ class Chat(commands.Cog):
         try:  # a writer left by an earlier attempt: this one is a restart, which may find its messages stored
             reply = await self._think(items, writer, again=previous is not None)
         except asyncio.CancelledError:
+            if self.drained:  # the shutdown's drain ran out of time: its messages are recorded unanswered
+                await asyncio.shield(self._record_unanswered(turn))
+                raise
             if not turn.items:  # every message of it was deleted: no answer, and no half-written preview left
                 await asyncio.shield(writer.discard())
             raise  # a follow-up arrived: the turn starts again with it (the preview is kept)

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections import Counter
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from langgraph.graph.state import CompiledStateGraph
@@ -120,6 +120,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                                  scopes=storage.scopes,
                                  owed=(self.meter.owe, self.meter.paid))
         self.turns_done = self.runner.turns_done
+        self.not_learned = self.runner.not_learned
         self.eraser = Eraser(storage, self.conversations, hold=self._hold, light_hold=self._light_hold,
                              erasing=self.runner.inflight.erasing, exclusive=self.locks.erasures,
                              notify=self.scheduler.notify, settled=self._settled, after=self._after_erasure)
@@ -274,7 +275,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         policy = policy or await self.guild_policy(answering.guild_id)
         bucket = await self.meter.exhausted(answering, policy)
         if bucket is not None:
-            await self.hear(thread_id, [Incoming(m.speaker, m.text, answer=False) for m in incoming], policy=policy)
+            await self.hear(thread_id, [replace(m, answer=False, images=()) for m in incoming], policy=policy)
             return TurnResult(None, "out_of_budget" if self.meter.first_notice_today(bucket) else None)
         async with while_answering() if while_answering is not None else nullcontext():
             quotes = await context() if context is not None else ()
@@ -362,6 +363,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
     async def answer_not_sent(self, thread_id: str, reply: Reply) -> None:
         """Discord refused ``reply`` (the bot lost its permission, the DM was closed, the thread locked):
         nobody saw it, so later turns must not read it as said, nor extraction learn from it."""
+        await self.turns_done(thread_id)  # its checkpoint is written in the turn's tail, after the answer
         await self.eraser.take_back_answer(thread_id, reply.message_id, refused=True)
 
     async def thread_state(self, thread_id: str) -> dict:

@@ -143,8 +143,7 @@ class Incoming:
     ``text`` is what is stored (image placeholders included); ``images`` are shown to the model with it for
     this answer only and never stored (see :class:`Image`). ``again``: an earlier attempt at the same turn
     may have stored it already (the turn was restarted, for an edit of it or a deletion of another of its
-    messages), so it replaces that copy instead of being added twice. ``learn`` False: its author chose
-    "Forget this" while it waited to be answered: answered and kept in the conversation, never learned from.
+    messages), so it replaces that copy instead of being added twice.
     """
 
     speaker: Speaker
@@ -152,4 +151,3 @@ class Incoming:
     answer: bool = True
     images: tuple[Image, ...] = ()
     again: bool = False
-    learn: bool = True

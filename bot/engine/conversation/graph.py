@@ -136,14 +136,16 @@ def needs_summary(messages: list[AnyMessage], deps: ChatDeps) -> bool:
 
 def without_deleted(messages: list[AnyMessage], deleted: Container[str]) -> list[AnyMessage]:
     """What the model reads: the thread without messages deleted on Discord whose erasure still waits, nor
-    the answers that answered only those (an answer often repeats what it answers)."""
+    the answers to any of them (the erasure takes those too: an answer often repeats what it answers), nor
+    a reply of the bot's deleted on Discord (found by the Discord IDs it was sent as)."""
     if not deleted:
         return messages
-    gone = {m.id for m in messages if str(m.additional_kwargs.get("message_id", "")) in deleted}
+    gone = {m.id for m in messages if str(m.additional_kwargs.get("message_id", "")) in deleted
+            or any(str(i) in deleted for i in m.additional_kwargs.get("discord_ids", ()))}
     if not gone:
         return messages
     return [m for m in messages if m.id not in gone and not (
-        isinstance(m, AIMessage) and (answered := set(m.additional_kwargs.get("answers") or ())) and answered <= gone)]
+        isinstance(m, AIMessage) and set(m.additional_kwargs.get("answers") or ()) & gone)]
 
 
 def fold_point(messages: list[AnyMessage], deps: ChatDeps) -> int:
@@ -217,8 +219,10 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
         for q in speaker.quotes:
             if q.images and q.message_id in stored:
                 images.setdefault(q.message_id, q.images)
-        history = for_model(visible, summary=state.get("summary", ""), quotes=quotes, speaker=speaker,
-                            images=images)
+        summary = state.get("summary", "")
+        if deps.being_deleted and any(i in deps.being_deleted for i in state.get("summary_sources") or ()):
+            summary = ""  # it holds a message being deleted (the erasure drops it)
+        history = for_model(visible, summary=summary, quotes=quotes, speaker=speaker, images=images)
         try:
             reply = await call([system, *history], speaker, image_tokens(visible, images, quotes))
         except Exception as exc:
@@ -230,7 +234,7 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
                         type(exc).__name__)
             quotes = tuple(q if not q.images else replace(q, images=tuple(_refused(i) for i in q.images))
                            for q in quotes)
-            history = for_model(visible, summary=state.get("summary", ""), quotes=quotes,
+            history = for_model(visible, summary=summary, quotes=quotes,
                                 speaker=speaker, images={k: tuple(_refused(i) for i in v) for k, v in images.items()})
             reply = await call([system, *history], speaker)
         reply = reply.model_copy(update={"content": said(reply.text)})  # (inline reasoning is not said)
@@ -240,7 +244,7 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
         # What this answer answers: the messages since the last answer, but not those only heard (over a
         # limit, a full queue): the deletion of one of those takes its words out of this answer (the quote
         # rule), not the whole answer to someone else (docs/decisions.md, review fixes, seventh session).
-        answers = [m.id for m in state["messages"][pending_start(state["messages"]):]
+        answers = [m.id for m in visible[pending_start(visible):]  # (not a message it was not shown)
                    if not m.additional_kwargs.get("heard")]
         answer = AIMessage(content=reply.text, id=reply.id, additional_kwargs={"answers": answers})
         runtime.stream_writer({"summarize": needs_summary([*state["messages"], answer], deps)})  # what route decides

@@ -19,7 +19,7 @@ from typing import AbstractSet, Any, Awaitable, Callable, Coroutine
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.graph.state import CompiledStateGraph
 
-from bot.engine.concurrency import InflightTurns, Locks
+from bot.engine.concurrency import BoundedDict, InflightTurns, Locks
 from bot.engine.conversation.graph import AFTER_ANSWER, Later
 from bot.engine.conversation.rendering import marked_answered, pending_start, said
 from bot.engine.errors import Outages
@@ -99,6 +99,8 @@ class TurnRunner:
         self.scopes = scopes if scopes is not None else NoScopes()
         self.owed = owed
         self.inflight = InflightTurns()  # an erasure marks a person's turns in flight: none is learned from
+        # Messages their authors chose "Forget this" on before they were answered (bounded): never queued.
+        self.not_learned: BoundedDict[str, None] = BoundedDict(10_000)
         self.tails: set[asyncio.Task] = set()
         self._turns: dict[str, set[asyncio.Task]] = {}  # each thread's turns in flight (see thread_state)
         self._turns_since_prune: dict[str, int] = {}
@@ -513,7 +515,7 @@ class TurnRunner:
             sp = item.speaker
             if (sp.user_id, sp.message_id) in queued:
                 continue
-            if tickets[sp.user_id].erased or not item.learn:
+            if tickets[sp.user_id].erased or sp.message_id in self.not_learned:
                 continue
             try:
                 count = await self.inbox.record(

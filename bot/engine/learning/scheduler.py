@@ -102,6 +102,7 @@ class ExtractionScheduler:
         self.on_change = on_change
         self._timers: dict[tuple[str, str], asyncio.Task] = {}
         self._failures: BoundedDict[tuple[str, str], int] = BoundedDict(10_000)
+        self._waits: BoundedDict[tuple[str, str], int] = BoundedDict(10_000)  # see run()
         self._closed = False
         self._sweeper: asyncio.Task | None = None
 
@@ -214,10 +215,12 @@ class ExtractionScheduler:
             return await self._run(scope, user_id)
         except self.storage_errors as exc:
             key = (scope, user_id)
-            failures = self._failures.get(key, 0) + 1
-            self._failures[key] = failures
+            # A count of its own: waits here (the database, an unfinished erasure) must not spend the model's
+            # failures, after which a batch is skipped.
+            waits = self._waits.get(key, 0) + 1
+            self._waits[key] = waits
             log.debug("memory extraction for user %s waits (the database, or an unfinished erasure): %r", user_id, exc)
-            self._schedule(scope, user_id, min(60.0, STORAGE_RETRY_SECONDS * 2 ** min(failures - 1, 5)))
+            self._schedule(scope, user_id, min(60.0, STORAGE_RETRY_SECONDS * 2 ** min(waits - 1, 5)))
             return None
 
     async def _run(self, scope: str, user_id: str) -> dict | None:
@@ -264,6 +267,7 @@ class ExtractionScheduler:
                 log.exception("memory extraction failed %d times for user %s; skipping these turns", failures, user_id)
                 changes = {}
             self._failures.pop(key, None)
+            self._waits.pop(key, None)
             for thread_id in marks:
                 await self.inbox.mark_extracted(thread_id, [t.id for t in taken if t.thread_id == thread_id])
         if leftover:

@@ -6,7 +6,7 @@ verbs live beside what they use. The engine's ``__init__`` sets the attributes a
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, MutableMapping
 
 from bot.engine.concurrency import RateLimiter
 from bot.engine.erasure.eraser import Eraser
@@ -27,6 +27,7 @@ class MemoryVerbs:
     eraser: Eraser  # corrections and deletions are removals: they go through the one door
     turns_done: Callable[[str], Awaitable[None]]  # waits for this process's turns in a thread to end
     semantic: SemanticIndex | None  # memory vectors (None: lexical recall only)
+    not_learned: MutableMapping[str, None]  # messages never to be learned from (``never_learn``)
 
     async def list_memories(self, user_id: str | int) -> list[StoredMemory]:
         """Every memory of a person, oldest first."""
@@ -75,6 +76,11 @@ class MemoryVerbs:
         on one of their messages, whose turn still waiting to be learned goes too."""
         messages = [str(from_message)] if from_message else []
         return await self.eraser.erase_memories(user_id, keys, by=by, messages=messages)
+
+    def never_learn(self, message_id: str) -> None:
+        """"Forget this" on a message not answered yet: it is answered and kept, but never queued to be
+        learned from (checked as its turn is queued, in this process: the one that answers it)."""
+        self.not_learned[str(message_id)] = None
 
     async def waiting_to_learn(self, user_id: str | int, thread_id: str, message_id: str) -> bool:
         """Whether one of the person's messages is still queued to be learned from (not learned yet, or

@@ -54,8 +54,10 @@ _AMBIGUOUS = frozenset("may march mayo mai june april august jan julio abril".sp
 
 def _dated_use(text: str, name: str) -> bool:
     """Whether the month word is used as one: "last March", "in June", "mid-May", "8 May", "May 3" (but not
-    "April's cat": a possessive names a person)."""
-    return bool(re.search(rf"(?:\b(?:in|during|of|since|by|on|until|before|after|last|this|next|past|previous|early|"
+    "April's cat": a possessive names a person). "last", "this", "next" and "past" do not make "may" a
+    month: "this may be a dumb question" is the verb."""
+    relative = "" if name == "may" else "last|this|next|past|previous|"
+    return bool(re.search(rf"(?:\b(?:in|during|of|since|by|on|until|before|after|{relative}early|"
                           rf"late|im|en|de)\s+(?:early |late |mid-?)?|\bmid-?\s*|\d(?:st|nd|rd|th)?\s+(?:of\s+)?)"
                           rf"{name}\b(?!['’]s\b)|\b{name}\s+\d", text))
 

@@ -115,3 +115,4 @@ def test_a_month_that_is_also_a_name_or_a_word_needs_a_preposition_a_day_or_a_ye
     assert time_window("What did I buy last June?", NOW) == (day(2023, 6, 1), day(2023, 7, 1))
     assert time_window("Where was Ann in mid-May?", NOW) == (day(2023, 5, 1), day(2023, 6, 1))
     assert time_window("What is the name of April's cat?", NOW) is None
+    assert time_window("this may be a dumb question but what is my sister called?", NOW) is None
