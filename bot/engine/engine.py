@@ -91,8 +91,10 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         self.embeddings = embeddings
         #: What closes after everything else (the model's HTTP connection pool, which ``create_engine`` owns).
         self.closing: list[Callable[[], Awaitable[None]]] = []
-        self.semantic = (SemanticIndex(embeddings, storage.vectors, read=self.memories.list,
-                                       waiting=storage.scopes.waiting)
+        # An embeddings endpoint can take as long as a model call: the turn's pooled connection goes back
+        # meanwhile. The in-process model answers in milliseconds; giving it back would cost a checkout a reply.
+        waiting = nullcontext if isinstance(embeddings, LocalMiniLM) else storage.scopes.waiting
+        self.semantic = (SemanticIndex(embeddings, storage.vectors, read=self.memories.list, waiting=waiting)
                          if embeddings is not None else None)
         self.shown_sources = ShownSources(storage.reach)
         self.being_deleted: Counter[str] = Counter()  # see DiscordChanges.being_deleted
@@ -201,11 +203,10 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
             return
         self._started = True
         try:
-            await self.eraser.resume()
-            if not self._closing:
-                await self.meter.prune()
-            if not self._closing:
-                await self._start_background()
+            for step in (self.eraser.resume, self.meter.prune, self._start_background):
+                if self._closing:
+                    break
+                await step()
         finally:
             self._start_done.set()
 

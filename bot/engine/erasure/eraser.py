@@ -414,17 +414,16 @@ class Eraser(JournalReplay):
 
     @counted
     async def erase_guild(self, guild_id: str, *, still_due: Callable[[], Awaitable[bool]] | None = None,
-                          first: Callable[[], Awaitable[object]] | None = None,
-                          then: Callable[[], Awaitable[object]] | None = None) -> int | None:
+                          first: Callable[[], Awaitable[object]] | None = None) -> int | None:
         """The bot was removed from a server for good: its conversations, its learning queue and what was
         learned there go (judged over all of a memory's sources, as a moderator purge of that server is).
         Journaled. Returns how many memories were erased; None when ``still_due`` says no.
 
         ``still_due`` is asked once the erasure lock is held, and ``first`` (the server's settings) runs
         after it: waiting for the lock can take long (another erasure, another process sweeping the same
-        server), and a server that added the bot back meanwhile keeps everything. ``then`` (the sweep marks
-        the server done) runs after the step, still under the lock: marked after it, a second sweep waiting
-        for the lock found the server still due and erased it again, with a second full compaction.
+        server), and a server that added the bot back meanwhile keeps everything. The step marks the server
+        swept, still under the lock: marked after it, a second sweep waiting for the lock found the server
+        still due and erased it again, with a second full compaction.
         """
         async def ready() -> bool:
             if still_due is not None and not await still_due():
@@ -434,13 +433,8 @@ class Eraser(JournalReplay):
                 await first()
             return True
 
-        async def step() -> int:
-            erased = await self.steps.guild(str(guild_id))
-            if then is not None:
-                await then()
-            return erased
-
-        memories = await self._simple(GUILD, step, guild_id=str(guild_id), compact_now=True, ready=ready)
+        memories = await self._simple(GUILD, lambda: self.steps.guild(str(guild_id)), guild_id=str(guild_id),
+                                      compact_now=True, ready=ready)
         if memories is not None:
             log.info("deleted what was kept from server %s: %d memories", guild_id, memories)
         return memories

@@ -153,8 +153,7 @@ class DiscordChanges:
             forget = self.forget_settings
             try:
                 erased = await self.eraser.erase_guild(
-                    guild_id, still_due=still_due, first=None if forget is None else (lambda g=guild_id: forget(g)),
-                    then=lambda g=guild_id: self.storage.removed_guilds.done(g))
+                    guild_id, still_due=still_due, first=None if forget is None else (lambda g=guild_id: forget(g)))
             finally:
                 self.forget_stored(None)  # which threads were that server's is not kept here; all re-checked
             if erased is None:

@@ -137,8 +137,6 @@ class JournalReplay:
                 await self.steps.thread(subject["thread"], threads=bool(subject.get("threads")))
             else:
                 await self.steps.guild(str(job.guild_id))
-                # as the live sweep does, under the lock: left marked, the next sweep erased it all again
-                await self.storage.removed_guilds.done(str(job.guild_id))
             await self._finish(job.id, compact_now=job.kind == GUILD)
             return
 

@@ -234,6 +234,9 @@ class ErasureSteps:
                 erased = await erase_memories(self.memories, user, guild_id=guild_id)
                 await self.drop_vectors(user, erased.keys)
                 memories += erased.deleted
+        # Last, under the same lock (the live sweep and the journal's re-run alike): left marked removed,
+        # the next sweep, here or in another process, erased the server all over again.
+        await self.storage.removed_guilds.done(guild_id)
         return memories
 
     async def person(

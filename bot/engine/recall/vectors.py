@@ -342,11 +342,7 @@ class SemanticIndex:
             hub_vectors = vectors
             if hub_name_share is not None and hub_name_share != name_share:
                 _, hub_vectors = without_name(query_vec, raw_vectors, name_vec, min(max(hub_name_share, 0.0), 0.9))
-        if dispositions:
-            async with self.waiting():
-                centre = await self._disposition_centre()
-        else:
-            centre = None
+        centre = await self._disposition_centre() if dispositions else None
         disposition = _cosines(centre, vectors) if centre is not None and centre.shape == query_vec.shape else None
         return Relevance(vectors, _cosines(query_vec, vectors), _hubness(hub_vectors), disposition)
 
@@ -358,7 +354,8 @@ class SemanticIndex:
             if time.monotonic() < self._dispositions_retry:
                 return None
             try:
-                vectors = await self.embeddings.aembed_documents(list(PROTOTYPES))
+                async with self.waiting():  # (once per index)
+                    vectors = await self.embeddings.aembed_documents(list(PROTOTYPES))
                 self._dispositions = unit(np.sum([unit(v) for v in vectors], axis=0))
             except Exception as exc:  # noqa: BLE001 - an optional signal: the choice goes on without it
                 self._dispositions_retry = time.monotonic() + NAME_RETRY_SECONDS
