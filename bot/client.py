@@ -277,9 +277,9 @@ class MemoryBot(commands.Bot):
         if self._shutdown is None:  # one shutdown: a second signal waits for it instead of cutting it short
             self._shutdown = asyncio.ensure_future(self._finish_work())
         await asyncio.shield(self._shutdown)
-        if self.monitoring is not None:
-            await self.monitoring.close()
-            self.monitoring = None
+        monitoring, self.monitoring = self.monitoring, None  # taken before the await: close runs twice at once
+        if monitoring is not None:
+            await monitoring.close()
         await super().close()
 
     async def _finish_work(self) -> None:

@@ -89,9 +89,14 @@ class MonitoringServer:
         log.info("monitoring endpoint on http://%s:%s (%s)", self.section.host, self.port, ", ".join(paths))
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        """Stop serving; safe to call twice at once (a signal's close and ``async with bot`` both close).
+
+        The runner is taken before the first await: until 2026-12-07 two overlapping calls both cleaned it
+        up, and aiohttp's second ``cleanup`` crashed the exit with an AttributeError (exit code 1).
+        """
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
 
     async def __aenter__(self) -> "MonitoringServer":
         await self.start()

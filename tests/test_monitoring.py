@@ -129,6 +129,26 @@ async def test_health_is_ready_only_when_the_gateway_is_up_and_storage_answers(t
         assert status == 503 and body == {"status": "unavailable", "gateway": True, "storage": False}
 
 
+async def test_two_closes_at_once_stop_the_endpoint_without_an_error(tmp_path):
+    """A SIGTERM's close and ``async with bot``'s close overlap; both used to clean up aiohttp's runner,
+    and the second raised AttributeError: the process exited 1 after a clean shutdown."""
+    import asyncio
+
+    async with rig(tmp_path, monitoring=ON) as r:
+        assert await r.bot.start_monitoring(r.engine.metrics)
+        port = r.bot.monitoring.port
+        server = r.bot.monitoring
+        await asyncio.gather(server.close(), server.close())
+        await asyncio.gather(r.bot.close(), r.bot.close())
+        assert r.bot.monitoring is None
+        async with aiohttp.ClientSession() as http:
+            try:
+                async with http.get(f"http://127.0.0.1:{port}/health"):
+                    raise AssertionError("the endpoint still answers after close")
+            except aiohttp.ClientConnectorError:
+                pass
+
+
 async def test_endpoints_are_off_unless_configured(tmp_path):
     async with rig(tmp_path, monitoring={"metrics": True, "port": 0}) as r:
         assert await r.bot.start_monitoring(r.engine.metrics)
