@@ -54,7 +54,7 @@ async def over_the_rate(bot: MemoryBot, interaction: discord.Interaction) -> boo
     """Over ``limits.memory_commands_per_hour``: told so, True. Otherwise this attempt is counted."""
     wait = bot.engine.memory_command_wait(str(interaction.user.id))
     if wait > 0:
-        await reply(interaction, f"You've added memories {bot.settings.limits.memory_commands_per_hour} "
+        await reply(interaction, f"You've added or changed memories {bot.settings.limits.memory_commands_per_hour} "
                     f"times in the last hour; try again in {max(1, round(wait / 60))} minutes. Nothing was changed.")
         return True
     return False
@@ -214,6 +214,13 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
             return
         found = await self.find(interaction, memory)
         if found is None:
+            return
+        if found.content == text.strip():  # nothing to log, index or erase
+            await self.reply(interaction, f"`{found.short_id}` already says that: nothing was changed.")
+            return
+        # Counted like remember and import: each edit keeps the old text in the change log, which every
+        # erasure reads, and takes the erasure lock; a script re-editing one memory grew both without end.
+        if await over_the_rate(self.bot, interaction):
             return
         # The place it was learned stays (a DM fact edited in a server stays a DM fact); the source is you.
         origin = {**found.origin, "source": "user"}

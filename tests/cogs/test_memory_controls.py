@@ -44,6 +44,26 @@ async def test_remember_edit_and_history_record_the_person_as_actor(r):
     assert "by you" in text and "created: I am vegetarian" in text and "changed from I am vegetarian to I am vegan" in text
 
 
+async def test_edits_count_against_the_hourly_limit_and_an_unchanged_text_is_not_an_edit(tmp_path):
+    """Each edit keeps the old text in the change log (read by every erasure) and takes the erasure lock:
+    a script re-editing one memory grew both without end. Saying what it already says changes nothing."""
+    async with rig(tmp_path, limits={"memory_commands_per_hour": 2}) as r:
+        await r.h.invoke_slash("memories remember", user=ALICE, channel_id=GENERAL, options={"text": "I am vegetarian"})
+        (m,) = await r.engine.memories.list(str(ALICE["id"]))
+        res = await r.h.invoke_slash("memories edit", user=ALICE, channel_id=GENERAL,
+                                     options={"memory": m.short_id, "text": " I am vegetarian "})
+        assert "already says that" in res[-1].content
+        assert len(await r.engine.memories.history(str(ALICE["id"]))) == 1  # only its creation
+        res = await r.h.invoke_slash("memories edit", user=ALICE, channel_id=GENERAL,
+                                     options={"memory": m.short_id, "text": "I am vegan"})
+        assert "Updated" in res[-1].content
+        res = await r.h.invoke_slash("memories edit", user=ALICE, channel_id=GENERAL,
+                                     options={"memory": m.short_id, "text": "I eat fish"})
+        assert res[-1].ephemeral and "changed memories 2 times in the last hour" in res[-1].content
+        assert [x.content for x in await r.engine.memories.list(str(ALICE["id"]))] == ["I am vegan"]
+        assert len(await r.engine.memories.history(str(ALICE["id"]))) == 2
+
+
 async def test_forget_offers_matches_and_deletes_after_confirm(r):
     await seed(r, ALICE, ["Alice has a cat named Tom", "Alice likes jazz", "Alice feeds the cat at 7"])
     res = await r.h.invoke_slash("memories forget", user=ALICE, channel_id=GENERAL, options={"text": "my cat"})

@@ -9,7 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Sequence
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -74,12 +74,29 @@ def _exported_entry(entry: HistoryEntry) -> dict:
 
 def _aware_text(value: str) -> str:
     try:
-        return as_utc(datetime.fromisoformat(value)).isoformat()
+        return _plausible(datetime.fromisoformat(value)).isoformat()
     except ValueError:
         raise ValueError("not an ISO 8601 time") from None
 
 
-Time = Annotated[datetime, AfterValidator(as_utc)]
+#: The earliest time a file may name. A year-1 or year-9999 "never" placeholder imported, and every reply to
+#: its owner failed (recall's date arithmetic overflowed) until they found the memory; before Discord there
+#: was no message to learn a fact from, and a time past the present is a typing error.
+EARLIEST = datetime(2015, 1, 1, tzinfo=timezone.utc)
+
+
+def _plausible(value: datetime) -> datetime:
+    value = as_utc(value)
+    if not EARLIEST <= value <= datetime.now(timezone.utc) + timedelta(days=1):
+        raise ValueError("a time before 2015 or in the future")
+    return value
+
+
+#: The IDs a file may use for memories and change-log lines: what the bot writes (UUIDs) and plainer
+#: hand-written ones. A NUL in one stopped PostgreSQL's replay of the import for good, and spaces around
+#: one made the memory unreachable by ``/memories edit`` and ``delete`` (which strip what they are given).
+Key = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+Time = Annotated[datetime, AfterValidator(_plausible)]
 TimeText = Annotated[str, Field(max_length=64), AfterValidator(_aware_text)]
 # Provenance holds plain values only (IDs, a source kind, a time, a flag, a count): a file nesting objects
 # in it is refused before anything is read deeper, and nothing a file says is stored as structure.
@@ -120,8 +137,8 @@ class _Strict(BaseModel):
 
 
 class _Memory(_Strict):
-    id: str = Field(min_length=1, max_length=64)
-    content: Annotated[str, _clip] = Field(min_length=1, max_length=MAX_CONTENT)
+    id: Key
+    content: Annotated[str, _clip] = Field(min_length=1, max_length=MAX_CONTENT, pattern=r"\S")
     origin: Provenance
     sources: Annotated[list[Provenance], _newest(MAX_SOURCES)] = Field(default_factory=list)
     created_at: Time
@@ -129,8 +146,8 @@ class _Memory(_Strict):
 
 
 class _Entry(_Strict):
-    key: str = Field(min_length=1, max_length=64)
-    memory_key: str = Field(min_length=1, max_length=64)
+    key: Key
+    memory_key: Key
     action: str = Field(pattern="^(created|updated|deleted)$")
     actor: str = Field(pattern="^(extraction|user|moderator|import)$")
     actor_id: str | None = Field(default=None, max_length=32)
@@ -202,9 +219,13 @@ def parse_import(data: bytes, user_id: str) -> tuple[list[dict], list[dict]]:
     if data.count(b"{") + data.count(b"[") > MAX_CONTAINERS or data.count(b",") > MAX_COMMAS:
         raise ImportRefused("the file holds far more entries than an export can")
     try:
-        raw = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ImportRefused(f"the file is not valid JSON ({exc.__class__.__name__})") from None
+        # From bytes, json detects UTF-8 (with or without a byte-order mark, as Notepad saves it) and UTF-16
+        # or UTF-32 (Windows PowerShell's ``>``): a file a person re-saved while fixing a memory imports.
+        raw = json.loads(data)
+    except UnicodeDecodeError:
+        raise ImportRefused("the file is not saved as UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise ImportRefused(f"the file is not valid JSON (line {exc.lineno}, column {exc.colno})") from None
     except RecursionError:  # "[[[[..." thousands deep: no export looks like that
         raise ImportRefused("the file nests too deeply to be an export") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:

@@ -21,6 +21,20 @@ from bot.engine.recall.weights import DEFAULT_WEIGHTS, Weights
 TOGETHER = timedelta(minutes=30)  # memories learned this close together come from one conversation
 
 
+def _around(t: datetime, span: timedelta) -> tuple[datetime, datetime]:
+    """``t - span`` and ``t + span``, held at the calendar's ends: a memory stored with year 1 or 9999 (an
+    import before imports refused such times) made every reply to its owner fail with OverflowError."""
+    try:
+        lo = t - span
+    except OverflowError:
+        lo = datetime.min.replace(tzinfo=t.tzinfo)
+    try:
+        hi = t + span
+    except OverflowError:
+        hi = datetime.max.replace(tzinfo=t.tzinfo)
+    return lo, hi
+
+
 def temporal_boost(memories: Sequence[StoredMemory], query: str, now: datetime | None,
                    weights: Weights = DEFAULT_WEIGHTS) -> list[float] | None:
     """What each memory gains from the time the query names or asks for (None: the query is not about time)."""
@@ -174,8 +188,8 @@ def coverage_boost(memories: Sequence[StoredMemory], scores: Sequence[float], sp
         by_time = sorted(range(n), key=lambda i: memories[i].created_at)
         stamps = [memories[i].created_at for i in by_time]
         for s in seeds:
-            t = memories[s].created_at
-            lo, hi = bisect.bisect_left(stamps, t - TOGETHER), bisect.bisect_right(stamps, t + TOGETHER)
+            start, end = _around(memories[s].created_at, TOGETHER)
+            lo, hi = bisect.bisect_left(stamps, start), bisect.bisect_right(stamps, end)
             for j in by_time[lo:hi]:
                 if j != s:
                     out[j] = max(out[j], weights.together * strength[s])

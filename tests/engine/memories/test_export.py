@@ -100,6 +100,49 @@ def test_provenance_holds_plain_values_only(bad, says):
         parse_import(_doc(**bad), "7")
 
 
+@pytest.mark.parametrize("bad, says", [
+    # A NUL stopped PostgreSQL's replay of the import for good; padded, /memories edit could never find it.
+    ({"id": "a\x00b"}, "id"),
+    ({"id": " a1 "}, "id"),
+    ({"id": "   "}, "id"),
+    ({"content": "   "}, "content"),
+    # "never" placeholders: year 1 and 9999 overflowed recall's date arithmetic on every reply
+    ({"created_at": "0001-01-01T00:00:00Z"}, "created_at"),
+    ({"updated_at": "9999-12-31T23:59:59Z"}, "updated_at"),
+    ({"sources": [{"message_id": "1", "at": "2999-01-01T00:00:00+00:00"}], "created_at": "3000-01-01T00:00:00Z"},
+     "created_at"),
+])
+def test_ids_blank_texts_and_impossible_times_are_refused(bad, says):
+    with pytest.raises(ImportRefused, match=says):
+        parse_import(_doc(**bad), "7")
+
+
+def test_a_history_line_with_an_impossible_time_or_id_is_refused():
+    import json
+
+    doc = json.loads(_doc())
+    line = {"key": "h1", "memory_key": "a1", "action": "created", "actor": "user", "at": "2025-01-01T00:00:00+00:00",
+            "after": "bait", "origin": {}}
+    for bad, says in (({"at": "0001-01-01T00:00:00+00:00"}, "at"), ({"key": "h 1"}, "key"),
+                      ({"memory_key": "a1\x00"}, "memory_key")):
+        with pytest.raises(ImportRefused, match=says):
+            parse_import(json.dumps({**doc, "history": [{**line, **bad}]}).encode(), "7")
+    assert len(parse_import(json.dumps({**doc, "history": [line]}).encode(), "7")[1]) == 1
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-16-le", "utf-32"])
+def test_a_file_resaved_with_a_byte_order_mark_or_as_utf16_imports(encoding):
+    """Notepad saves "UTF-8 with BOM", Windows PowerShell's ``>`` writes UTF-16: both were refused."""
+    text = _doc(content="café ☕").decode("utf-8")
+    memories, _ = parse_import(text.encode(encoding), "7")
+    assert memories[0]["content"] == "café ☕"
+
+
+def test_a_file_that_is_not_json_says_where_it_breaks():
+    with pytest.raises(ImportRefused, match=r"not valid JSON \(line 1, column"):
+        parse_import(b'{"format": ', "7")
+
+
 def test_ids_as_exports_write_them_are_accepted_the_consoles_included():
     memories, _ = parse_import(_doc(origin={"guild_id": 900, "channel_id": "901", "message_id": ""},
                                     sources=[{"message_id": "555", "guild_id": "dm", "channel_id": None},

@@ -106,3 +106,16 @@ def test_range_max_matches_a_plain_loop():
         start, stop = np.minimum(a, b), np.maximum(a, b)
         expected = [values[x:y].max() if y > x else -np.inf for x, y in zip(start, stop)]
         assert list(_range_max(values, start, stop)) == expected
+
+
+def test_memories_at_the_calendars_ends_do_not_break_the_choice():
+    """Year 1 and 9999 ("never" placeholders a hand-edited import once let in) made ``t - 30 minutes``
+    overflow, and every reply to their owner failed until the memory was found and deleted."""
+    from bot.engine.recall.boosts import coverage_boost
+
+    first = datetime.min.replace(tzinfo=timezone.utc)
+    last = datetime.max.replace(tzinfo=timezone.utc)
+    memories = [StoredMemory("a", "a", {}, first, first), StoredMemory("b", "b", {}, last, last), mem("c", 0),
+                StoredMemory("d", "d", {}, first + timedelta(minutes=5), first)]
+    out = coverage_boost(memories, [0.9, 0.8, 0.1, 0.05], None)
+    assert out[3] > 0 and out[2] == 0  # learned beside the best one, at year 1, it still gains; c does not
