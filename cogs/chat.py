@@ -266,7 +266,8 @@ class Chat(commands.Cog):
                 # nothing stored yet, so it is applied now, without the removed files
                 message.attachments = [a for a in message.attachments if a.id in set(kept)]
                 text = await self.build_input(message, latest)
-                await self.engine.message_edited(str(message.channel.id), str(message.id), text)
+                await self.engine.message_edited(str(message.channel.id), str(message.id), text,
+                                                 names={str(message.author.id): speaker_name(message.author)})
         except Exception:  # noqa: BLE001 - logged; the notice still goes out
             log.exception("could not record message %s in channel %s", message.id, message.channel.id)
         finally:

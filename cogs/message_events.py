@@ -37,6 +37,7 @@ import discord
 from discord.ext import commands
 
 from bot.client import MemoryBot
+from cogs._context import speaker_name
 from cogs._input import DownloadFailed, input_builder
 
 log = logging.getLogger(__name__)
@@ -206,7 +207,11 @@ class MessageEvents(commands.Cog):
         self._unapplied.pop(payload.message_id, None)
 
         def apply() -> Awaitable[bool]:
-            return self.engine.message_edited(str(payload.channel_id), str(payload.message_id), text, edited_at=stamp)
+            # The author's name as the chat cog gives it: an edit of a message no longer in the learning
+            # queue was re-learned under the bare user ID ("1234 works at Acme").
+            names = {str(message.author.id): speaker_name(message.author)}
+            return self.engine.message_edited(str(payload.channel_id), str(payload.message_id), text, edited_at=stamp,
+                                              names=names)
 
         try:
             changed = await apply()

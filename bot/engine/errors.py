@@ -15,7 +15,7 @@ from bot.engine.stores import StorageUnavailable
 from bot.engine.stores.locks import ClaimLost
 
 __all__ = [
-    "ClaimLost", "EmptyAnswer", "ExtractionInterrupted", "ImportRefused", "Outages", "SettingRefused", "StorageUnavailable",
+    "ClaimLost", "EmptyAnswer", "ImportRefused", "Outages", "SettingRefused", "StorageUnavailable",
     "is_transient",
 ]
 
@@ -55,19 +55,10 @@ class EmptyAnswer(RuntimeError):
     """
 
 
-class ExtractionInterrupted(RuntimeError):
-    """A model call inside Trustcall failed and Trustcall carried on without results.
-
-    Trustcall catches exceptions from the model when it patches existing documents and re-prompts with
-    "Fix the validation error while also avoiding: ..."; an outage would then look like "nothing to
-    learn" and the turns would be marked done. Raising instead keeps them pending for a retry.
-    """
-
-
 def is_transient(exc: BaseException, storage_errors: tuple[type[BaseException], ...] = ()) -> bool:
-    """An outage worth waiting out: timeouts, connection errors, 429 and 5xx from the model API, an
-    interrupted extraction, and the storage errors its backend calls outages."""
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError, ExtractionInterrupted)):
+    """An outage worth waiting out: timeouts, connection errors, 429 and 5xx from the model API, and the
+    storage errors its backend calls outages."""
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
         return True
     if storage_errors and isinstance(exc, storage_errors):
         return True

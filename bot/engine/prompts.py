@@ -94,7 +94,8 @@ of that Friday) and write the date into the fact when the time matters ("Ran a h
 For every fact you add or change, set source_messages to the numbers of the new messages it comes from.
 Update an existing memory when the new information refines or corrects it, instead of adding a duplicate.
 Delete a memory only when they say it is wrong or asks you to forget it.
-If there is nothing new to remember, make no changes."""
+If there is nothing new to remember (greetings, thanks, small talk), make no changes; when a tool call is
+required anyway, call Memory once with empty content, which records nothing."""
 
 EXTRACT_TRANSCRIPT = """The person is user {speaker_id}, who goes by:
 {name}

@@ -132,8 +132,11 @@ class Speaker:
         return self.policy.use_memories
 
     def origin(self) -> dict[str, str]:
-        """Where a memory learned from this message came from."""
-        return {"guild_id": self.guild_id, "channel_id": self.channel_id, "message_id": self.message_id}
+        """Where a memory learned from this message came from, and when it was said (``sent_at``): the
+        learning queue records a turn after its answer, which can be a timeout or a gathering window later,
+        and "yesterday" said at 23:59 was counted from the next day."""
+        where = {"guild_id": self.guild_id, "channel_id": self.channel_id, "message_id": self.message_id}
+        return {**where, "sent_at": self.sent_at} if self.sent_at else where
 
 
 @dataclass(frozen=True)

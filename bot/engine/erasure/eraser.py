@@ -260,7 +260,7 @@ class Eraser(JournalReplay):
 
     @counted
     async def edit_message(self, thread_id: str, message_id: str, text: str, *, authors: Iterable[str] = (),
-                           edited_at: float | None = None) -> bool:
+                           edited_at: float | None = None, names: Mapping[str, str] | None = None) -> bool:
         """A stored message was edited: from now on only the new text is kept, answered from and learned.
 
         The thread and the learning queue get the new text (a summary folded from the old one is dropped).
@@ -278,7 +278,7 @@ class Eraser(JournalReplay):
         async with self._exclusive(), AsyncExitStack() as stack:
             for user in candidates:  # light: the author goes on talking meanwhile, and is learned from
                 await stack.enter_async_context(self.holds.hold(user, light=True))
-            plan = await self.steps.edit_plan(thread_id, message_id, text, candidates, edited_at)
+            plan = await self.steps.edit_plan(thread_id, message_id, text, candidates, edited_at, names=names)
             if plan is None:
                 return False
             rule = await self.steps.taken_back(thread_id, message_id, text)  # before the old text goes

@@ -103,7 +103,8 @@ class DiscordChanges:
             self.forget_stored(None if threads else thread_id)
 
     # ---- edits
-    async def edit_message(self, thread_id: str, message_id: str, text: str, *, edited_at: float | None = None) -> bool:
+    async def edit_message(self, thread_id: str, message_id: str, text: str, *, edited_at: float | None = None,
+                           names: Mapping[str, str] | None = None) -> bool:
         """A stored message was edited: see :meth:`Eraser.edit_message` (the one door; journaled).
 
         Returns False and changes nothing when the text is what the bot stored for the message (Discord
@@ -117,7 +118,7 @@ class DiscordChanges:
                 message_id = str(message_id)
                 authors = await self.authors_in_thread(thread_id, {message_id})
                 return await self.eraser.edit_message(thread_id, message_id, text, authors=authors,
-                                                      edited_at=edited_at)
+                                                      edited_at=edited_at, names=names)
         finally:
             self.active -= 1
 

@@ -20,7 +20,7 @@ import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import AbstractSet, Any, Callable, Iterable
+from typing import AbstractSet, Any, Callable, Iterable, Mapping
 
 from bot.engine.concurrency import Holds
 from bot.engine.conversation.side import side_prefix
@@ -333,7 +333,7 @@ class ErasureSteps:
         return sorted(users)
 
     async def edit_plan(self, thread_id: str, message_id: str, text: str, authors: Iterable[str],
-                        edited_at: float | None = None) -> dict[str, Any] | None:
+                        edited_at: float | None = None, *, names: Mapping[str, str] | None = None) -> dict[str, Any] | None:
         """What applying an edit changes, read under the holds (nothing is written); None: nothing to do.
 
         Not an edit (None) when every stored text of the message (in the thread, in the learning queue)
@@ -359,7 +359,8 @@ class ErasureSteps:
             if not hits:
                 continue
             erase[user] = [m.key for m in hits if m.live_message_ids() <= {message_id}]
-            author = next((r.author for r in rows if r.user_id == user), user)
+            # The queue keeps 8 rows a channel: an older message's author is named from the update itself.
+            author = next((r.author for r in rows if r.user_id == user), None) or (names or {}).get(user) or user
             relearn[user] = {"author": author, "origin": _origin_of(hits, message_id)}
         if not held and relearn and edited_at is not None and _learned_after(
                 [m for u in relearn for m in await self.memories.list(u) if message_id in m.live_message_ids()],

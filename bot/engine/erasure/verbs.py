@@ -28,10 +28,12 @@ class ChangeVerbs:
     memories: MemoryRepository
     metrics: Metrics
 
-    async def message_edited(self, thread_id: str, message_id: str, text: str, *, edited_at: float | None = None) -> bool:
+    async def message_edited(self, thread_id: str, message_id: str, text: str, *, edited_at: float | None = None,
+                             names: Mapping[str, str] | None = None) -> bool:
         """A message was edited on Discord; ``text`` is what the bot would have stored for it. False, and
-        nothing touched, when that is what it stored (not an edit); ``edited_at``: see ``erasure.events``."""
-        return await self.changes.edit_message(thread_id, message_id, text, edited_at=edited_at)
+        nothing touched, when that is what it stored (not an edit); ``edited_at``: see ``erasure.events``.
+        ``names``: user ID -> the name the author goes by now (for learning the new text again)."""
+        return await self.changes.edit_message(thread_id, message_id, text, edited_at=edited_at, names=names)
 
     async def messages_deleted(self, thread_id: str, message_ids: set[str], *,
                                shown: Mapping[str, str] | None = None) -> MessageErasure:

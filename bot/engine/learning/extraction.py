@@ -15,14 +15,13 @@ import asyncio
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import AbstractSet, Any, Awaitable, Callable
+from typing import AbstractSet, Any, Awaitable, Callable, Iterable
 
 from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 from trustcall import create_extractor
 
-from bot.engine.errors import ExtractionInterrupted
 from bot.engine.prompts import EXTRACT_SYSTEM, EXTRACT_TRANSCRIPT
 from bot.engine.learning.transcript import (
     TurnText,
@@ -42,7 +41,7 @@ log = logging.getLogger(__name__)
 
 EXISTING_BUDGET_TOKENS = 500  # existing memories shown to the extractor, at most (with max_existing)
 
-__all__ = ["ExtractionInterrupted", "MemoryWriter", "TurnText", "WriteRequest", "apply_results"]
+__all__ = ["ModelCallFailed", "MemoryWriter", "TurnText", "WriteRequest", "apply_results"]
 
 
 @dataclass(frozen=True)
@@ -65,23 +64,42 @@ class WriteRequest:
 
 
 
-class CallWatcher(AsyncCallbackHandler):
-    """Sees every model call Trustcall makes: errors it swallows, and tool calls it could not parse.
+class ModelCallFailed(BaseException):
+    """A model call inside Trustcall failed (carries the error): stops the whole extraction at once.
 
-    Trustcall drops unparseable tool calls and swallowed errors from what it returns, so the only place
-    to see them is the model calls themselves.
+    A ``BaseException`` so that Trustcall's ``except Exception`` cannot catch it. When the person has
+    memories, Trustcall catches a failed model call and asks again at once, without the system message
+    (its ``_setup`` pops it): during a 429 storm one extraction made 25 calls before LangGraph's recursion
+    limit ended it, holding the model semaphore and the person's lock (every erasure waited), and a call that
+    got through meanwhile learned without the rules (who said what, injection, dates).
     """
 
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(repr(error))
+        self.error = error
+
+
+class CallWatcher(AsyncCallbackHandler):
+    """Sees every model call Trustcall makes: failures (which end the extraction, :class:`ModelCallFailed`),
+    and tool calls it could not parse, which Trustcall drops from what it returns.
+
+    Inline and raising, after the other handlers of the call (the metrics count the failure first).
+    """
+
+    raise_error = True
+    run_inline = True
+
     def __init__(self) -> None:
-        self.errors: list[BaseException] = []
-        self.last_malformed = False
+        self.malformed = False
 
     async def on_llm_end(self, response, **kwargs) -> None:
         messages = [g.message for gens in response.generations for g in gens if hasattr(g, "message")]
-        self.last_malformed = any(getattr(m, "invalid_tool_calls", None) for m in messages)
+        # Any call of the extraction, not only the last: a repair call that came back clean hid an earlier
+        # unparseable tool call, whose fact was then silently dropped.
+        self.malformed = self.malformed or any(getattr(m, "invalid_tool_calls", None) for m in messages)
 
     async def on_llm_error(self, error: BaseException, **kwargs) -> None:
-        self.errors.append(error)
+        raise ModelCallFailed(error)
 
 
 def existing_within_budget(memories, query: str, limit: int) -> list:
@@ -151,15 +169,19 @@ class MemoryWriter:
             # is given (in place), so a retry with the same ones would show them twice.
             payload = {"messages": [SystemMessage(content=system), HumanMessage(content=body)], "existing": existing}
             watcher = CallWatcher()
-            async with self.limiter:
-                result = await self.extractor.ainvoke(payload, config={"callbacks": [watcher, *self.callbacks]})
+            try:
+                async with self.limiter:
+                    result = await self.extractor.ainvoke(payload, config={"callbacks": [*self.callbacks, watcher]})
+            except ModelCallFailed as failed:
+                # The model's own error, for the scheduler to judge (an outage is waited out, a bad request
+                # counts towards giving up), as when Trustcall lets it through (no memories yet).
+                raise failed.error from None
             if self.on_usage is not None:
                 for msg in result.get("messages", []):
                     await self.on_usage(request, msg)
-            if watcher.errors and not result.get("responses"):
-                raise ExtractionInterrupted(repr(watcher.errors[-1])) from watcher.errors[-1]
-            if not watcher.last_malformed:
-                return await apply_results(repo, request, result, aliases, protected=protected)
+            if not watcher.malformed:
+                return await apply_results(repo, request, result, aliases, protected=protected,
+                                           have=[m.content for m in memories])
             log.warning("extraction for user %s returned malformed tool calls (attempt %d)", request.user_id, attempt)
         log.warning("skipping extraction for user %s after a malformed retry; memories unchanged", request.user_id)
         self.skipped_turns += len(request.new)
@@ -178,21 +200,29 @@ def untagged(content: str) -> str:
     return _TAG_START.sub("\u2039", content)
 
 
+def _same(text: str) -> str:
+    """A fact's text for telling repeats apart: case, spacing and the closing full stop do not count."""
+    return " ".join(text.casefold().split()).rstrip(".!")
+
+
 async def apply_results(
     repo: MemoryRepository, request: WriteRequest, result: dict, known: dict[str, str], *,
-    protected: AbstractSet[str] = frozenset(),
+    protected: AbstractSet[str] = frozenset(), have: Iterable[str] = (),
 ) -> MemoryChanges:
     """Turn Trustcall's responses into one batch of store writes.
 
     ``known`` maps the doc IDs the extractor was shown to memory keys; a patch or delete naming any other
     ID is ignored (it cannot be the person's), and so is one of a ``protected`` key (a hand correction of
-    what these messages said).
+    what these messages said). An insert repeating one of ``have`` (the person's memories allowed here) or
+    an earlier insert is dropped: the extractor is shown only the most related memories, and re-adds the
+    others when they come up again.
     Each insert and patch is attributed to the new messages it came from (``transcript.attribute``): its
     ``sources`` name them, and its ``origin`` is the newest of them.
     """
     inserts: list[tuple[str, dict, list[dict]]] = []
     updates: dict[str, tuple[str, dict, list[dict]]] = {}
     deletes: set[str] = set()
+    seen = {_same(text) for text in have}
     for response, meta in zip(result.get("responses", []), result.get("response_metadata", [])):
         if type(response).__name__ == "RemoveDoc":
             key = known.get(str(getattr(response, "json_doc_id", "")))
@@ -209,7 +239,8 @@ async def apply_results(
         if doc_id is not None and str(doc_id) in known:
             if known[str(doc_id)] not in protected:
                 updates[known[str(doc_id)]] = (content, origin, sources)
-        elif doc_id is None:
+        elif doc_id is None and _same(content) not in seen:
+            seen.add(_same(content))
             inserts.append((content, origin, sources))
     for key in deletes:
         updates.pop(key, None)

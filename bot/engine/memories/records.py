@@ -50,7 +50,8 @@ PAGE_SIZE = 100_000
 class Memory(BaseModel):
     """A durable fact about the person: who they are, what they like, what they do, what they plan."""
 
-    content: str = Field(description="The fact, as one short sentence in the third person.")
+    content: str = Field(description="The fact, as one short sentence in the third person; empty when there is"
+                                     " nothing new worth remembering.")
     source_messages: list[int] = Field(
         default_factory=list,
         description="The numbers (#1, #2, ...) of the new messages this fact comes from.",

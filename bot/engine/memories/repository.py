@@ -148,6 +148,11 @@ class MemoryRepository:
             old = current.get(key)
             if old is None or key in deletes:
                 continue
+            if actor.kind == EXTRACTION.kind and content == old.value.get("content"):
+                # The extractor must call a tool even when nothing is new: a "patch" to the same text moved
+                # the memory's date (it then won on recency and at the cap), logged a change that was none,
+                # and made the small talk it came with a source of the fact.
+                continue
             before = StoredMemory.from_item(old).sources
             value = {**old.value, "content": content, "origin": origin, "sources": merge_sources(before, sources),
                      "updated_at": now}

@@ -206,6 +206,20 @@ async def test_an_old_message_edited_is_learned_again_with_the_day_it_was_sent(s
     assert memory.created_at.strftime("%Y-%m-%d") == day
     assert f"#1 · {day}" in model.extraction_calls[-1].prompt_text  # "yesterday" reads from the day it was said
 
+async def test_an_old_message_edited_is_learned_again_under_its_authors_name_not_their_id(settings):
+    """The queue keeps a few rows a channel: for an older message no row names its author, and it was
+    learned again as 'user 1 "1"' ("1 likes ..."). The update names them (``names``)."""
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        source = {"guild_id": "9", "channel_id": "c", "message_id": "777"}
+        await engine.memories.apply("1", inserts=[("I like typo_fixd", {**source, "source": "extraction"}, [source])])
+        assert await engine.message_edited("c", "777", "I like typo_fixed", names={"1": "Ann B"})
+        (row,) = [t for t in await engine.inbox.every_turn() if t.origin.get("message_id") == "777"]
+        assert row.author == "Ann B"
+        await engine.scheduler.flush()
+    assert 'user 1 "Ann B" wrote:' in model.extraction_calls[-1].prompt_text
+
+
 async def test_what_the_author_says_elsewhere_during_an_edit_or_a_memory_delete_is_still_learned(settings):
     """An edit and ``/memories delete`` hold their person lightly: on a shared database a full (erasure)
     hold makes the queue refuse the person's new turns, which is right for a wipe and wrong here."""

@@ -126,3 +126,47 @@ async def test_a_batch_of_messages_attributes_each_memory_to_its_own_message(set
         assert (await engine.changes.forget_messages("7", {"82"})).memories == 1
         assert sorted(m.content for m in await engine.memories.list("42")) == [
             "I like batch_fencing", "I like batch_kayaking"]
+
+
+async def test_a_patch_to_the_same_text_and_a_repeated_fact_change_nothing(settings):
+    """Trustcall makes the model call a tool even when nothing is new: a same-text patch moved the memory's
+    date, logged a change that was none and made the small talk a source; a repeat was added twice."""
+    def script(call: Call):
+        if call.is_extraction and "thanks, that helps" in call.prompt_text:
+            key = doc_id(call, "Lives in Oslo")
+            return AIMessage(content="", tool_calls=[
+                tool_call("PatchDoc", {"json_doc_id": key, "planned_edits": "none",
+                                       "patches": [{"op": "replace", "path": "/content", "value": "Lives in Oslo"}]}),
+                tool_call("Memory", {"content": "lives in  oslo.", "source_messages": [1]}, 1),
+                tool_call("Memory", {"content": "", "source_messages": []}, 2),  # "nothing to record"
+                tool_call("Memory", {"content": "Says thanks a lot", "source_messages": [1]}, 3),
+                tool_call("Memory", {"content": "Says thanks a lot.", "source_messages": [1]}, 4)])
+        return default_script(call)
+
+    model = ScriptedChatModel(script)
+    async with running_engine(settings, model) as engine:
+        key = await engine.memories.add("42", "Lives in Oslo", {"guild_id": "900"})
+        (before,) = await engine.memories.list("42")
+        await engine.reply("t", ADA, "thanks, that helps")
+        await engine.scheduler.flush()
+        memories = await engine.memories.list("42")
+        history = await engine.memories.history("42")
+    assert sorted(m.content for m in memories) == ["Lives in Oslo", "Says thanks a lot"]  # each once
+    (oslo,) = [m for m in memories if m.key == key]
+    assert oslo.content == "Lives in Oslo" and oslo.updated_at == before.updated_at and oslo.sources == before.sources
+    assert sorted((h.action, h.after) for h in history) == [("created", "Lives in Oslo"), ("created", "Says thanks a lot")]
+    assert "empty content" in model.extraction_calls[0].system  # told how to record nothing
+
+
+async def test_relative_dates_count_from_when_the_message_was_sent_not_when_it_was_queued(settings):
+    """The learning queue records a turn after its answer: "yesterday" said at 23:59 was counted from the
+    next day, and the memory's date was the queueing's."""
+    sent = Speaker(user_id="42", name="Ada", guild_id="900", channel_id="7", message_id="71",
+                   sent_at="2026-05-08T23:59:00+00:00")
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        await engine.reply("t", sent, "I love the half marathon I ran yesterday")
+        await engine.scheduler.flush()
+        (memory,) = await engine.memories.list("42")
+    assert "2026-05-08 23:59" in model.extraction_calls[0].prompt_text
+    assert memory.created_at.isoformat().startswith("2026-05-08T23:59")

@@ -62,16 +62,21 @@ async def test_malformed_once_then_valid_is_learned(settings):
 
 
 async def test_an_outage_inside_trustcall_keeps_the_turns_pending(settings):
-    """With existing memories Trustcall swallows model errors; the engine notices and retries later."""
-    model = scripted([ConnectionError("model API unreachable")] * 3)
+    """With existing memories Trustcall swallows model errors and asks again at once, without the system
+    message: during an outage one extraction made 25 calls (holding the person's lock), and a call that got
+    through learned without the rules. The first failure ends the extraction; the turns wait."""
+    model = scripted([ConnectionError("model API unreachable")] * 2)
     async with running_engine(settings, model) as engine:
         await engine.memories.add("42", "Has a bike", {"guild_id": "900"})
         await engine.reply("t", ADA, "I like tea")
-        await engine.scheduler.run("900", "42")  # the person, in that server
-        assert [p.user_id for p in await engine.inbox.pending()] == ["42"]
-        assert [m.content for m in await engine.memories.list("42")] == ["Has a bike"]
+        for attempt in (1, 2):
+            await engine.scheduler.run("900", "42")  # the person, in that server
+            assert len(model.extraction_calls) == attempt  # one call a try, not Trustcall's own loop
+            assert [p.user_id for p in await engine.inbox.pending()] == ["42"]
+            assert [m.content for m in await engine.memories.list("42")] == ["Has a bike"]
         await engine.scheduler.flush()  # the API is back
         assert sorted(m.content for m in await engine.memories.list("42")) == ["Has a bike", "I like tea"]
+        assert all("Who said what" in c.system for c in model.extraction_calls)
 
 
 async def test_a_recreated_inbox_does_not_trust_old_watermarks(tmp_path):
