@@ -89,7 +89,10 @@ def forwarded_texts(message: discord.Message) -> list[str]:
     out = []
     for snap in getattr(message, "message_snapshots", None) or ():
         body = (snap.content or "").strip() + "".join(f"\n[attached {a.filename}]" for a in snap.attachments)
-        out.append(body.strip() or "(no text)")
+        # A forwarded card (another bot's embed) or sticker is what the member asks about, as in a reply.
+        body += "".join(f"\n[sticker {s.name}]" for s in getattr(snap, "stickers", None) or ())
+        cards = embed_text(snap)
+        out.append((body.strip() + ("\n" + cards if cards else "")).strip() or "(no text)")
     return out
 
 
@@ -144,8 +147,9 @@ def _cached(bot: discord.Client, message_id: int) -> discord.Message | None:
     return discord.utils.get(reversed(bot.cached_messages), id=message_id)
 
 
-async def _fetch(bot: discord.Client, channel_id: int, message_id: int) -> discord.Message | None:
-    found = _cached(bot, message_id)
+async def _fetch(bot: discord.Client, channel_id: int, message_id: int, *, fresh: bool = False) -> discord.Message | None:
+    """The message, from discord.py's cache when it has it (unless ``fresh``), else from Discord."""
+    found = None if fresh else _cached(bot, message_id)
     if found is not None:
         return found
     channel = bot.get_channel(channel_id)
@@ -214,6 +218,11 @@ async def reply_chain(bot: discord.Client, message: discord.Message, depth: int,
             resolved = ref.resolved if isinstance(ref.resolved, discord.Message) else None
         if resolved is None:
             resolved = await _fetch(bot, ref.channel_id, ref.message_id)
+        elif resolved.poll is not None and not resolved.poll.is_finalised():
+            # A poll still open is read from Discord: the cached copy counts no vote cast after it was
+            # posted (discord.py counts a vote only for a cached member, and this bot caches none), and
+            # "which option is winning?" read every answer at 0.
+            resolved = await _fetch(bot, ref.channel_id, ref.message_id, fresh=True) or resolved
         if resolved is None or resolved.channel.id != message.channel.id:
             break
         quote = quote_of(resolved, "reply")

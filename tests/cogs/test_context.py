@@ -436,3 +436,37 @@ async def test_a_poll_posted_to_the_bot_is_answered_with_the_poll_as_context(tmp
         state = await r.engine.thread_state(dm["id"])
         assert [m.text for m in state["messages"] if isinstance(m, HumanMessage)] == [
             "(they posted a poll; it is shown above as context)"]
+
+
+async def test_a_forwarded_card_or_sticker_is_read_like_a_replied_one(tmp_path):
+    """Forwarding another bot's card (an embed only) read as "(no text)"; a reply to it showed the card."""
+    async with rig(tmp_path) as r:
+        elsewhere = r.msg(BOB, "x", channel_id=OTHER_CHANNEL, guild_id=OTHER_GUILD)
+        forward = forward_of(elsewhere, r.msg(ALICE, ""), "")
+        card = {"type": "rich", "title": "Raid tonight", "description": "fwd_card_text at 21:00"}
+        forward["message_snapshots"][0]["message"]["embeds"] = [card]
+        forward["message_snapshots"][0]["message"]["sticker_items"] = [{"id": "749", "name": "wave", "format_type": 1}]
+        r.h.feed("MESSAGE_CREATE", forward)
+        await r.h.send_message(r.mentioning(ALICE, "what do you make of that?"))
+        prompt = r.model.chat_calls[-1].prompt_text
+        assert "[sticker wave]" in prompt and "Raid tonight" in prompt and "fwd_card_text at 21:00" in prompt
+
+
+async def test_votes_cast_after_a_poll_was_posted_are_counted(tmp_path):
+    """discord.py's cached poll counts a vote only for a cached member (this bot caches none): a reply asking
+    "which is winning?" read every answer at 0. An open poll is read from Discord; an ended one is not."""
+    async with rig(tmp_path) as r:
+        asked = r.msg(BOB, "")
+        asked["poll"] = poll("Pizza or tacos?", [("pizza", 0), ("tacos", 0)])
+        r.h.feed("MESSAGE_CREATE", asked)
+        r.h.messages[int(asked["id"])]["poll"] = poll("Pizza or tacos?", [("pizza", 1), ("tacos", 2)])  # Discord's now
+        await r.h.send_message(r.mentioning(ALICE, "which is winning?", referenced_message=asked))
+        context = next(t for t in user_turns(r.model.chat_calls[-1]) if "replied to" in t)
+        assert "> - pizza (1 votes)\n> - tacos (2 votes)" in context
+        fetched = len(r.h.calls_to("GET", "/channels/{channel_id}/messages/{message_id}"))
+        ended = r.msg(BOB, "")
+        ended["poll"] = poll("Tea?", [("yes", 4)])
+        ended["poll"]["results"]["is_finalized"] = True
+        r.h.feed("MESSAGE_CREATE", ended)
+        await r.h.send_message(r.mentioning(ALICE, "and that one?", referenced_message=ended))
+        assert len(r.h.calls_to("GET", "/channels/{channel_id}/messages/{message_id}")) == fetched  # final: cached

@@ -153,3 +153,52 @@ async def test_a_reasoning_models_thinking_is_not_the_summary_and_an_empty_one_c
         await engine.runner.close()
         state = await engine.thread_state("t")
         assert state["summary"] == "SUMMARY: they counted"
+
+
+def test_a_backlog_of_recorded_messages_is_folded_in_bounded_calls_and_cut_only_where_no_answer_spans():
+    """A day of messages only recorded (the budget spent) was folded in one summary call over all of it;
+    and a cut may fall between recorded messages, but never between a question and its later answer."""
+    from types import SimpleNamespace
+
+    from langchain_core.messages import AIMessage
+
+    from bot.engine.conversation.graph import fold_point
+
+    deps = SimpleNamespace(keep_messages=2, summarize_after_tokens=1000)
+    heard = [HumanMessage("y" * 400, id=f"h{i}", additional_kwargs={"heard": True}) for i in range(60)]  # ~100 each
+    q, a = HumanMessage("q", id="q"), AIMessage("a", id="a", additional_kwargs={"answers": ["q"]})
+    messages = [HumanMessage("q0", id="q0"), AIMessage("a0", id="a0"), *heard, q, a]
+    cut = fold_point(messages, deps)
+    assert 2 < cut <= 22  # into the backlog, at most two budgets (~2,000 tokens) in one call
+    assert sum(len(m.text) for m in messages[:cut]) <= 4 * 2000
+
+    q1 = HumanMessage("q1" + "z" * 4000, id="q1")
+    mixed = [q1, HumanMessage("h" * 4000, id="h", additional_kwargs={"heard": True}), HumanMessage("q2", id="q2"),
+             AIMessage("a", id="a", additional_kwargs={"answers": ["q1", "q2"]}), HumanMessage("q3", id="q3"),
+             AIMessage("a3", id="a3", additional_kwargs={"answers": ["q3"]})]
+    assert fold_point(mixed, deps) in (0, 4)  # never after the recorded message: q1's answer comes later
+
+
+async def test_an_answer_after_a_backlog_reads_only_the_newest_within_two_budgets(tmp_path, backend):
+    """The first answer after a day of recorded messages sent the whole day in one prompt, past the
+    context window: every later answer in the channel failed the same way."""
+    from dataclasses import replace
+
+    from bot.engine import Incoming
+
+    settings = make_settings(tmp_path, backend, conversation={"summarize_after_tokens": 500,
+                                                              "summarize_after_messages": 1000})
+    model = ScriptedChatModel(default_script)
+    async with running_engine(settings, model) as engine:
+        for i in range(40):
+            said = replace(ADA, message_id=str(100 + i))
+            await engine.hear("t", [Incoming(said, f"backlog {i:02d} " + "w" * 200, answer=False)])
+        await engine.reply("t", replace(ADA, message_id="200"), "what did I miss?")
+        prompt = model.chat_calls[0].prompt_text
+        assert "what did I miss?" in prompt and "backlog 39" in prompt and "backlog 00" not in prompt
+        assert len(prompt) < 4 * 500 * 2 + 2000  # two budgets of history, plus the situation and the question
+        await engine.close()
+        state = await engine.thread_state("t")
+    summaries = [c for c in model.chat_calls if "Summarize the conversation" in c.messages[-1].text]
+    assert summaries and all(len(c.prompt_text) < 4 * 500 * 2 + 2000 for c in summaries)
+    assert "backlog 00" in state["summary"]  # folded, from the oldest

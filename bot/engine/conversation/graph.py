@@ -148,21 +148,84 @@ def without_deleted(messages: list[AnyMessage], deleted: Container[str]) -> list
         isinstance(m, AIMessage) and set(m.additional_kwargs.get("answers") or ()) & gone)]
 
 
+#: What one model call reads of the stored conversation, at most, in multiples of
+#: ``summarize_after_tokens``: an answer's verbatim history, and what one summary folds. A thread is
+#: summarised once past that budget, so a conversation never meets this cap; messages only recorded (a
+#: spent daily budget, a long outage, a full queue) are not summarised until an answer, and a day of them
+#: went to the model in one prompt, past the context window: the provider refused it, every later answer
+#: in the channel failed the same way, and the summary that would have shrunk it never ran.
+MOST_READ_FACTOR = 2
+
+
+def newest_within(messages: list[AnyMessage], budget: int) -> list[AnyMessage]:
+    """The newest messages whose texts fit ``budget`` tokens (the newest one always)."""
+    start, used = len(messages), 0
+    while start > 0:
+        cost = estimate_tokens(messages[start - 1].text)
+        if used + cost > budget and start < len(messages):
+            break
+        used += cost
+        start -= 1
+    return messages[start:]
+
+
+def _clean_cuts(messages: list[AnyMessage]) -> list[bool]:
+    """For each cut ``i`` (fold ``messages[:i]``): whether no question before it has its answer after it.
+
+    After the bot's answer, always. After a message only recorded, or set aside as answered (a failed turn),
+    when no later answer
+    answers anything before the cut (an answer lists what it answers; an older answer without that list
+    answers everything since the answer before it).
+    """
+    n = len(messages)
+    first_answered = [n] * (n + 1)  # for each i: the earliest message answered by an answer at or after i
+    index = {m.id: i for i, m in enumerate(messages)}
+    previous_answer = -1
+    earliest = []
+    for j, m in enumerate(messages):
+        if isinstance(m, AIMessage):
+            listed = m.additional_kwargs.get("answers")
+            if listed is None:
+                earliest.append((j, previous_answer + 1))
+            else:
+                earliest.append((j, min((index[a] for a in listed if a in index), default=j)))
+            previous_answer = j
+    for j, e in reversed(earliest):
+        first_answered[j] = e
+    for i in range(n - 1, -1, -1):
+        first_answered[i] = min(first_answered[i], first_answered[i + 1])
+    clean = [True] * (n + 1)
+    for i in range(1, n + 1):
+        before = messages[i - 1]
+        clean[i] = isinstance(before, AIMessage) or (
+            bool(before.additional_kwargs.get("heard") or before.additional_kwargs.get("answered"))
+            and first_answered[i] >= i)
+    return clean
+
+
 def fold_point(messages: list[AnyMessage], deps: ChatDeps) -> int:
     """How many of the oldest messages a summary folds in.
 
     All but the last ``keep_messages``, and more while what is kept passes half the token budget: with
     long answers the kept messages alone were near it, so almost every turn summarised again (one extra
-    model call each, under the channel's lock). Then back to where a turn starts: a cut between a
-    question and its answer folded the question away and kept the answer, which a wipe of its asker
-    then could not find (it takes an answer out with its question).
+    model call each, under the channel's lock). At most ``MOST_READ_FACTOR`` budgets at once: a backlog
+    of recorded messages is folded over the next answers, one bounded call each. Then back to where a turn
+    starts: a cut between a question and its answer folded the question away and kept the answer, which a
+    wipe of its asker then could not find (it takes an answer out with its question).
     """
     cut = max(0, len(messages) - deps.keep_messages)
     kept = sum(estimate_tokens(m.text) for m in messages[cut:])
     while cut < len(messages) - 2 and kept > deps.summarize_after_tokens // 2:
         kept -= estimate_tokens(messages[cut].text)
         cut += 1
-    while cut > 0 and not isinstance(messages[cut - 1], AIMessage):
+    most, folded = deps.summarize_after_tokens * MOST_READ_FACTOR, 0
+    for i, m in enumerate(messages[:cut]):
+        folded += estimate_tokens(m.text)
+        if folded > most:
+            cut = max(1, i)
+            break
+    clean = _clean_cuts(messages)
+    while cut > 0 and not clean[cut]:
         cut -= 1
     return cut
 
@@ -222,6 +285,8 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
         summary = state.get("summary", "")
         if deps.being_deleted and any(i in deps.being_deleted for i in state.get("summary_sources") or ()):
             summary = ""  # it holds a message being deleted (the erasure drops it)
+        # The newest of it, within what one call reads (``MOST_READ_FACTOR``): the summary catches up after.
+        visible = newest_within(visible, deps.summarize_after_tokens * MOST_READ_FACTOR)
         history = for_model(visible, summary=summary, quotes=quotes, speaker=speaker, images=images)
         try:
             reply = await call([system, *history], speaker, image_tokens(visible, images, quotes))
