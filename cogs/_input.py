@@ -12,10 +12,12 @@ other attachment (name, type, size), and the log says why, once per process.
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import logging
 import re
 from dataclasses import replace
+from typing import Awaitable
 
 import discord
 
@@ -43,6 +45,17 @@ def decoded(data: bytes) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return data.decode("cp1252", errors="replace")
+
+
+#: One file's download, at most. discord.py's HTTP session has no timeout of its own (aiohttp's default is
+#: five minutes), and downloads run before the answer's deadline and typing indicator: a stalled CDN held a
+#: turn, and the channel's turns behind it, for minutes per file with no sign of life.
+DOWNLOAD_SECONDS = 15.0
+
+
+async def downloaded(read: Awaitable[bytes]) -> bytes:
+    """The bytes of one download, or :class:`TimeoutError` after :data:`DOWNLOAD_SECONDS`."""
+    return await asyncio.wait_for(read, DOWNLOAD_SECONDS)
 
 
 class DownloadFailed(Exception):
@@ -101,7 +114,7 @@ class InputBuilder:
         reason = "too large to read" if is_text else "not a text file"
         if is_text and attachment.size <= self.max_attachment_bytes:
             try:
-                data = await attachment.read()
+                data = await downloaded(attachment.read())
                 body = decoded(data).replace("```", "'''")
                 hidden = (", which the sender hid behind a spoiler: wrap anything you say about what it says in"
                           " ||double bars|| so it stays hidden") if attachment.is_spoiler() else ""
@@ -145,7 +158,7 @@ class InputBuilder:
             shown = shown[len(shown) - most:]
         for attachment in shown:
             try:
-                data = await attachment.read()
+                data = await downloaded(attachment.read())
             except Exception as exc:  # noqa: BLE001 - a failed download is mentioned, not fatal
                 log.warning("could not download image attachment %s: %r", attachment.id, exc)
                 out.append(Image(attachment.filename, note="it could not be downloaded"))
@@ -174,7 +187,7 @@ class InputBuilder:
                 continue
             name = url.split("?", 1)[0].rsplit("/", 1)[-1] or "embed image"
             try:
-                data = await bot.http.get_from_cdn(url)
+                data = await downloaded(bot.http.get_from_cdn(url))
             except Exception as exc:  # noqa: BLE001 - a failed download is mentioned, not fatal
                 log.warning("could not download an embed image of message %s: %r", message.id, exc)
                 continue

@@ -278,6 +278,30 @@ async def test_text_attachment_is_read_and_binary_is_mentioned(tmp_path):
     assert "photo.png (image/png, 123456 bytes): not a text file" in prompt
 
 
+async def test_a_stalled_download_is_given_up_after_its_own_deadline_and_the_turn_answered(tmp_path, monkeypatch):
+    """discord.py's session has no timeout (aiohttp's default is five minutes) and downloads run before
+    the answer's deadline: a stalled CDN held the turn, and the channel behind it, for minutes a file."""
+    import asyncio
+
+    import cogs._input
+
+    monkeypatch.setattr(cogs._input, "DOWNLOAD_SECONDS", 0.2)
+    async with rig(tmp_path) as r:
+        url = "https://cdn.discordapp.com/attachments/1/2/stalled.txt"
+        served = r.h._get_from_cdn
+
+        async def stall(asked: str) -> bytes:
+            if asked == url:
+                await asyncio.sleep(3600)
+            return await served(asked)
+
+        r.bot.http.get_from_cdn = stall
+        files = [dh.attachment(dh.snowflake(), "stalled.txt", size=20, url=url, content_type="text/plain")]
+        await asyncio.wait_for(r.h.send_message(r.mentioning(ALICE, "see attached", attachments=files)), 30)
+        prompt = r.model.chat_calls[-1].prompt_text
+    assert "stalled.txt (text/plain, 20 bytes): could not be downloaded" in prompt
+
+
 async def test_a_text_file_behind_a_spoiler_is_read_with_the_spoiler_note_images_get(tmp_path):
     async with rig(tmp_path) as r:
         url = "https://cdn.discordapp.com/attachments/1/2/SPOILER_ending.txt"
