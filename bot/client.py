@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import signal
 from pathlib import Path
 from typing import Any, Callable
@@ -166,7 +167,11 @@ class MemoryBot(commands.Bot):
     async def sync_commands(self) -> None:
         """Push slash commands when they changed since the last sync (or when forced)."""
         path = Path(self.settings.bot.data_dir) / FINGERPRINT_FILE
-        known = path.read_text().split() if path.exists() else []
+        try:
+            known = path.read_text().split() if path.exists() else []
+        except OSError as exc:  # unreadable: sync as if it had never synced
+            log.warning("cannot read %s (%s); syncing the commands anyway", path, exc.strerror or exc)
+            known = []
         targets: list[discord.Object | None] = [None]
         if self.settings.discord.dev_guild_id:
             dev = discord.Object(id=self.settings.discord.dev_guild_id)
@@ -188,8 +193,14 @@ class MemoryBot(commands.Bot):
                     fingerprints.pop()
                     continue
                 log.info("synced %d slash commands %s", len(synced), f"to guild {guild.id}" if guild else "globally")
-        path.parent.mkdir(parents=True, exist_ok=True)  # on PostgreSQL nothing else creates the data dir
-        path.write_text("\n".join(fingerprints))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)  # on PostgreSQL nothing else creates the data dir
+            path.write_text("\n".join(fingerprints))
+        except OSError as exc:
+            # Only a saving: the next start syncs again. Raised, it ended start-up (this runs inside
+            # discord.py's login) as "cannot reach Discord", sending the operator to debug the network.
+            log.warning("cannot write %s (%s); the commands will be synced again at the next start", path,
+                        exc.strerror or exc)
 
     async def on_message(self, message: discord.Message) -> None:
         """No prefix commands: messages are handled by the chat cog's listener, commands are slash commands."""
@@ -238,7 +249,9 @@ class MemoryBot(commands.Bot):
 
     def watch_metrics(self, metrics: Metrics) -> None:
         """Let the metrics read what only the client knows: gateway latency and the number of servers."""
-        metrics.watch(metrics.gateway_latency, lambda: self.latency)
+        # NaN while disconnected (as the operating guide says): discord.py keeps the old websocket, and its
+        # latency stayed at the last heartbeat's, so an alert on NaN never fired.
+        metrics.watch(metrics.gateway_latency, lambda: self.latency if self.gateway_connected() else math.nan)
         metrics.watch(metrics.guilds, lambda: len(self.guilds))
         metrics.add_refresher(self.engine.sample_backlog)
 

@@ -44,9 +44,14 @@ async def run_console(engine: ChatEngine, user: str, thread: str) -> None:
         n += 1
         current = Speaker(**{**speaker.__dict__, "message_id": f"console-{n}"})
         try:
-            reply = await engine.reply(f"console:{thread}", current, line)
+            reply = await engine.reply(f"console:{thread}", current, line, timeout=engine.settings.model.timeout_seconds)
         except Exception as exc:  # noqa: BLE001 - the terminal gets one line, the log the details
-            log.debug("model call failed", exc_info=True)
-            _out(f"bot> (sorry, the model failed: {type(exc).__name__})")
+            # As on Discord: an outage is one line, anything else (a bug, storage) its traceback. Until
+            # 2026-12-07 it went to DEBUG only, so a failing console left nothing in the log.
+            if engine.outages(exc):
+                log.warning("the console's answer failed (an outage: %s)", type(exc).__name__)
+            else:
+                log.error("the console's answer failed", exc_info=exc)
+            _out(f"bot> (sorry, that failed: {type(exc).__name__})")
             continue
         _out(f"bot> {reply.text}")

@@ -31,16 +31,28 @@ class Health:
     def __init__(self, checks: dict[str, Check], *, timeout: float = 3.0) -> None:
         self.checks = checks
         self.timeout = timeout
+        self._failing: set[str] = set()
 
     async def run(self) -> dict[str, bool]:
-        """Every check's result; a check that raises or takes too long counts as failed (and is logged)."""
+        """Every check's result; a check that raises or takes too long counts as failed.
+
+        Logged once when a check starts failing and once when it passes again: Docker probes every 30 s,
+        and a line per probe made a database outage 120 warnings an hour (the operating guide promises one).
+        """
         results: dict[str, bool] = {}
         for name, check in self.checks.items():
             try:
                 results[name] = bool(await asyncio.wait_for(check(), self.timeout))
             except Exception as exc:  # noqa: BLE001 - a failing check is an answer, not a crash
-                log.warning("health check %r failed: %r", name, exc)
+                if name not in self._failing:
+                    log.warning("health check %r failed: %r (logged again only once it passes)", name, exc)
                 results[name] = False
+            if results[name]:
+                if name in self._failing:
+                    log.info("health check %r passes again", name)
+                self._failing.discard(name)
+            elif name not in self._failing:
+                self._failing.add(name)
         return results
 
 

@@ -17,12 +17,16 @@ def probe_health(section: MonitoringSection, *, timeout: float = 10.0) -> tuple[
     """Ask a running bot's ``/health`` (``python -m bot health``); return (healthy, one line to print)."""
     if not section.health:
         return False, "the health endpoint is off: set monitoring.health = true"
-    host = "127.0.0.1" if section.host in ("0.0.0.0", "::", "") else section.host
+    # "::" binds IPv6 only (asyncio sets IPV6_V6ONLY): 127.0.0.1 was refused there
+    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(section.host, section.host)
     if ":" in host:
         host = f"[{host}]"
     url = f"http://{host}:{section.port}/health"
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - a fixed local URL
+        # No proxy: Docker hands its client proxy settings (http_proxy) to containers, and urllib sent this
+        # loopback request through them, so a healthy bot was reported unreachable, for good.
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(url, timeout=timeout) as resp:
             return resp.status == 200, resp.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         return False, exc.read().decode("utf-8", "replace")

@@ -92,3 +92,12 @@ async def test_a_failed_first_gateway_connection_is_tried_again_until_it_holds()
     stopped = Stopped(0)
     await asyncio.wait_for(connect(stopped, first_delay=3600.0), 60)  # not an hour's wait (a hang guard)
     assert stopped.calls == 1
+
+
+async def test_a_fingerprint_file_that_cannot_be_read_or_written_does_not_stop_start_up(tmp_path, caplog):
+    """It runs inside discord.py's login: an OSError from it ended start-up as "cannot reach Discord"."""
+    (tmp_path / "data" / "commands.sha256").mkdir(parents=True)  # neither readable nor writable as a file
+    async with rig(tmp_path) as r:
+        assert len(r.h.calls_to("PUT", PUT_GLOBAL)) == 1  # synced, as if it never had
+    said = [rec.getMessage() for rec in caplog.records if rec.levelname == "WARNING"]
+    assert any("cannot read" in s for s in said) and any("synced again at the next start" in s for s in said)

@@ -235,3 +235,78 @@ def test_the_image_config_turns_the_health_endpoint_on(tmp_path):
     assert settings.monitoring.health is True and settings.monitoring.metrics is False
     assert settings.monitoring.host == "127.0.0.1"
     assert str(settings.bot.data_dir) == "/data"
+
+
+async def test_the_health_command_ignores_proxy_settings(tmp_path, monkeypatch):
+    """Docker hands its client proxy settings to containers; urllib sent the loopback probe through them."""
+    import asyncio
+    import urllib.request
+
+    monkeypatch.setattr(urllib.request, "_opener", None)  # urlopen's opener reads the proxies once, when built
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    async with rig(tmp_path, monitoring=ON) as r:
+        assert await r.bot.start_monitoring(r.engine.metrics)
+        section = MonitoringSection(health=True, host="0.0.0.0", port=r.bot.monitoring.port)
+        healthy, line = await asyncio.to_thread(probe_health, section)
+        assert healthy, line
+
+
+def test_the_health_command_asks_the_ipv6_loopback_when_the_bot_listens_on_all_ipv6_addresses(monkeypatch):
+    asked = []
+
+    class Opener:
+        def open(self, url, timeout):
+            asked.append(url)
+            raise OSError("refused")
+
+    import urllib.request
+
+    monkeypatch.setattr(urllib.request, "build_opener", lambda *handlers: Opener())
+    probe_health(MonitoringSection(health=True, host="::", port=8080))
+    probe_health(MonitoringSection(health=True, host="0.0.0.0", port=8080))
+    assert asked == ["http://[::1]:8080/health", "http://127.0.0.1:8080/health"]
+
+
+async def test_a_failing_check_is_logged_when_it_starts_failing_and_when_it_passes_again(caplog):
+    """Docker probes every 30 s: a warning per probe made a database outage 120 lines an hour."""
+    from bot.monitoring import Health
+
+    down = [True]
+
+    async def storage() -> bool:
+        if down[0]:
+            raise TimeoutError()
+        return True
+
+    import logging
+
+    caplog.set_level(logging.INFO, logger="bot.monitoring")
+    health = Health({"storage": storage})
+    for _ in range(5):
+        assert await health.run() == {"storage": False}
+    down[0] = False
+    assert await health.run() == {"storage": True}
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "bot.monitoring"]
+    assert [level for level, _ in said] == ["WARNING", "INFO"] and "passes again" in said[1][1]
+
+
+async def test_the_gateway_latency_is_nan_while_disconnected(tmp_path):
+    """discord.py keeps the old websocket after a drop: its latency stayed at the last heartbeat's."""
+    from types import SimpleNamespace
+
+    async with rig(tmp_path, monitoring=ON) as r:
+        assert await r.bot.start_monitoring(r.engine.metrics)
+        r.bot.ws = SimpleNamespace(latency=0.042)  # the websocket discord.py keeps across a drop
+        try:
+            assert (await scrape(r))["mnemo_gateway_latency_seconds{}"] == 0.042
+            r.bot.dispatch("disconnect")
+            await r.h.settle()
+            assert math.isnan((await scrape(r))["mnemo_gateway_latency_seconds{}"])
+            r.h.feed("RESUMED", {})
+            await r.h.settle()
+            assert (await scrape(r))["mnemo_gateway_latency_seconds{}"] == 0.042
+        finally:
+            r.bot.ws = None

@@ -141,10 +141,17 @@ class SemanticIndex:
         self._dispositions_retry = 0.0  # monotonic time before which a failed embedding is not tried again
 
     def _failed(self, exc: BaseException) -> None:
+        """One warning an outage (not one a process: a blip at start-up used it up, and a key revoked a
+        week later left recall on word matching for good with nothing in the log)."""
         self.failures += 1
         if not self._warned:
             log.warning("embeddings failed (%r); ranking memories by lexical relevance and recency only", exc)
             self._warned = True
+
+    def _worked(self) -> None:
+        if self._warned:
+            log.info("embeddings work again")
+            self._warned = False
 
     async def index(self, user_id: str, memories: Sequence[StoredMemory], *, complete: bool = False) -> int:
         """Compute and store vectors for the memories whose text has none yet; return how many.
@@ -172,6 +179,8 @@ class SemanticIndex:
                 await self.cache.put(user_id, rows, embedder=self.embedder, texts={m.key: m.content for m in chunk})
             if complete:
                 await self.cache.delete_others(user_id, self.embedder)
+            if stale:
+                self._worked()
             return len(stale)
         except Exception as exc:  # noqa: BLE001 - indexing is an optimisation; the reply path falls back
             self._failed(exc)
@@ -321,6 +330,7 @@ class SemanticIndex:
             if isinstance(raw, BaseException):
                 raise raw
             query_vec = unit(raw)
+            self._worked()
         except Exception as exc:  # noqa: BLE001 - relevance degrades to lexical, the reply goes on
             self._failed(exc)
             return None

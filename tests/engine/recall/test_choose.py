@@ -132,6 +132,20 @@ async def test_a_failing_embedder_falls_back_to_lexical_with_one_warning(caplog)
     assert len([r for r in caplog.records if "embeddings failed" in r.getMessage()]) == 1
 
 
+async def test_each_embeddings_outage_is_one_warning_and_its_end_one_line(caplog):
+    """One warning a process: a blip at start-up used it up, and a key revoked a week later left recall on
+    word matching for good with nothing in the log."""
+    caplog.set_level(logging.INFO, logger="bot.engine.recall.vectors")
+    embed = ConceptEmbeddings(fail=True)
+    index = SemanticIndex(embed, MemoryVectorCache())
+    memories = FILLER + [NAMED]
+    for fail in (True, True, False, False, True, True):
+        embed.fail = fail
+        await choose_memories(memories, "Where does Ottilie live?", 120, user_id="u", index=index)
+    said = [r.getMessage() for r in caplog.records if r.name == "bot.engine.recall.vectors"]
+    assert [("failed" in s, "again" in s) for s in said] == [(True, False), (False, True), (True, False)]
+
+
 async def test_memories_without_vectors_are_indexed_in_the_background():
     embed = ConceptEmbeddings()
     index = SemanticIndex(embed, MemoryVectorCache())
