@@ -47,6 +47,8 @@ def decoded(data: bytes) -> str:
         return data.decode("cp1252", errors="replace")
 
 
+SPOILER = re.compile(r"\|\|(.+?)\|\|", re.DOTALL)  # Discord's ||spoiler|| spans
+
 #: One file's download, at most. discord.py's HTTP session has no timeout of its own (aiohttp's default is
 #: five minutes), and downloads run before the answer's deadline and typing indicator: a stalled CDN held a
 #: turn, and the channel's turns behind it, for minutes per file with no sign of life.
@@ -89,21 +91,29 @@ class InputBuilder:
             text = text.replace(own.mention, "")
         text = text.strip()
         images = 0
+        words, placeholders = text, []  # what the length cut may shorten, and what it must keep
         for attachment in message.attachments:
             if is_image(attachment.content_type, attachment.filename):
                 if self.vision:
                     images += 1
-                    text += "\n" + self.image_placeholder(attachment, images)
+                    placeholders.append("\n" + self.image_placeholder(attachment, images))
+                    text += placeholders[-1]
                     continue
                 self._tell_no_vision()
-            text += await self.attachment_text(attachment, strict=strict)
+            read = await self.attachment_text(attachment, strict=strict)
+            text += read
+            words += read
         if not text and getattr(message, "message_snapshots", None):  # a bare forward: answered, shown as context
             text = "(they forwarded a message; it is shown above as context)"
         elif not text and getattr(message, "poll", None) is not None:
             text = "(they posted a poll; it is shown above as context)"
         if len(text) > self.max_chars:
-            cut = len(text) - self.max_chars
-            text = text[: self.max_chars] + f"\n[note: the message was cut here; {cut} more characters were not shown]"
+            # The words and file contents are cut, the image lines kept (after them): cut away, the images
+            # were still shown for this answer, but the stored text no longer said an image was there.
+            room = max(0, self.max_chars - sum(len(p) for p in placeholders))
+            cut = len(words) - room
+            text = (words[:room] + f"\n[note: the message was cut here; {cut} more characters were not shown]"
+                    + "".join(placeholders))
         return text.strip()
 
     async def attachment_text(self, attachment: discord.Attachment, *, strict: bool = False) -> str:
@@ -176,6 +186,7 @@ class InputBuilder:
         too_large = [a for a in files_of(message) if is_image(a.content_type, a.filename)][: self.max_images]
         found += [Image(a.filename, note=f"it is too large (over {human_size(self.max_image_bytes)})")
                   for a in too_large if a.size > self.max_image_bytes]  # its quote names it, without a size
+        hidden = SPOILER.findall(message.content or "")
         for embed in message.embeds:
             if len(found) >= self.max_images:
                 break
@@ -194,7 +205,10 @@ class InputBuilder:
             if len(data) > self.max_image_bytes:
                 found.append(Image(name, note=f"it is too large (over {human_size(self.max_image_bytes)})"))
                 continue
-            found.append(self.checked(name, data, picture.width, picture.height))
+            image = self.checked(name, data, picture.width, picture.height)
+            # A link posted as ||https://...|| has its preview hidden on Discord: described openly, the
+            # answer gave away what the poster hid.
+            found.append(replace(image, spoiler=bool(embed.url) and any(embed.url in s for s in hidden)))
         return tuple(found[: self.max_images])
 
     def checked(self, name: str, data: bytes, width: int | None, height: int | None) -> Image:

@@ -154,7 +154,9 @@ class Chat(commands.Cog):
             if not text:
                 if self.bot.user not in item.message.mentions and not mentions_own_role(item.message):
                     continue  # nothing to answer (a sticker, an embed, whitespace); a bare mention gets a hello
-                text = "(the message was empty: they only mentioned you)"
+                stickers = [safe_name(s.name, 30) for s in item.message.stickers]
+                text = (f"(they sent the sticker {', '.join(stickers)} and mentioned you)" if stickers
+                        else "(the message was empty: they only mentioned you)")
             # Images go beside the stored text, for this answer only (a message only heard needs none).
             images = await self.inputs.images(item.message, most[item.message.id]) if answer else ()
             out.append(Incoming(self.speaker(item.message), text, answer=answer, images=images, again=again))

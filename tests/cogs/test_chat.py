@@ -671,3 +671,13 @@ async def test_past_the_drains_deadline_waiting_turns_are_recorded_and_follow_up
         assert "alice asks first" in said[0]  # a cancelled turn keeps its message in the thread
         bobs = [i for i, t in enumerate(said) if "bob" in t]
         assert len(bobs) == 2 and "bob waits behind her" in said[bobs[0]] and "and bob follows up" in said[bobs[1]]
+
+
+async def test_a_sticker_sent_with_a_mention_is_named_not_called_empty(tmp_path):
+    """A sticker sent as a reply that pings the bot was described to the model as an empty message."""
+    async with rig(tmp_path) as r:
+        payload = r.mentioning(ALICE, "")
+        payload["sticker_items"] = [{"id": "749", "name": "wave", "format_type": 1}]
+        await r.h.send_message(payload)
+        prompt = r.model.chat_calls[-1].prompt_text
+    assert "(they sent the sticker wave and mentioned you)" in prompt and "was empty" not in prompt

@@ -147,6 +147,20 @@ async def test_a_turn_shows_the_images_of_its_last_messages_as_many_as_one_messa
     notes = [p["text"] for p in parts_of(last) if "a0.png" in p.get("text", "") or "a1.png" in p.get("text", "")]
     assert any("only the turn's last 2 images are shown" in n for n in notes)
 
+async def test_a_long_message_is_cut_before_its_image_lines_not_through_them(tmp_path):
+    """The length cut took the "[image: ...]" lines with it: the image was shown that once, but the stored
+    text no longer said an image was there, so later turns (and learning) lost it."""
+    cat = png(seed=22)
+    async with rig(tmp_path, ScriptedChatModel(quiet), model={"vision": "on"},
+                   conversation={"max_input_chars": 500}) as r:
+        att = image_attachment(r, "cat.png", cat, "image/png")
+        await r.h.send_message(r.mentioning(ALICE, "x" * 3000, attachments=[att]))
+        state = await r.engine.thread_state(str(GENERAL))
+        (stored,) = [m.content for m in state["messages"] if isinstance(m, HumanMessage)]
+    assert stored.endswith(f"[image: cat.png, {_images.human_size(len(cat))}]") and "the message was cut here" in stored
+    assert len(stored) <= 500 + 100  # within the cap, plus the note
+
+
 async def test_a_forwarded_photo_reaches_a_vision_model(tmp_path):
     """"What is this?" with a forwarded photo (common in DMs): the forward's files are in its snapshot."""
     photo = png(seed=33)
@@ -247,6 +261,23 @@ async def test_images_of_the_message_replied_to_are_shown_with_its_quote(tmp_pat
         assert "from the message of [Bob | user 803]" in context.content[1]["text"]
         assert "https://example.com/elsewhere.png" not in [c.path for c in r.h.calls if c.via == "cdn"]
     assert not sqlite_holding(r.data_dir, shot) and not sqlite_holding(r.data_dir, unfurled)
+
+
+async def test_a_link_posted_behind_a_spoiler_has_its_preview_image_marked_hidden(tmp_path):
+    """Discord hides the preview of ||https://...||: described openly, the answer gave away what was hidden."""
+    unfurled = png(seed=33)
+    async with rig(tmp_path, model={"vision": "on"}) as r:
+        proxy = "https://images-ext-1.discordapp.net/external/abc/https/example.com/boss.png"
+        r.h.cdn[proxy] = unfurled
+        embeds = [{"type": "image", "url": "https://example.com/boss.png",
+                   "thumbnail": {"url": "https://example.com/boss.png", "proxy_url": proxy, "width": 32, "height": 32}}]
+        bob = r.msg(BOB, "the final boss: ||https://example.com/boss.png||", embeds=embeds)
+        await r.h.send_message(bob)
+        await r.h.send_message(r.mentioning(ALICE, "what is this?", referenced_message=bob))
+        (call,) = r.model.chat_calls
+        assert image_urls(call) == [data_url(unfurled)]
+        notes = [p["text"] for p in parts_of(call) if p.get("type") == "text" and "boss.png" in p["text"]]
+        assert any("hid behind a spoiler" in n for n in notes), notes
 
 
 # ---------------------------------------------------------------- header sniffing
