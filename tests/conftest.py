@@ -81,7 +81,8 @@ class ScriptedChatModel(BaseChatModel):
         out = self.script(call)
         if isinstance(out, str):
             out = AIMessage(content=out)
-        out.usage_metadata = _usage(call.prompt_text, out.text)
+        if out.usage_metadata is None and not out.additional_kwargs.pop("no_usage", False):
+            out.usage_metadata = _usage(call.prompt_text, out.text)  # a script's own figures are kept
         return ChatResult(generations=[ChatGeneration(message=out)])
 
     @property

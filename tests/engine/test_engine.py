@@ -179,3 +179,26 @@ async def test_a_shutdown_during_start_up_starts_nothing_after_the_engine_closed
         release.set()
         await asyncio.gather(starting, closing)
         assert engine._background == [] and engine.changes._sweeper is None
+
+
+async def test_an_answer_cut_short_after_it_was_sent_is_charged_its_prompt(settings):
+    """Restarting a turn (an edit, a deletion) or the deadline cut a call the provider had billed, and no
+    budget saw it: a member could restart a turn again and again for free."""
+    import asyncio
+    import time
+
+    def slow(call):
+        if not call.is_extraction:
+            time.sleep(1.0)
+        return default_script(call)
+
+    async with running_engine(settings, ScriptedChatModel(slow)) as engine:
+        before = await engine.meter.tokens_today("g1", "1001")
+        try:
+            await engine.reply("c1", ALICE, "tell me a long story " + "please " * 200, timeout=0.3)
+        except (asyncio.TimeoutError, TimeoutError):
+            pass
+        else:
+            raise AssertionError("the answer was not cut short")
+        await asyncio.sleep(1.2)  # the thread the fake model runs in finishes its sleep
+        assert await engine.meter.tokens_today("g1", "1001") - before >= 200  # the prompt, estimated

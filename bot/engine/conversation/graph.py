@@ -234,10 +234,23 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
     """The conversation graph: ``respond`` then, when the thread is over budget, ``summarize``."""
 
     async def call(messages: list[BaseMessage], speaker: Speaker, extra_tokens: int = 0) -> AIMessage:
-        async with deps.waiting(), deps.limiter:
-            reply = await deps.model.ainvoke(messages)
+        estimate = sum(estimate_tokens(m.text) for m in messages) + extra_tokens  # images: extra_tokens
+        sent = False
+        try:
+            async with deps.waiting(), deps.limiter:
+                sent = True
+                reply = await deps.model.ainvoke(messages)
+        except (asyncio.CancelledError, asyncio.TimeoutError, TimeoutError):
+            # Sent and cut short (an edit or deletion restarting the turn, the deadline, shutdown): the
+            # provider bills the prompt. Uncharged, restarting a turn again and again spent tokens no budget
+            # saw. A refused or failed request is not charged (providers do not bill those).
+            if sent and deps.on_usage is not None:
+                try:
+                    await asyncio.shield(deps.on_usage(speaker, AIMessage(content=""), estimate))
+                except Exception:  # noqa: BLE001 - accounting must never hide why the call ended
+                    log.exception("recording the usage of a call cut short failed")
+            raise
         if deps.on_usage is not None:
-            estimate = sum(estimate_tokens(m.text) for m in messages) + extra_tokens  # images: extra_tokens
 
             async def record() -> None:
                 await deps.on_usage(speaker, reply, estimate)

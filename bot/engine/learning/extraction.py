@@ -91,14 +91,33 @@ class CallWatcher(AsyncCallbackHandler):
 
     def __init__(self) -> None:
         self.malformed = False
+        # The tokens of every call (Trustcall's repairs included), for the budgets: Trustcall's result
+        # carries the figures of its first call only when the person has no memories (its update path
+        # builds a new message without them), so most extractions were never counted.
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self._sent: dict[Any, int] = {}  # run -> the prompt's estimated tokens, for a call without figures
 
-    async def on_llm_end(self, response, **kwargs) -> None:
+    async def on_chat_model_start(self, serialized, messages, *, run_id=None, **kwargs) -> None:
+        self._sent[run_id] = sum(estimate_tokens(m.text) for batch in messages for m in batch)
+
+    async def on_llm_end(self, response, *, run_id=None, **kwargs) -> None:
         messages = [g.message for gens in response.generations for g in gens if hasattr(g, "message")]
         # Any call of the extraction, not only the last: a repair call that came back clean hid an earlier
         # unparseable tool call, whose fact was then silently dropped.
         self.malformed = self.malformed or any(getattr(m, "invalid_tool_calls", None) for m in messages)
+        sent = self._sent.pop(run_id, 0)
+        for m in messages:
+            meta = getattr(m, "usage_metadata", None) or {}
+            p, c = int(meta.get("input_tokens", 0)), int(meta.get("output_tokens", 0))
+            if not p and not c:  # a server without usage figures still spends the budget
+                said = m.text + "".join(str(t.get("args", "")) for t in getattr(m, "tool_calls", None) or ())
+                p, c = sent, estimate_tokens(said)
+            self.prompt_tokens += p
+            self.completion_tokens += c
 
-    async def on_llm_error(self, error: BaseException, **kwargs) -> None:
+    async def on_llm_error(self, error: BaseException, *, run_id=None, **kwargs) -> None:
+        self.prompt_tokens += self._sent.pop(run_id, 0)  # sent, and billed as far as the provider got
         raise ModelCallFailed(error)
 
 
@@ -129,7 +148,7 @@ class MemoryWriter:
         *,
         max_existing: int = 40,
         limiter: asyncio.Semaphore | None = None,
-        on_usage: Callable[[WriteRequest, Any], Awaitable[None]] | None = None,
+        on_usage: Callable[[WriteRequest, int, int], Awaitable[None]] | None = None,
         callbacks: list | None = None,
     ) -> None:
         self.callbacks = list(callbacks or [])  # e.g. the metrics' model-call observer
@@ -176,9 +195,12 @@ class MemoryWriter:
                 # The model's own error, for the scheduler to judge (an outage is waited out, a bad request
                 # counts towards giving up), as when Trustcall lets it through (no memories yet).
                 raise failed.error from None
-            if self.on_usage is not None:
-                for msg in result.get("messages", []):
-                    await self.on_usage(request, msg)
+            finally:  # every call is charged, a failed extraction's too (it is run again, and charged again)
+                if self.on_usage is not None and (watcher.prompt_tokens or watcher.completion_tokens):
+                    try:
+                        await self.on_usage(request, watcher.prompt_tokens, watcher.completion_tokens)
+                    except Exception:  # noqa: BLE001 - accounting must not undo the learning
+                        log.exception("recording the extraction's usage failed")
             if not watcher.malformed:
                 return await apply_results(repo, request, result, aliases, protected=protected,
                                            have=[m.content for m in memories])

@@ -127,6 +127,32 @@ def _newest(most: int) -> BeforeValidator:
     return BeforeValidator(keep)
 
 
+def _newest_sources(most: int) -> BeforeValidator:
+    """Keep a memory's last ``most`` sources, and one place-only source (no message) for each server (or
+    DMs) that only the dropped ones named.
+
+    A memory's places are its sources': the strictest of them decides where it may be used. Trimmed bare,
+    a DM fact patched 200 times in a server came back as that server's alone, and was used in its public
+    channels again (the DM-sharing switch off). A file naming more than a hundred places beyond those kept
+    is refused: no memory gathers that many.
+    """
+    def keep(value: object) -> object:
+        if not isinstance(value, list) or len(value) <= most:
+            return value
+        kept = value[-most:]
+        have = {s.get("guild_id") for s in kept if isinstance(s, dict)}
+        places = []
+        for source in value[:-most]:
+            place = source.get("guild_id") if isinstance(source, dict) else None
+            if place is not None and not isinstance(place, (dict, list)) and place not in have:
+                have.add(place)
+                places.append({"guild_id": place, "message_id": "", "source": "import"})
+        if len(places) > 100:
+            raise ValueError("the sources name more places than a memory can have")
+        return places + kept
+    return BeforeValidator(keep)
+
+
 #: A text longer than a memory may be (one the bot stored before extraction kept them within it) is cut
 #: as extraction cuts them (``records.clipped``), not refused: the bot's own export imports back.
 _clip = BeforeValidator(lambda v: clipped(v) if isinstance(v, str) else v)
@@ -140,7 +166,7 @@ class _Memory(_Strict):
     id: Key
     content: Annotated[str, _clip] = Field(min_length=1, max_length=MAX_CONTENT, pattern=r"\S")
     origin: Provenance
-    sources: Annotated[list[Provenance], _newest(MAX_SOURCES)] = Field(default_factory=list)
+    sources: Annotated[list[Provenance], _newest_sources(MAX_SOURCES)] = Field(default_factory=list)
     created_at: Time
     updated_at: Time
 

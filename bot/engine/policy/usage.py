@@ -96,11 +96,10 @@ class UsageMeter:
         if self._pruned_on != _today():
             await self.prune()
 
-    async def record_extraction(self, request: WriteRequest, message: BaseMessage) -> None:
-        """Count an extraction call against the place it learned from."""
-        p, c = usage_of(message)
-        if p or c:
-            await self.store.record(str(request.origin.get("guild_id", "dm")), request.user_id, p, c)
+    async def record_extraction(self, request: WriteRequest, prompt: int, completion: int) -> None:
+        """Count an extraction's calls (``CallWatcher``'s sums) against the place it learned from."""
+        if prompt or completion:
+            await self.store.record(str(request.origin.get("guild_id", "dm")), request.user_id, prompt, completion)
 
     async def prune(self) -> int:
         """Drop usage counts older than ``limits.usage_retention_days`` (at start-up and once a day)."""

@@ -170,3 +170,44 @@ async def test_relative_dates_count_from_when_the_message_was_sent_not_when_it_w
         (memory,) = await engine.memories.list("42")
     assert "2026-05-08 23:59" in model.extraction_calls[0].prompt_text
     assert memory.created_at.isoformat().startswith("2026-05-08T23:59")
+
+
+async def test_every_call_of_an_extraction_is_counted_against_the_budget(settings):
+    """With memories, Trustcall's result carries no usage figures (its update path builds a new message),
+    and its repair calls are never in it: most extractions were never counted. Each call is counted, a
+    call without figures by estimate, a failed one by its prompt."""
+    from langchain_core.messages import AIMessage as Answer
+
+    figures = {"input_tokens": 500, "output_tokens": 40, "total_tokens": 540}
+    outputs = [ConnectionError("down"), "with figures", "without figures"]
+
+    def script(call: Call):
+        if not call.is_extraction:
+            return "Noted!"
+        out = outputs.pop(0)
+        if isinstance(out, BaseException):
+            raise out
+        said = default_script(call)
+        if out == "with figures":
+            return Answer(content="", tool_calls=said.tool_calls, usage_metadata=figures)
+        return Answer(content="", tool_calls=said.tool_calls, additional_kwargs={"no_usage": True})
+
+    async with running_engine(settings, ScriptedChatModel(script)) as engine:
+        charged: list[tuple[int, int]] = []
+        record = engine.writer.on_usage
+
+        async def counted(request, prompt: int, completion: int) -> None:
+            charged.append((prompt, completion))
+            await record(request, prompt, completion)
+
+        engine.writer.on_usage = counted
+        await engine.memories.add("42", "Has a bike", {"guild_id": "900"})
+        await engine.reply("t", ADA, "I like tea")
+        await engine.scheduler.run("900", "42")  # the call fails: its prompt was sent
+        await engine.scheduler.flush()
+        await engine.reply("t", ADA, "I like jam")
+        await engine.scheduler.flush()
+        assert len(charged) == 3 and charged[0][0] > 50 and charged[0][1] == 0  # the failed call's prompt
+        assert charged[1] == (500, 40)  # the provider's figures, though Trustcall's result drops them
+        assert charged[2][0] > 50 and charged[2][1] > 0  # estimated, not nothing
+        assert await engine.meter.tokens_today("900", "42") >= sum(p + c for p, c in charged)

@@ -204,6 +204,22 @@ def test_what_the_bot_writes_over_years_imports_back_keeping_the_newest_sources(
     assert [s["message_id"] for s in restored["sources"]] == [str(1000 + i) for i in range(50, 250)]
 
 
+def test_trimming_a_memorys_sources_keeps_every_place_it_was_learned_in():
+    """A DM fact patched 200 times in a server came back from an import as that server's alone: the
+    strictest-place rule then let it into the server's public channels."""
+    memory = StoredMemory(key="k1", content="is job hunting", created_at=WHEN, updated_at=WHEN,
+                          origin={"guild_id": "dm", "channel_id": "5", "message_id": "4"},
+                          sources=[{"guild_id": "dm", "channel_id": "5", "message_id": "4"},
+                                   {"guild_id": "22", "channel_id": "6", "message_id": "8"}]
+                          + [{"guild_id": "111", "channel_id": "2", "message_id": str(1000 + i)} for i in range(200)])
+    data, _ = export_file(export_memories("7", [memory]), 10**9)
+    (restored,), _ = parse_import(data, "7")
+    now = datetime.now(timezone.utc)
+    back = StoredMemory("k1", "is job hunting", restored["origin"], now, now, tuple(restored["sources"]))
+    assert back.places() == {"dm", "22", "111"}
+    assert len(restored["sources"]) == 202 and back.message_ids() == {str(1000 + i) for i in range(200)}
+
+
 async def test_extraction_keeps_a_memory_within_what_an_import_takes(tmp_path):
     """A model that writes a 3,000-character "fact": stored cut to the import's limit, so the export of it
     (and of its change-log entry) imports back."""
