@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from typing import Callable
 
 import discord
@@ -41,6 +42,7 @@ MAX_CHANNELS = 10_000  # channel queues kept in memory; idle ones are dropped pa
 JOIN_OVER_LIMIT = 10  # a message over the rate limit joins its author's waiting turn up to this many messages
 DELETED_REMEMBERED = 10_000  # deleted message IDs kept, so a create handled after its delete is ignored
 HEARD_REMEMBERED = 10_000  # message IDs; a replay comes within seconds of the original
+ROLES_REMEMBERED = 50_000  # members whose roles a gateway message showed (a few hundred bytes each)
 
 __all__ = ["Chat", "speaker_name"]
 
@@ -77,6 +79,33 @@ class Chat(commands.Cog):
         self.drained = False  # and past the drain's deadline: waiting turns are recorded, not started
         self._heard: dict[int, None] = {}  # recently answered message IDs (bounded): a replayed create is not
         # answered twice (a gateway RESUME can deliver a MESSAGE_CREATE this process already handled)
+        # (server, member) -> their role IDs, as the gateway's messages carried them: see ``context_blocked``
+        self._roles: OrderedDict[tuple[int, int], frozenset[int]] = OrderedDict()
+
+    def context_blocked(self, message: discord.Message) -> bool:
+        """Whether a message of the channel's recent history stays out of the context (see ``_gate.blocked``).
+
+        Messages read from Discord's history carry no member data (this bot caches no members), so their
+        authors have no roles and ``access.block_roles`` never matched them: muted members' posts reached
+        the prompt whenever the context reached past discord.py's cache. Their roles are taken from the
+        last message of theirs the gateway delivered; with roles blocked and none seen since start, a
+        member's history post is left out (the block is the operator's word; context is only context).
+        """
+        author = message.author
+        if blocked(self.access, author):
+            return True
+        if not self.access.block_roles or isinstance(author, discord.Member) or message.guild is None or author.bot:
+            return False
+        roles = self._roles.get((message.guild.id, author.id))
+        return roles is None or bool(roles & set(self.access.block_roles))
+
+    def _saw_roles(self, message: discord.Message) -> None:
+        if isinstance(message.author, discord.Member) and message.guild is not None:
+            key = (message.guild.id, message.author.id)
+            self._roles[key] = frozenset(r.id for r in message.author.roles)
+            self._roles.move_to_end(key)
+            while len(self._roles) > ROLES_REMEMBERED:
+                self._roles.popitem(last=False)
 
     # ---- who is answered
     def should_answer(self, message: discord.Message, policy: GuildPolicy) -> bool:
@@ -178,7 +207,7 @@ class Chat(commands.Cog):
                                             deleted=self._deleted, edited=self._edited)
         quotes += await channel_context(self.bot, first, count=self.config.channel_context_messages,
                                         tokens=self.config.channel_context_tokens,
-                                        skip=lambda m: blocked(self.access, m.author))
+                                        skip=self.context_blocked)
         own = {str(i.message.id) for i in items}
         unique: dict[str, Quote] = {}
         for q in quotes:
@@ -193,6 +222,8 @@ class Chat(commands.Cog):
             log.warning("a message in channel %s of server %s, which this process does not know; not handled",
                         message.channel.id, getattr(message.channel, "guild_id", None))
             return
+        if self.access.block_roles:
+            self._saw_roles(message)
         try:
             policy = await self.engine.guild_policy(message.guild.id if message.guild else None)  # once per message
         except Exception as exc:  # noqa: BLE001 - the database is down and no earlier read of the settings is kept

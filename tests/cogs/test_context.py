@@ -470,3 +470,23 @@ async def test_votes_cast_after_a_poll_was_posted_are_counted(tmp_path):
         r.h.feed("MESSAGE_CREATE", ended)
         await r.h.send_message(r.mentioning(ALICE, "and that one?", referenced_message=ended))
         assert len(r.h.calls_to("GET", "/channels/{channel_id}/messages/{message_id}")) == fetched  # final: cached
+
+
+async def test_a_blocked_role_keeps_history_posts_out_of_the_context_though_history_has_no_roles(tmp_path):
+    """Messages read from Discord's history carry no member data: their authors had no roles, and
+    ``block_roles`` never matched them, so muted members' posts reached the prompt past the cache."""
+    from tests.cogs.conftest import MOD_ROLE
+
+    muted = MOD_ROLE  # a role the server has (discord.py drops role IDs it does not know)
+    async with rig(tmp_path, access={"block_roles": [muted]}) as r:
+        await r.h.send_message(r.mentioning(ALICE, "hello bot"))
+        for author, text in ((dh.member(BOB, roles=[muted]), "bob_muted_post"), (dh.member(CAROL), "carol_fine_post")):
+            r.h.feed("MESSAGE_CREATE", dh.message(dh.snowflake(), GENERAL, author, text, guild_id=GUILD_ID))
+        await r.h.settle()
+        for stored in r.h.messages.values():  # as Discord's REST API returns them: no member data
+            stored.pop("member", None)
+        forget_cache(r)
+        await r.h.send_message(r.mentioning(ALICE, "what did I miss?"))
+        prompt = r.model.chat_calls[-1].prompt_text
+        assert r.h.calls_to("GET", "/channels/{channel_id}/messages")
+        assert "carol_fine_post" in prompt and "bob_muted_post" not in prompt
