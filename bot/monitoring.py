@@ -46,13 +46,11 @@ class Health:
             except Exception as exc:  # noqa: BLE001 - a failing check is an answer, not a crash
                 if name not in self._failing:
                     log.warning("health check %r failed: %r (logged again only once it passes)", name, exc)
+                    self._failing.add(name)
                 results[name] = False
-            if results[name]:
-                if name in self._failing:
-                    log.info("health check %r passes again", name)
+            if results[name] and name in self._failing:
+                log.info("health check %r passes again", name)
                 self._failing.discard(name)
-            elif name not in self._failing:
-                self._failing.add(name)
         return results
 
 

@@ -176,7 +176,12 @@ def test_a_backlog_of_recorded_messages_is_folded_in_bounded_calls_and_cut_only_
     mixed = [q1, HumanMessage("h" * 4000, id="h", additional_kwargs={"heard": True}), HumanMessage("q2", id="q2"),
              AIMessage("a", id="a", additional_kwargs={"answers": ["q1", "q2"]}), HumanMessage("q3", id="q3"),
              AIMessage("a3", id="a3", additional_kwargs={"answers": ["q3"]})]
-    assert fold_point(mixed, deps) in (0, 4)  # never after the recorded message: q1's answer comes later
+    assert fold_point(mixed, deps) == 4  # never after the recorded message (q1's answer comes later), and
+    # past the cap rather than not at all: a cut of 0 every turn stopped the thread's summaries for good
+    joined = [HumanMessage("p" * 4000, id=f"j{i}") for i in range(7)]
+    joined += [AIMessage("a", id="ja", additional_kwargs={"answers": [m.id for m in joined]})]
+    joined += [HumanMessage("q", id="q9"), AIMessage("a9", id="a9", additional_kwargs={"answers": ["q9"]})] * 3
+    assert fold_point(joined, SimpleNamespace(keep_messages=6, summarize_after_tokens=3000)) == 8
 
 
 async def test_an_answer_after_a_backlog_reads_only_the_newest_within_two_budgets(tmp_path, backend):

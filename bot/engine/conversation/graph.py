@@ -225,13 +225,26 @@ def fold_point(messages: list[AnyMessage], deps: ChatDeps) -> int:
             cut = max(1, i)
             break
     clean = _clean_cuts(messages)
+    start = cut
     while cut > 0 and not clean[cut]:
         cut -= 1
+    if cut == 0 and start > 0:
+        # No clean cut within the cap (one long joined turn, a backlog before an answer written before
+        # answers listed what they answer): the first clean one after it, past the cap, rather than none,
+        # which stopped the thread's summaries for good.
+        cut = next((i for i in range(start + 1, len(messages) - 1) if clean[i]), 0)
     return cut
 
 
 def build_chat_graph(deps: ChatDeps) -> StateGraph:
     """The conversation graph: ``respond`` then, when the thread is over budget, ``summarize``."""
+
+    charging: set[asyncio.Future] = set()  # charges of calls cut short, being written
+
+    def _charged(charge: asyncio.Future) -> None:
+        charging.discard(charge)
+        if not charge.cancelled() and charge.exception() is not None:
+            log.error("recording the usage of a call cut short failed", exc_info=charge.exception())
 
     async def call(messages: list[BaseMessage], speaker: Speaker, extra_tokens: int = 0) -> AIMessage:
         estimate = sum(estimate_tokens(m.text) for m in messages) + extra_tokens  # images: extra_tokens
@@ -244,11 +257,10 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
             # Sent and cut short (an edit or deletion restarting the turn, the deadline, shutdown): the
             # provider bills the prompt. Uncharged, restarting a turn again and again spent tokens no budget
             # saw. A refused or failed request is not charged (providers do not bill those).
-            if sent and deps.on_usage is not None:
-                try:
-                    await asyncio.shield(deps.on_usage(speaker, AIMessage(content=""), estimate))
-                except Exception:  # noqa: BLE001 - accounting must never hide why the call ended
-                    log.exception("recording the usage of a call cut short failed")
+            if sent and deps.on_usage is not None:  # written beside, not awaited: the apology does not wait on it
+                charge = asyncio.ensure_future(deps.on_usage(speaker, AIMessage(content=""), estimate))
+                charging.add(charge)
+                charge.add_done_callback(_charged)
             raise
         if deps.on_usage is not None:
 

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import AbstractSet, Any, Awaitable, Callable, Iterable
+from typing import AbstractSet, Any, Awaitable, Callable, Mapping
 
 from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.language_models import BaseChatModel
@@ -117,7 +117,9 @@ class CallWatcher(AsyncCallbackHandler):
             self.completion_tokens += c
 
     async def on_llm_error(self, error: BaseException, *, run_id=None, **kwargs) -> None:
-        self.prompt_tokens += self._sent.pop(run_id, 0)  # sent, and billed as far as the provider got
+        sent = self._sent.pop(run_id, 0)
+        if isinstance(error, (asyncio.TimeoutError, TimeoutError, asyncio.CancelledError)):
+            self.prompt_tokens += sent  # sent and cut short: billed. A refused or failed request is not.
         raise ModelCallFailed(error)
 
 
@@ -203,7 +205,7 @@ class MemoryWriter:
                         log.exception("recording the extraction's usage failed")
             if not watcher.malformed:
                 return await apply_results(repo, request, result, aliases, protected=protected,
-                                           have=[m.content for m in memories])
+                                           have={m.key: m.content for m in memories})
             log.warning("extraction for user %s returned malformed tool calls (attempt %d)", request.user_id, attempt)
         log.warning("skipping extraction for user %s after a malformed retry; memories unchanged", request.user_id)
         self.skipped_turns += len(request.new)
@@ -229,22 +231,21 @@ def _same(text: str) -> str:
 
 async def apply_results(
     repo: MemoryRepository, request: WriteRequest, result: dict, known: dict[str, str], *,
-    protected: AbstractSet[str] = frozenset(), have: Iterable[str] = (),
+    protected: AbstractSet[str] = frozenset(), have: Mapping[str, str] | None = None,
 ) -> MemoryChanges:
     """Turn Trustcall's responses into one batch of store writes.
 
     ``known`` maps the doc IDs the extractor was shown to memory keys; a patch or delete naming any other
     ID is ignored (it cannot be the person's), and so is one of a ``protected`` key (a hand correction of
-    what these messages said). An insert repeating one of ``have`` (the person's memories allowed here) or
-    an earlier insert is dropped: the extractor is shown only the most related memories, and re-adds the
-    others when they come up again.
+    what these messages said). An insert repeating one of ``have`` (key -> text: the person's memories
+    allowed here, but for those this batch deletes or rewrites) or an earlier insert is dropped: the
+    extractor is shown only the most related memories, and re-adds the others when they come up again.
     Each insert and patch is attributed to the new messages it came from (``transcript.attribute``): its
     ``sources`` name them, and its ``origin`` is the newest of them.
     """
     inserts: list[tuple[str, dict, list[dict]]] = []
     updates: dict[str, tuple[str, dict, list[dict]]] = {}
     deletes: set[str] = set()
-    seen = {_same(text) for text in have}
     for response, meta in zip(result.get("responses", []), result.get("response_metadata", [])):
         if type(response).__name__ == "RemoveDoc":
             key = known.get(str(getattr(response, "json_doc_id", "")))
@@ -261,11 +262,19 @@ async def apply_results(
         if doc_id is not None and str(doc_id) in known:
             if known[str(doc_id)] not in protected:
                 updates[known[str(doc_id)]] = (content, origin, sources)
-        elif doc_id is None and _same(content) not in seen:
-            seen.add(_same(content))
+        elif doc_id is None:
             inserts.append((content, origin, sources))
     for key in deletes:
         updates.pop(key, None)
+    # A memory deleted or rewritten here and inserted again (the model restructuring) is not a repeat.
+    seen = {_same(text) for key, text in (have or {}).items() if key not in deletes and key not in updates}
+    seen |= {_same(text) for text, _origin, _sources in updates.values()}  # what the rewritten ones now say
+    unique = []
+    for insert in inserts:
+        if _same(insert[0]) not in seen:
+            seen.add(_same(insert[0]))
+            unique.append(insert)
+    inserts = unique
     changes = await repo.apply(
         request.user_id,
         inserts=inserts,

@@ -74,9 +74,10 @@ def _exported_entry(entry: HistoryEntry) -> dict:
 
 def _aware_text(value: str) -> str:
     try:
-        return _plausible(datetime.fromisoformat(value)).isoformat()
+        when = datetime.fromisoformat(value)
     except ValueError:
         raise ValueError("not an ISO 8601 time") from None
+    return _plausible(when).isoformat()
 
 
 #: The earliest time a file may name. A year-1 or year-9999 "never" placeholder imported, and every reply to

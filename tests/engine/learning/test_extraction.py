@@ -175,11 +175,12 @@ async def test_relative_dates_count_from_when_the_message_was_sent_not_when_it_w
 async def test_every_call_of_an_extraction_is_counted_against_the_budget(settings):
     """With memories, Trustcall's result carries no usage figures (its update path builds a new message),
     and its repair calls are never in it: most extractions were never counted. Each call is counted, a
-    call without figures by estimate, a failed one by its prompt."""
+    call without figures by estimate, one timed out after it was sent by its prompt; a refused or failed
+    request is not charged (providers do not bill those)."""
     from langchain_core.messages import AIMessage as Answer
 
     figures = {"input_tokens": 500, "output_tokens": 40, "total_tokens": 540}
-    outputs = [ConnectionError("down"), "with figures", "without figures"]
+    outputs = [ConnectionError("down"), TimeoutError("cut short"), "with figures", "without figures"]
 
     def script(call: Call):
         if not call.is_extraction:
@@ -203,11 +204,30 @@ async def test_every_call_of_an_extraction_is_counted_against_the_budget(setting
         engine.writer.on_usage = counted
         await engine.memories.add("42", "Has a bike", {"guild_id": "900"})
         await engine.reply("t", ADA, "I like tea")
-        await engine.scheduler.run("900", "42")  # the call fails: its prompt was sent
+        await engine.scheduler.run("900", "42")  # refused: nothing charged
+        assert charged == []
+        await engine.scheduler.run("900", "42")  # timed out: its prompt was sent
         await engine.scheduler.flush()
         await engine.reply("t", ADA, "I like jam")
         await engine.scheduler.flush()
-        assert len(charged) == 3 and charged[0][0] > 50 and charged[0][1] == 0  # the failed call's prompt
+        assert len(charged) == 3 and charged[0][0] > 50 and charged[0][1] == 0  # the timed-out call's prompt
         assert charged[1] == (500, 40)  # the provider's figures, though Trustcall's result drops them
         assert charged[2][0] > 50 and charged[2][1] > 0  # estimated, not nothing
         assert await engine.meter.tokens_today("900", "42") >= sum(p + c for p, c in charged)
+
+
+async def test_a_memory_deleted_and_inserted_again_in_one_batch_is_kept(settings):
+    """The repeat check ignored that the batch deletes the memory it matched: the fact was lost."""
+    def script(call: Call):
+        if call.is_extraction and "start over" in call.prompt_text:
+            return AIMessage(content="", tool_calls=[
+                tool_call("RemoveDoc", {"json_doc_id": doc_id(call, "Lives in Oslo")}),
+                tool_call("Memory", {"content": "Lives in Oslo", "source_messages": [1]}, 1)])
+        return default_script(call)
+
+    async with running_engine(settings, ScriptedChatModel(script)) as engine:
+        key = await engine.memories.add("42", "Lives in Oslo", {"guild_id": "900"})
+        await engine.reply("t", ADA, "start over with what you know")
+        await engine.scheduler.flush()
+        memories = await engine.memories.list("42")
+    assert [m.content for m in memories] == ["Lives in Oslo"] and memories[0].key != key
