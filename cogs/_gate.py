@@ -7,6 +7,8 @@ about them.
 
 from __future__ import annotations
 
+from typing import AbstractSet
+
 import discord
 
 from bot.settings import AccessSection
@@ -42,11 +44,13 @@ def interaction_allows(interaction: discord.Interaction, access: AccessSection) 
                   channel_id=interaction.channel_id, parent_id=getattr(channel, "parent_id", None))
 
 
-def blocked(access: AccessSection, author: discord.abc.User) -> bool:
+def blocked(access: AccessSection, author: discord.abc.User, roles: AbstractSet[int] | None = None) -> bool:
     """Whether the block lists name this author (by ID or role). Their messages are not read as channel
     context either: what a blocked member posts around a mention would otherwise still steer the answers.
-    A member who may talk to the bot can still point at one (a reply, a forward, "Ask about this")."""
-    roles = {r.id for r in getattr(author, "roles", [])}
+    A member who may talk to the bot can still point at one (a reply, a forward, "Ask about this").
+    ``roles``: the author's role IDs, where the author carries none (a message read from history)."""
+    if roles is None:
+        roles = {r.id for r in getattr(author, "roles", [])}
     return author.id in access.block_users or bool(roles & set(access.block_roles))
 
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from typing import Callable
 
 import discord
 from discord.ext import commands
 
 from bot.client import MemoryBot
-from bot.engine import EmptyAnswer, GuildPolicy, Incoming, Quote, Reply, Speaker, safe_name
+from bot.engine import BoundedDict, EmptyAnswer, GuildPolicy, Incoming, Quote, Reply, Speaker, safe_name
 from cogs._context import StarterCache, carried_quotes, channel_context, marked_own, reply_chain, speaker_name
 from cogs._failures import log_failure
 from cogs._gate import access_allows, blocked, unknown_server
@@ -80,7 +79,7 @@ class Chat(commands.Cog):
         self._heard: dict[int, None] = {}  # recently answered message IDs (bounded): a replayed create is not
         # answered twice (a gateway RESUME can deliver a MESSAGE_CREATE this process already handled)
         # (server, member) -> their role IDs, as the gateway's messages carried them: see ``context_blocked``
-        self._roles: OrderedDict[tuple[int, int], frozenset[int]] = OrderedDict()
+        self._roles: BoundedDict[tuple[int, int], frozenset[int]] = BoundedDict(ROLES_REMEMBERED)
 
     def context_blocked(self, message: discord.Message) -> bool:
         """Whether a message of the channel's recent history stays out of the context (see ``_gate.blocked``).
@@ -92,20 +91,10 @@ class Chat(commands.Cog):
         member's history post is left out (the block is the operator's word; context is only context).
         """
         author = message.author
-        if blocked(self.access, author):
-            return True
         if not self.access.block_roles or isinstance(author, discord.Member) or message.guild is None or author.bot:
-            return False
+            return blocked(self.access, author)
         roles = self._roles.get((message.guild.id, author.id))
-        return roles is None or bool(roles & set(self.access.block_roles))
-
-    def _saw_roles(self, message: discord.Message) -> None:
-        if isinstance(message.author, discord.Member) and message.guild is not None:
-            key = (message.guild.id, message.author.id)
-            self._roles[key] = frozenset(r.id for r in message.author.roles)
-            self._roles.move_to_end(key)
-            while len(self._roles) > ROLES_REMEMBERED:
-                self._roles.popitem(last=False)
+        return roles is None or blocked(self.access, author, roles)
 
     # ---- who is answered
     def should_answer(self, message: discord.Message, policy: GuildPolicy) -> bool:
@@ -222,8 +211,8 @@ class Chat(commands.Cog):
             log.warning("a message in channel %s of server %s, which this process does not know; not handled",
                         message.channel.id, getattr(message.channel, "guild_id", None))
             return
-        if self.access.block_roles:
-            self._saw_roles(message)
+        if self.access.block_roles and isinstance(message.author, discord.Member):
+            self._roles[(message.author.guild.id, message.author.id)] = frozenset(r.id for r in message.author.roles)
         try:
             policy = await self.engine.guild_policy(message.guild.id if message.guild else None)  # once per message
         except Exception as exc:  # noqa: BLE001 - the database is down and no earlier read of the settings is kept

@@ -5,6 +5,7 @@ test). The front door is :class:`ChatEngine` (``bot/engine/engine.py``); see ``d
 where each concern lives.
 """
 
+from bot.engine.concurrency import BoundedDict
 from bot.engine.conversation.rendering import safe_name
 from bot.engine.conversation.side import side_thread
 from bot.engine.engine import ChatEngine, Reply, TurnResult, create_engine
@@ -28,7 +29,7 @@ from bot.engine.stores import Prefs, ServerSettings, Storage
 
 __all__ = [
     "DEFAULT_WEIGHTS", "MAX_CONTENT", "MAX_HISTORY", "MAX_IMPORT_BYTES",
-    "OPERATOR", "Actor", "ChatEngine", "Edit", "EmptyAnswer", "GuildPolicy", "HistoryEntry", "Image", "ImportRefused",
+    "OPERATOR", "Actor", "BoundedDict", "ChatEngine", "Edit", "EmptyAnswer", "GuildPolicy", "HistoryEntry", "Image", "ImportRefused",
     "Incoming", "LocalMiniLM", "MemoryRepository", "MemoryVectorCache", "Mode", "Prefs", "Quote", "Reply", "SemanticIndex",
     "ServerSettings", "SettingRefused", "Speaker", "Storage", "StorageUnavailable", "StoredMemory", "TokenBucket", "TurnResult", "Weights",
     "WriteRequest", "bm25_scores", "channel_listed", "channel_persona", "choose_memories", "create_engine", "estimate_tokens",

@@ -6,6 +6,7 @@ import functools
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
 
 from bot.settings import ModelSection, Settings
 
@@ -74,3 +75,9 @@ def _compatible_model(field: str) -> type[BaseChatModel]:
             return payload
 
     return CompatibleChatOpenAI
+
+
+def usage_of(message: BaseMessage) -> tuple[int, int]:
+    """(prompt tokens, completion tokens) from a model answer's usage figures, 0 where missing."""
+    meta = getattr(message, "usage_metadata", None) or {}
+    return int(meta.get("input_tokens", 0)), int(meta.get("output_tokens", 0))

@@ -173,25 +173,19 @@ def _clean_cuts(messages: list[AnyMessage]) -> list[bool]:
     """For each cut ``i`` (fold ``messages[:i]``): whether no question before it has its answer after it.
 
     After the bot's answer, always. After a message only recorded, or set aside as answered (a failed turn),
-    when no later answer
-    answers anything before the cut (an answer lists what it answers; an older answer without that list
-    answers everything since the answer before it).
+    when no later answer answers anything before the cut (an answer lists what it answers; an older answer
+    without that list answers everything since the answer before it).
     """
     n = len(messages)
     first_answered = [n] * (n + 1)  # for each i: the earliest message answered by an answer at or after i
     index = {m.id: i for i, m in enumerate(messages)}
     previous_answer = -1
-    earliest = []
     for j, m in enumerate(messages):
         if isinstance(m, AIMessage):
             listed = m.additional_kwargs.get("answers")
-            if listed is None:
-                earliest.append((j, previous_answer + 1))
-            else:
-                earliest.append((j, min((index[a] for a in listed if a in index), default=j)))
+            first_answered[j] = (previous_answer + 1 if listed is None
+                                 else min((index[a] for a in listed if a in index), default=j))
             previous_answer = j
-    for j, e in reversed(earliest):
-        first_answered[j] = e
     for i in range(n - 1, -1, -1):
         first_answered[i] = min(first_answered[i], first_answered[i + 1])
     clean = [True] * (n + 1)

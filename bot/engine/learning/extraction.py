@@ -34,6 +34,7 @@ from bot.engine.learning.transcript import (
 )
 from bot.engine.memories.records import Memory, MemoryChanges, clipped
 from bot.engine.memories.repository import MemoryRepository
+from bot.engine.model import usage_of
 from bot.engine.policy.visibility import Visibility, allowed_here
 from bot.engine.recall import estimate_tokens, related
 
@@ -108,8 +109,7 @@ class CallWatcher(AsyncCallbackHandler):
         self.malformed = self.malformed or any(getattr(m, "invalid_tool_calls", None) for m in messages)
         sent = self._sent.pop(run_id, 0)
         for m in messages:
-            meta = getattr(m, "usage_metadata", None) or {}
-            p, c = int(meta.get("input_tokens", 0)), int(meta.get("output_tokens", 0))
+            p, c = usage_of(m)
             if not p and not c:  # a server without usage figures still spends the budget
                 said = m.text + "".join(str(t.get("args", "")) for t in getattr(m, "tool_calls", None) or ())
                 p, c = sent, estimate_tokens(said)

@@ -16,6 +16,7 @@ from collections import Counter
 from langchain_core.messages import BaseMessage
 
 from bot.engine.learning.extraction import WriteRequest
+from bot.engine.model import usage_of
 from bot.engine.policy.server_settings import GuildPolicy
 from bot.engine.recall import estimate_tokens
 from bot.engine.state import Speaker
@@ -26,12 +27,6 @@ log = logging.getLogger(__name__)
 
 MAX_BUCKETS_NOTICED = 100_000
 OWED_WAIT_SECONDS = 2.0
-
-
-def usage_of(message: BaseMessage) -> tuple[int, int]:
-    """(prompt tokens, completion tokens) from a model answer's usage figures, 0 where missing."""
-    meta = getattr(message, "usage_metadata", None) or {}
-    return int(meta.get("input_tokens", 0)), int(meta.get("output_tokens", 0))
 
 
 def _today() -> str:
