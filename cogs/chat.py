@@ -36,7 +36,11 @@ DRAIN_RECORDING_SECONDS = 10.0  # at shutdown, past the drain: how long the turn
 APOLOGY = "Sorry, I couldn't come up with an answer just now. Please try again in a moment."
 SLOW_DOWN = "You're going a bit fast for me. I've noted what you said and will take it in with your next message."
 BUSY = "Lots of people are talking to me here right now. I've noted what you said; ask me again in a moment."
-OUT_OF_BUDGET = "I've used up today's allowance here, so I'm taking a break until midnight UTC."
+OUT_OF_BUDGET = {  # whose daily allowance ran out (TurnResult.spent): a member over their share is told so
+    "server": "This server's allowance for today is used up, so I'm taking a break here until midnight UTC.",
+    "member": "You've used up your share of today's allowance here; I can answer you again after midnight UTC.",
+    "dm": "I've used up today's allowance for our DMs, so I'm taking a break until midnight UTC.",
+}
 MAX_CHANNELS = 10_000  # channel queues kept in memory; idle ones are dropped past this
 JOIN_OVER_LIMIT = 10  # a message over the rate limit joins its author's waiting turn up to this many messages
 DELETED_REMEMBERED = 10_000  # deleted message IDs kept, so a create handled after its delete is ignored
@@ -548,7 +552,7 @@ class Chat(commands.Cog):
                                         while_answering=lambda: typing_indicator(last.channel),
                                         policy=items[-1].policy, on_delta=writer.on_delta, timeout=self.deadline)
         if result.notice == "out_of_budget":
-            await self.notify(last, OUT_OF_BUDGET)
+            await self.notify(last, OUT_OF_BUDGET[result.spent or "server"])
         return result.reply
 
 

@@ -139,7 +139,7 @@ class ContextMenus(commands.Cog):
             await interaction.followup.send(APOLOGY, ephemeral=True)
             return
         if result.reply is None:
-            await interaction.followup.send(OUT_OF_BUDGET, ephemeral=True)
+            await interaction.followup.send(OUT_OF_BUDGET[result.spent or "server"], ephemeral=True)
             return
         parts = split_message(result.reply.text) or ["…"]
         if len(parts) > MAX_FOLLOWUPS:  # the rest as a file in the last message Discord allows

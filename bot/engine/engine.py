@@ -49,6 +49,7 @@ from bot.settings import Settings
 log = logging.getLogger(__name__)
 
 ERASURE_POLL_SECONDS = 2.0  # how often the journal is checked for wipes requested by another process
+SPENT = {"guild": "server", "member": "member", "dm": "dm"}  # a budget bucket's kind, as TurnResult.spent names it
 MAX_RESTART_DELAY = 30.0  # the longest an edit's restart waits for the person's next token (see restart_delay)
 
 __all__ = ["ChatEngine", "Reply", "TurnResult", "create_engine"]
@@ -59,11 +60,14 @@ class TurnResult:
     """How the engine took a turn: answered (``reply``), or heard without an answer (``reply`` None).
 
     ``notice`` names the notice the person should see, when one is due: ``"out_of_budget"`` (once per
-    budget bucket per UTC day). The Discord side words it.
+    budget bucket per UTC day). ``spent`` says whose daily allowance ran out, whenever one did (even when
+    the notice is not due): ``"server"``, ``"member"`` (this person's share of a server's) or ``"dm"``, so
+    a member over their own share is not told the bot is resting for everyone. The Discord side words it.
     """
 
     reply: Reply | None
     notice: str | None = None
+    spent: str | None = None
 
 
 class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
@@ -277,7 +281,8 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         bucket = await self.meter.exhausted(answering, policy)
         if bucket is not None:
             await self.hear(thread_id, [replace(m, answer=False, images=()) for m in incoming], policy=policy)
-            return TurnResult(None, "out_of_budget" if self.meter.first_notice_today(bucket) else None)
+            return TurnResult(None, "out_of_budget" if self.meter.first_notice_today(bucket) else None,
+                              spent=SPENT[bucket.partition(":")[0]])
         async with while_answering() if while_answering is not None else nullcontext():
             quotes = await context() if context is not None else ()
             reply = await self.reply_to(thread_id, incoming, quotes=quotes, policy=policy, on_delta=on_delta,

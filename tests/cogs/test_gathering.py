@@ -225,10 +225,22 @@ async def test_a_member_budget_stops_that_member_only(tmp_path):
     async with rig(tmp_path, limits={"member_daily_tokens": 30}) as r:
         await r.h.send_message(r.mentioning(ALICE, "a first question that uses the budget up"))
         await r.h.send_message(r.mentioning(ALICE, "another one"))
-        assert r.h.sent_messages(GENERAL)[-1].content == OUT_OF_BUDGET
+        assert r.h.sent_messages(GENERAL)[-1].content == OUT_OF_BUDGET["member"]  # hers, not everyone's
         assert "another one" in await humans(r)  # recorded all the same
         await r.h.send_message(r.mentioning(BOB, "bob still gets answers"))
         assert r.h.sent_messages(GENERAL)[-1].content.endswith("bob still gets answers")
+
+
+async def test_the_budget_notice_says_whose_allowance_ran_out(tmp_path):
+    """A server's spent allowance is the server's; a DM's is the DMs' (not a member's share)."""
+    async with rig(tmp_path, limits={"guild_daily_tokens": 30, "dm_daily_tokens": 30}) as r:
+        await r.h.send_message(r.mentioning(ALICE, "a first question that uses the budget up"))
+        await r.h.send_message(r.mentioning(BOB, "another one"))
+        assert r.h.sent_messages(GENERAL)[-1].content == OUT_OF_BUDGET["server"]
+        dm = r.h.dm(ALICE)
+        await r.h.send_message(r.msg(ALICE, "a first question in a DM that uses it up", channel_id=dm["id"], guild_id=None))
+        await r.h.send_message(r.msg(ALICE, "and another", channel_id=dm["id"], guild_id=None))
+        assert r.h.sent_messages(dm["id"])[-1].content == OUT_OF_BUDGET["dm"]
 
 
 async def test_a_flood_of_100_messages_loses_nothing_and_keeps_the_bound(tmp_path):

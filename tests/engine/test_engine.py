@@ -57,8 +57,8 @@ async def test_a_turn_past_the_daily_budget_is_heard_with_one_notice_and_no_mode
         calls = len(model.chat_calls)
         second = await engine.turn("c1", [Incoming(ALICE, "over the budget now")], context=context)
         third = await engine.turn("c1", [Incoming(ALICE, "still over")], context=context)
-        assert (second.reply, second.notice) == (None, "out_of_budget")
-        assert (third.reply, third.notice) == (None, None)  # told once a day, not every message
+        assert (second.reply, second.notice, second.spent) == (None, "out_of_budget", "server")
+        assert (third.reply, third.notice, third.spent) == (None, None, "server")  # told once a day
         assert len(model.chat_calls) == calls and asked == [1]  # no model call, no Discord context gathered
         texts = " ".join(_texts(await engine.thread_state("c1")))
         assert "over the budget now" in texts and "still over" in texts  # heard, not lost
