@@ -163,14 +163,9 @@ class Chat(commands.Cog):
 
     async def incoming(self, items: list[Pending], *, answer: bool = True, again: bool = False) -> list[Incoming]:
         """The turn's messages as the engine takes them; those with nothing to answer are left out.
-        ``again``: a restarted turn, whose first attempt may have stored them already."""
+        ``again``: a restarted turn, whose first attempt may have stored them already. Their images are
+        not here: :meth:`images` fetches them once the engine knows the turn will be answered."""
         out = []
-        # A turn shows the images of its last messages, as many as one message may have: follow-ups (and
-        # messages heard over a limit joining it) each with four images made requests of dozens of them.
-        room, most = self.inputs.max_images, {}
-        for item in reversed(items):
-            most[item.message.id] = min(room, len(self.inputs.shown_attachments(item.message)))
-            room -= most[item.message.id]
         for item in items:
             text = await self.build_input(item.message, item.content)
             if not text:
@@ -179,10 +174,21 @@ class Chat(commands.Cog):
                 stickers = [safe_name(s.name, 30) for s in item.message.stickers]
                 text = (f"(they sent the sticker {', '.join(stickers)} and mentioned you)" if stickers
                         else "(the message was empty: they only mentioned you)")
-            # Images go beside the stored text, for this answer only (a message only heard needs none).
-            images = await self.inputs.images(item.message, most[item.message.id]) if answer else ()
-            out.append(Incoming(self.speaker(item.message), text, answer=answer, images=images, again=again))
+            out.append(Incoming(self.speaker(item.message), text, answer=answer, again=again))
         return out
+
+    async def images(self, items: list[Pending], incoming: list[Incoming]) -> list[tuple]:
+        """The images of each of ``incoming``, downloaded only for a turn that will be answered (a member
+        over their budget posting albums cost the bot the downloads all the same). A turn shows the images
+        of its last messages, as many as one message may have: follow-ups (and messages heard over a limit
+        joining it) each with four images made requests of dozens of them."""
+        room, most = self.inputs.max_images, {}
+        for item in reversed(items):
+            most[item.message.id] = min(room, len(self.inputs.shown_attachments(item.message)))
+            room -= most[item.message.id]
+        by_id = {str(item.message.id): item.message for item in items}
+        return [await self.inputs.images(by_id[m.speaker.message_id], most[int(m.speaker.message_id)])
+                for m in incoming]
 
     async def quotes(self, items: list[Pending]) -> tuple[Quote, ...]:
         """Context for this answer: thread starter, reply chains, and the channel since the bot last spoke."""
@@ -549,6 +555,7 @@ class Chat(commands.Cog):
         if not incoming:
             return None
         result = await self.engine.turn(str(last.channel.id), incoming, context=lambda: self.quotes(items),
+                                        images=lambda: self.images(items, incoming),
                                         while_answering=lambda: typing_indicator(last.channel),
                                         policy=items[-1].policy, on_delta=writer.on_delta, timeout=self.deadline)
         if result.notice == "out_of_budget":

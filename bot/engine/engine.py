@@ -39,7 +39,7 @@ from bot.engine.policy.usage import UsageMeter
 from bot.engine.policy.verbs import SettingsVerbs
 from bot.engine.recall import SemanticIndex, forget_cached_texts
 from bot.engine.recall.minilm import LocalMiniLM
-from bot.engine.state import Incoming, Quote, Speaker
+from bot.engine.state import Image, Incoming, Quote, Speaker
 from bot.engine.stores import Storage
 from bot.engine.stores.locks import ERASURE, EXTRACTION
 from bot.engine.stores.reach import ShownSources
@@ -267,14 +267,16 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
     # ---- turns
     async def turn(self, thread_id: str, incoming: list[Incoming], *,
                    context: Callable[[], Awaitable[tuple[Quote, ...]]] | None = None,
+                   images: Callable[[], Awaitable[list[tuple[Image, ...]]]] | None = None,
                    while_answering: Callable[[], AbstractAsyncContextManager] | None = None,
                    policy: GuildPolicy | None = None, on_delta: DeltaCallback | None = None,
                    timeout: float | None = None) -> TurnResult:
         """Take one turn: answered, or (a daily budget spent) heard with a notice when one is due.
 
         ``context()`` gathers the quotes for the answer (reply chains, the channel); it is called only when
-        the turn will be answered, so a turn out of budget costs no Discord requests; ``while_answering()``
-        is entered around the answer (the typing indicator).
+        the turn will be answered, so a turn out of budget costs no Discord requests; so is ``images()``,
+        the pictures of each of ``incoming`` in order (no downloads for a member over their budget);
+        ``while_answering()`` is entered around the answer (the typing indicator).
         """
         answering = next((m.speaker for m in reversed(incoming) if m.answer), incoming[-1].speaker)
         policy = policy or await self.guild_policy(answering.guild_id)
@@ -284,6 +286,8 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
             return TurnResult(None, "out_of_budget" if self.meter.first_notice_today(bucket) else None,
                               spent=SPENT[bucket.partition(":")[0]])
         async with while_answering() if while_answering is not None else nullcontext():
+            if images is not None:
+                incoming = [replace(m, images=shown) for m, shown in zip(incoming, await images(), strict=True)]
             quotes = await context() if context is not None else ()
             reply = await self.reply_to(thread_id, incoming, quotes=quotes, policy=policy, on_delta=on_delta,
                                         timeout=timeout)

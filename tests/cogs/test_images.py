@@ -12,6 +12,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from cogs import _images, _input
+from cogs.chat import OUT_OF_BUDGET
 from tests.cogs.conftest import ALICE, BOB, GENERAL, rig
 from tests.cogs.test_memory_controls import files_containing
 from tests.conftest import Backend, Call, ScriptedChatModel, default_script
@@ -322,6 +323,22 @@ async def test_an_edit_keeps_the_placeholder_and_downloads_nothing(tmp_path):
         state = await r.engine.thread_state(str(GENERAL))
         assert state["messages"][0].content == f"my cat Tom\n[image: cat.png, {_images.human_size(len(cat))}]"
         assert len([c for c in r.h.calls if c.via == "cdn"]) == downloads == 1
+
+
+async def test_a_member_over_the_budget_gets_the_notice_and_no_image_is_downloaded(tmp_path):
+    """The turn is only heard (its placeholder stored): its pictures are fetched for an answer only."""
+    cat = png(seed=51)
+    async with rig(tmp_path, model={"vision": "on"}, limits={"member_daily_tokens": 30}) as r:
+        await r.h.send_message(r.mentioning(ALICE, "a first question that uses the budget up"))
+        att = image_attachment(r, "cat.png", cat, "image/png")
+        await r.h.send_message(r.mentioning(ALICE, "my cat", attachments=[att]))
+        assert r.h.sent_messages(GENERAL)[-1].content == OUT_OF_BUDGET["member"]
+        assert [c for c in r.h.calls if c.via == "cdn"] == []
+        state = await r.engine.thread_state(str(GENERAL))
+        assert state["messages"][-1].content == f"my cat\n[image: cat.png, {_images.human_size(len(cat))}]"
+        att = image_attachment(r, "dog.png", png(seed=52), "image/png")
+        await r.h.send_message(r.mentioning(BOB, "my dog", attachments=[att]))  # answered: downloaded
+        assert [c.via for c in r.h.calls].count("cdn") == 1
 
 
 async def test_a_reply_to_yesterdays_photo_uses_the_links_the_reply_brought(tmp_path):
