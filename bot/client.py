@@ -209,7 +209,7 @@ class MemoryBot(commands.Bot):
         self._links[None] = True
         log.info("logged in as %s (%s) in %d servers", self.user, getattr(self.user, "id", "?"), len(self.guilds))
         try:  # servers that removed the bot while it was offline send no GUILD_DELETE: READY is the only sign
-            await self.engine.servers_at_ready([str(g.id) for g in self.guilds], mine=self.owns_guild)
+            await self.engine.servers_at_ready(lambda: [str(g.id) for g in self.guilds], mine=self.owns_guild)
         except Exception:  # noqa: BLE001 - checked again at the next READY; nothing is deleted by a failure
             log.exception("comparing the servers at READY with the stored ones failed")
 

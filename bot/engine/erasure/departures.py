@@ -40,16 +40,22 @@ async def servers_with_data(conversations: ConversationEraser | None, memories: 
 
 
 async def absent_at_ready(
-    present: Iterable[str], known: set[str], *, mine: Callable[[str], bool],
+    present: Callable[[], Iterable[str]], known: set[str], *, mine: Callable[[str], bool],
     removed: Callable[[str], Awaitable[None]], back: Callable[[str], Awaitable[None]],
 ) -> list[str]:
-    """Record as removed every known server of this process's shards missing from READY; return them."""
-    here = {str(g) for g in present}
+    """Record as removed every known server of this process's shards the bot is not in; return them.
+
+    ``present()`` is read after the slow scan that made ``known``, and again before each mark: a list taken
+    at READY, before a scan of minutes, marked a server that added the bot back meanwhile as removed, and
+    took the mark off one that removed it meanwhile (its GUILD_DELETE had just marked it)."""
+    here = {str(g) for g in present()}
     for guild_id in here:
         await back(guild_id)
-    gone = sorted(g for g in known - here if mine(g))
-    for guild_id in gone:
-        await removed(guild_id)
+    gone = []
+    for guild_id in sorted(g for g in known - here if mine(g)):
+        if guild_id not in {str(g) for g in present()}:  # not joined again meanwhile
+            gone.append(guild_id)
+            await removed(guild_id)
     if gone:
         log.info("%d servers with stored data were not in READY: removed while offline; swept after the retention",
                  len(gone))

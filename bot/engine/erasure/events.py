@@ -56,6 +56,12 @@ class DiscordChanges:
         # This process's note of which threads have a checkpoint (``TurnRunner.forget_stored``; None: all).
         self.forget_stored = forget_stored or (lambda _thread: None)
         self._sweeper: asyncio.Task | None = None
+        # Sweeps wait for this process's first READY check: a server that added the bot back while it was
+        # offline sends no GUILD_CREATE to an offline bot, and only READY can take its mark off. Swept at
+        # start, before READY, its data went while the bot sat in it again. With several processes each
+        # sweeps only its own shards' servers (``mine``), which its own READY has judged.
+        self.judged = asyncio.Event()
+        self.mine: Callable[[str], bool] = lambda _guild: True
         # Discord message IDs whose deletion is being erased (shared with the chat graph, which leaves them
         # out of what the model reads: the erasure can wait minutes for the global erasure lock).
         self.being_deleted: Counter[str] = being_deleted if being_deleted is not None else Counter()
@@ -134,14 +140,22 @@ class DiscordChanges:
         if await self.storage.removed_guilds.unmark(str(guild_id)):
             log.info("server %s added the bot back before its data was deleted", guild_id)
 
+    def servers_judged(self, mine: Callable[[str], bool]) -> None:
+        """This process's READY was compared with the stored servers: sweeps may run, for ``mine`` only."""
+        self.mine = mine
+        self.judged.set()
+
     async def sweep_removed_servers(self, *, now: float | None = None) -> list[str]:
-        """Delete the data of servers removed longer ago than the retention; return their IDs."""
+        """Delete the data of servers removed longer ago than the retention; return their IDs.
+
+        Only servers this process's shards own (``mine``, set at READY): another process's READY may not
+        have judged its servers yet."""
         now = time.time() if now is None else now
         cutoff = now - self.removed_server_days * 86400
         swept: list[str] = []
         seen: set[str] = set()
         # Read again after each server: one that added the bot back while another was erased is not due.
-        while (due := [g for g in await self.storage.removed_guilds.due(cutoff) if g not in seen]):
+        while (due := [g for g in await self.storage.removed_guilds.due(cutoff) if g not in seen and self.mine(g)]):
             guild_id = due[0]
             seen.add(guild_id)
 
@@ -163,7 +177,8 @@ class DiscordChanges:
         return swept
 
     def start(self) -> None:
-        """Sweep at start and every ``SWEEP_EVERY`` seconds: a removal recorded before a restart is kept."""
+        """Sweep once READY was judged, then every ``SWEEP_EVERY`` seconds: a removal recorded before a
+        restart is kept. A process without a gateway (the console) never sweeps."""
         if self._sweeper is None:
             self._sweeper = asyncio.create_task(self._sweep_forever(), name="removed-server-sweep")
 
@@ -174,6 +189,7 @@ class DiscordChanges:
             self._sweeper = None
 
     async def _sweep_forever(self) -> None:
+        await self.judged.wait()
         while True:
             try:
                 await self.sweep_removed_servers()

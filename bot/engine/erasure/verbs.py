@@ -56,12 +56,16 @@ class ChangeVerbs:
         """The bot is in a server again (joined, or it was seen at start-up): nothing of it is swept."""
         await self.changes.server_back(guild_id)
 
-    async def servers_at_ready(self, present: Iterable[str], *, mine: Callable[[str], bool] = lambda _: True) -> list[str]:
-        """READY listed ``present``: servers this process's shards own (``mine``) that hold data here but are
-        missing were removed while the bot was offline; they are swept after the retention (see
-        ``erasure/departures.py``). Returns them."""
+    async def servers_at_ready(self, present: Callable[[], Iterable[str]], *,
+                               mine: Callable[[str], bool] = lambda _: True) -> list[str]:
+        """After READY: servers this process's shards own (``mine``) that hold data here but are not among
+        ``present()`` (the servers the bot is in now) were removed while the bot was offline; they are swept
+        after the retention (see ``erasure/departures.py``). Returns them. Until this has run once, no
+        removed server is swept (``DiscordChanges.judged``)."""
         known = await servers_with_data(self.conversations, self.memories)
-        return await absent_at_ready(present, known, mine=mine, removed=self.server_removed, back=self.server_back)
+        gone = await absent_at_ready(present, known, mine=mine, removed=self.server_removed, back=self.server_back)
+        self.changes.servers_judged(mine)
+        return gone
 
     async def erasure_recorded(self, user_id: str | int) -> bool:
         """Whether an erasure of the person is in the journal, unfinished: it will be finished (the journal

@@ -19,7 +19,7 @@ async def test_only_this_processs_servers_missing_from_ready_are_marked():
     async def returned(g: str) -> None:
         back.append(g)
 
-    gone = await absent_at_ready(["1", "2"], {"1", "3", "4"}, mine=lambda g: g != "4", removed=removed,
+    gone = await absent_at_ready(lambda: ["1", "2"], {"1", "3", "4"}, mine=lambda g: g != "4", removed=removed,
                                  back=returned)
     assert gone == marked == ["3"]  # "4" belongs to another process's shards: its READY judges it
     assert sorted(back) == ["1", "2"]
@@ -134,3 +134,59 @@ async def test_a_server_sweep_cut_short_and_run_again_from_the_journal_is_marked
         await r.engine.eraser.resume()
         assert await r.engine.storage.removed_guilds.due(time.time() + 30 * 86400) == []
         assert await r.engine.list_memories(ALICE["id"]) == []
+
+
+async def test_no_removed_server_is_swept_before_this_processs_ready_was_judged(tmp_path, monkeypatch):
+    """Found in review 2026-12-07 (fourteenth session): the sweep ran at start, before READY. A server that
+    added the bot back while it was offline (no GUILD_CREATE reaches an offline bot) was still marked, and
+    its data went a few seconds before READY would have taken the mark off."""
+    import asyncio
+
+    from bot.engine.erasure.events import DiscordChanges
+    from tests.conftest import ScriptedChatModel, default_script, make_settings, running_engine
+
+    calls: list[int] = []
+    real = DiscordChanges.sweep_removed_servers
+
+    async def counted(self, **kw):
+        calls.append(1)
+        return await real(self, **kw)
+
+    monkeypatch.setattr(DiscordChanges, "sweep_removed_servers", counted)
+    async with running_engine(make_settings(tmp_path / "data"), ScriptedChatModel(default_script)) as engine:
+        await engine.storage.removed_guilds.mark("999", time.time() - 9 * 86400)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert calls == []  # started, and waiting for READY
+        assert await engine.servers_at_ready(lambda: ["999"]) == []  # READY lists it: it came back
+        for _ in range(100):
+            if calls:
+                break
+            await asyncio.sleep(0.05)
+        assert calls == [1] and await engine.storage.removed_guilds.due(time.time()) == []
+
+
+async def test_a_server_that_comes_back_or_leaves_during_the_ready_scan_is_judged_by_what_is_true_after_it(tmp_path):
+    """Found in review 2026-12-07 (fourteenth session): the servers present were read at READY, before a scan
+    of every stored conversation and memory; one that added the bot back meanwhile was marked removed."""
+    from bot.engine.erasure import verbs
+
+    async with rig(tmp_path) as r:
+        await seed(r, ALICE, ["Alice said this in server 995"], guild="995")
+        await seed(r, ALICE, ["Alice said this in server 994"], guild="994")
+        present = {"995", "994"}
+        real = verbs.servers_with_data
+
+        async def slow_scan(*args):
+            found = await real(*args)
+            present.discard("994")  # 994 removes the bot during the scan: its GUILD_DELETE marks it
+            await r.engine.server_removed("994")
+            present.add("993")  # and 993 adds it back
+            return found | {"993"}
+
+        verbs.servers_with_data = slow_scan
+        try:
+            assert await r.engine.servers_at_ready(lambda: set(present)) == ["994"]  # 993 is not marked
+        finally:
+            verbs.servers_with_data = real
+        assert await r.engine.storage.removed_guilds.due(time.time() + 1) == ["994"]  # the live removal stands
