@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 
 
 async def servers_with_data(conversations: ConversationEraser | None, memories: MemoryRepository) -> set[str]:
-    """Every server ID that stored conversations or memories' sources name (DMs left out)."""
+    """Every server ID that stored conversations or memories' sources name (DMs left out); a source an
+    import brought is the file's word, not a sign the bot was ever in that server, and is left out."""
     found: set[str] = set()
     if conversations is not None:
         for thread_id in await conversations.thread_ids():
@@ -33,7 +34,7 @@ async def servers_with_data(conversations: ConversationEraser | None, memories: 
                 found.add(guild)
     for user in await people(memories):
         for memory in await memories.list(user):
-            found |= memory.places()
+            found |= {str(s["guild_id"]) for s in memory.sources if s.get("guild_id") is not None and not s.get("imported")}
     # Only snowflakes: a server ID some older import stored unchecked ("x", "²") cannot be asked about, and
     # one such ID made the whole sweep of servers that removed the bot fail (``int()`` of it).
     return {g for g in found if is_snowflake(g)}

@@ -281,14 +281,13 @@ def parse_import(data: bytes, user_id: str) -> tuple[list[dict], list[dict]]:
 
 
 def _imported_source(source: dict[str, Any]) -> dict[str, Any]:
-    """A source as a file states it, marked as the file's word (``"imported": true``) when it names a message.
+    """A source as a file states it, marked as the file's word (``"imported": true``).
 
-    The message stays linked, so deleting it still takes the memory along, as it would have before the
+    A named message stays linked, so deleting it still takes the memory along, as it would have before the
     export. But the bot never saw that message teach this person anything, and a file can name any message
     (someone else's, in a channel they cannot read): an edit of it must not be learned as theirs
-    (``StoredMemory.imported_from``).
+    (``StoredMemory.imported_from``). And a file can name any server, one this bot was never in (an export
+    from another bot): the check at READY does not take an imported place for a server the bot was in and
+    left, which swept the imported memories a week later (``erasure/departures.servers_with_data``).
     """
-    out = dict(source)
-    if out.get("message_id"):
-        out["imported"] = True
-    return out
+    return {**source, "imported": True}

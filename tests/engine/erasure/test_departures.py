@@ -190,3 +190,27 @@ async def test_a_server_that_comes_back_or_leaves_during_the_ready_scan_is_judge
         finally:
             verbs.servers_with_data = real
         assert await r.engine.storage.removed_guilds.due(time.time() + 1) == ["994"]  # the live removal stands
+
+
+async def test_memories_imported_from_another_bots_server_are_not_swept_as_a_removed_server(tmp_path):
+    """Found in review 2026-12-07 (fourteenth session): an import's sources name servers this bot was never in
+    (an export from another bot); the check at READY took one for a server that removed the bot while it
+    was offline, and a week later the sweep erased the imported memories."""
+    import json
+
+    from tests.cogs.test_memory_controls import import_file
+
+    foreign = "123456789012345678"
+    doc = {"format": "remembering-bot.memories", "version": 2, "user_id": str(ALICE["id"]), "exported_at": "x",
+           "history": [], "memories": [{
+               "id": "a1", "content": "Alice grows chillies", "origin": {"guild_id": foreign, "source": "extraction"},
+               "sources": [{"guild_id": foreign, "at": "2025-01-01T00:00:00+00:00"}],
+               "created_at": "2025-01-01T00:00:00+00:00", "updated_at": "2025-01-01T00:00:00+00:00"}]}
+    async with rig(tmp_path) as r:
+        await import_file(r, ALICE, json.dumps(doc).encode())
+        assert [m.content for m in await r.engine.list_memories(ALICE["id"])] == ["Alice grows chillies"]
+    async with rig(tmp_path) as r:  # the restart: READY does not list the foreign server
+        await r.h.settle()
+        assert await r.engine.storage.removed_guilds.due(time.time() + 1) == []
+        assert await r.engine.changes.sweep_removed_servers(now=time.time() + 8 * 86400) == []
+        assert [m.content for m in await r.engine.list_memories(ALICE["id"])] == ["Alice grows chillies"]
