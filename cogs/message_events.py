@@ -301,6 +301,7 @@ class MessageEvents(commands.Cog):
     @commands.Cog.listener()
     async def on_guild_channel_delete(self, channel: discord.abc.GuildChannel) -> None:
         # Archived threads get no deletion event; only a text, news, forum or media channel has threads.
+        # (discord.py sends a thread deletion for each open thread of the channel it still has.)
         await self._thread_gone(channel.id, channel.guild.id,
                                 threads=isinstance(channel, (discord.TextChannel, discord.ForumChannel)))
 
@@ -321,11 +322,19 @@ class MessageEvents(commands.Cog):
                 log.exception("deleting the conversation of channel %s failed", channel_id)
         if guild_id is None:
             return
-        try:  # the channel's own /settings (instructions, lists, mod-log) go with it
-            if await self.engine.channel_settings_gone(str(guild_id), str(channel_id)):
+        def settings_gone() -> Awaitable[bool]:  # the channel's /settings (instructions, lists, mod-log) go too
+            return self.engine.channel_settings_gone(str(guild_id), str(channel_id))
+
+        try:
+            if await settings_gone():
                 log.info("deleted the settings of deleted channel %s in server %s", channel_id, guild_id)
-        except Exception:  # noqa: BLE001
-            log.exception("deleting the settings of channel %s failed", channel_id)
+        except Exception as exc:  # noqa: BLE001
+            if self.engine.outages(exc):  # sent once, as the conversation's deletion: wait the outage out
+                log.warning("deleting the settings of channel %s waits for the database (%s)", channel_id,
+                            type(exc).__name__)
+                self._retry_later(f"deleting the settings of channel {channel_id}", settings_gone)
+            else:
+                log.exception("deleting the settings of channel %s failed", channel_id)
 
     @commands.Cog.listener()
     async def on_guild_remove(self, guild: discord.Guild) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import discord
@@ -462,6 +463,49 @@ async def test_a_deleted_channel_leaves_the_lists_and_the_mod_log_too(r):
     assert str(gone) not in policy.respond_channels and str(GENERAL) in policy.respond_channels
     assert str(gone) not in policy.mentions_off
     assert policy.mod_log_channel == str(MODLOG)  # the operator's again
+
+
+async def test_a_deleted_channel_takes_the_settings_of_its_open_threads_along(r):
+    """Discord sends no deletion for the threads of a deleted channel; discord.py sends one for each open
+    thread it has, so a thread's instructions (an admin's text) and its mod-log role go with its channel."""
+    from bot.engine.policy.server_settings import channel_persona, set_field
+
+    parent, thread = 4401, 4402
+    r.h.feed("CHANNEL_CREATE", channel(parent, name="projects"))
+    r.h.feed("THREAD_CREATE", dict(dh.thread(thread, GUILD_ID, parent, "launch"), newly_created=True))
+    await r.h.settle(quiet=0.2)
+    await r.engine.change_settings(GUILD_ID, channel_persona(str(thread), "Thread rule canary."), by=str(OWNER["id"]))
+    await r.engine.change_settings(GUILD_ID, set_field("mod_log_channel", str(thread)), by=str(OWNER["id"]))
+    await apply(r, "answer-all", channel=channel(GENERAL, name="general"), on=True)
+    r.h.feed("CHANNEL_DELETE", dh.text_channel(parent, GUILD_ID, "projects"))
+    await r.h.settle(timeout=20, quiet=0.3)
+    policy = await r.engine.guild_policy(GUILD_ID)
+    assert str(thread) not in policy.channel_personas and policy.mod_log_channel == str(MODLOG)
+    assert str(GENERAL) in policy.respond_channels  # the rest stays
+
+
+async def test_a_channel_deleted_in_a_database_outage_loses_its_settings_once_it_is_back(r, monkeypatch):
+    """Discord sends CHANNEL_DELETE once: the settings' clean-up waits the outage out like the conversation's."""
+    from cogs import message_events
+
+    monkeypatch.setattr(message_events, "RETRY_FIRST_DELAY", 0.05)
+    gone = 4403
+    r.h.feed("CHANNEL_CREATE", channel(gone, name="old"))
+    await apply(r, "instructions", text="Old rule.", channel=channel(gone, name="old"))
+    real, failures = r.engine.channel_settings_gone, [ConnectionError("the database is down")]
+
+    async def flaky(*args):
+        if failures:
+            raise failures.pop()
+        return await real(*args)
+
+    r.engine.channel_settings_gone = flaky
+    r.h.feed("CHANNEL_DELETE", dh.text_channel(gone, GUILD_ID, "old"))
+    for _ in range(100):
+        if str(gone) not in (await r.engine.guild_policy(GUILD_ID)).channel_personas:
+            break
+        await asyncio.sleep(0.05)
+    assert str(gone) not in (await r.engine.guild_policy(GUILD_ID)).channel_personas and not failures
 
 
 async def test_channel_instructions_are_capped_and_one_channel_can_be_reset(r):
