@@ -278,6 +278,7 @@ class Eraser(JournalReplay):
         async with self._exclusive(), AsyncExitStack() as stack:
             for user in candidates:  # light: the author goes on talking meanwhile, and is learned from
                 await stack.enter_async_context(self.holds.hold(user, light=True))
+            await self._earlier_edits_of(thread_id, message_id)
             plan = await self.steps.edit_plan(thread_id, message_id, text, candidates, edited_at, names=names)
             if plan is None:
                 return False
@@ -291,6 +292,22 @@ class Eraser(JournalReplay):
                 await stack.aclose()  # the holds go first: the message's extraction waits for its person
                 await self.steps.learn_again(plan)
         return True
+
+    async def _earlier_edits_of(self, thread_id: str, message_id: str) -> None:
+        """Finish, first, an earlier edit of the same message the journal still holds (it failed part-way
+        and waits for its retry). Replayed after this one, it wrote its older text over the newer one, in
+        the thread and the learning queue: words the author had edited away were kept and learned again.
+        Run under the global erasure lock (the caller's), so the journal's order is Discord's."""
+        for job in await self.storage.erasures.unfinished():
+            if job.kind != EDIT or job.id in self._running:
+                continue
+            recorded = json.loads(job.subject or "{}")
+            if recorded.get("thread") == thread_id and recorded.get("message") == message_id:
+                self._running.add(job.id)
+                try:
+                    await self._run_job(job)
+                finally:
+                    self._running.discard(job.id)
 
     @counted
     async def erase_memories(self, user_id: str | int, keys: list[str], *, by: Actor,

@@ -111,6 +111,30 @@ async def test_an_edit_retried_after_its_message_was_removed_brings_nothing_back
     assert _files_with(settings, new) == [] and _files_with(settings, old) == []
 
 
+async def test_an_older_edit_left_in_the_journal_never_writes_over_a_newer_one(settings, monkeypatch):
+    """Found in review 2026-12-07 (fourteenth session): edit 1 failed part-way and waited for its retry;
+    edit 2 ran; the journal then replayed edit 1, writing its text over edit 2's in the thread and the
+    learning queue, so words the author had edited away were answered from and learned."""
+    first, second, third = "okapi_first_3141", "narwhal_second_2718", "quokka_third_1618"
+    async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
+        await engine.reply("c", ann("802"), f"I like {first}")
+
+        async def outage(*_a, **_k):
+            raise RuntimeError("the database went away mid-edit")
+
+        monkeypatch.setattr(engine.storage.inbox, "edit_message", outage)
+        with pytest.raises(RuntimeError):
+            await engine.message_edited("c", "802", f"I like {second}")
+        monkeypatch.undo()
+        assert await engine.message_edited("c", "802", f"I like {third}")
+        await engine.eraser.resume()
+        assert await engine.storage.erasures.unfinished() == []
+        said = [m.content for m in (await engine.thread_state("c"))["messages"] if m.type == "human"]
+        assert any(third in t for t in said) and not any(second in t or first in t for t in said)
+        queued = [t.human for t in await engine.storage.inbox.every_turn()]
+        assert any(third in t for t in queued) and not any(second in t or first in t for t in queued)
+
+
 async def test_the_persons_delete_is_a_journaled_job_finished_after_a_crash(settings, monkeypatch):
     async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
         await engine.reply("c", ann("701"), "I like hand_delete_canary")
