@@ -216,10 +216,12 @@ class ErasureSteps:
             doomed += [s for s in await self.storage.maintenance.conversations_named(side_prefix(one)) if s not in doomed]
         gone = False
         for one in doomed:
-            erased = await self.conversations.erase_thread(one) if self.conversations is not None else False
+            # The conversation last: it is what finds a thread of the channel again on a replay. Erased
+            # first, a crash before its queued turns went left them to be learned (and kept) for good.
             queued = await self.storage.inbox.forget_thread(one)
-            gone = gone or erased or queued > 0
             await self.storage.reach.forget_thread(one)  # (IDs only: no text, nothing to compact for)
+            erased = await self.conversations.erase_thread(one) if self.conversations is not None else False
+            gone = gone or erased or queued > 0
         return gone
 
     async def guild(self, guild_id: str) -> int:

@@ -170,6 +170,29 @@ async def test_deleted_threads_and_servers_are_journaled_and_finished_at_restart
     assert _files_with(settings, "guild_canary_4422") == []
 
 
+async def test_a_channel_deletion_cut_short_after_a_threads_conversation_still_finds_that_thread(settings, monkeypatch):
+    """Found in review 2026-12-07 (fourteenth session): the thread's conversation went first, and it is what
+    finds a channel's thread again; a crash before the thread's queued turns went left them for good."""
+    in_thread = Speaker(user_id="1", name="Ann", guild_id="9", channel_id="t1", parent_id="c1", message_id="611")
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("t1", in_thread, "I like thread_queue_canary_5511")
+        real = engine.storage.inbox.forget_thread
+
+        async def crash_on_the_thread(thread_id, *a, **k):
+            if thread_id == "t1":
+                raise RuntimeError("killed mid-erasure")
+            return await real(thread_id, *a, **k)
+
+        monkeypatch.setattr(engine.storage.inbox, "forget_thread", crash_on_the_thread)
+        with pytest.raises(RuntimeError):
+            await engine.eraser.erase_thread("c1", threads=True)
+        monkeypatch.undo()
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        assert await engine.storage.erasures.unfinished() == []
+        assert not (await engine.thread_state("t1")).get("messages")
+        assert not [t for t in await engine.storage.inbox.every_turn() if t.thread_id == "t1"]
+
+
 async def test_a_compaction_between_a_take_backs_debt_and_its_rewrite_leaves_one_owed(settings, monkeypatch):
     """A turn takes an erased person's message back under its channel lock: it records the compaction it
     owes first (a crash after the rewrite must leave one owed). A compaction running meanwhile (another
