@@ -387,8 +387,11 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         if request is None:
             return {}
         place = request.origin.get("guild_id")
-        if await erasure_owed(self.storage.erasures, request.user_id, str(place) if place else None):
-            raise ErasurePending(f"an erasure of user {request.user_id} (or of their server) is unfinished")
+        said = [*request.new, *request.context]
+        if await erasure_owed(self.storage.erasures, request.user_id, str(place) if place else None,
+                              messages={str(t.origin.get("message_id")) for t in said if t.origin.get("message_id")},
+                              threads={t.thread_id for t in said if t.thread_id}):
+            raise ErasurePending(f"an erasure of user {request.user_id} (or of their server or messages) is unfinished")
         changes = (await self.memory_graph.ainvoke({"request": request}))["changes"]
         if changes.get("deleted") or changes.get("updated"):  # (the cap's drops are among the deletions)
             await self.eraser.drop_derived(request.user_id, [*changes.get("deleted", []), *changes.get("updated", [])])

@@ -320,6 +320,28 @@ async def test_nothing_is_learned_from_a_person_whose_recorded_erasure_has_not_f
         assert await engine.memories.list("1") == [] and await engine.memories.list("2") == []
 
 
+async def test_nothing_is_learned_from_a_message_whose_recorded_deletion_or_edit_has_not_finished(settings):
+    """Found in review 2026-12-07 (fourteenth session): only wipes and server sweeps held learning back. A
+    deletion or an edit cut short (a shutdown, a failure part-way) let the last pass of learning learn the
+    deleted message, or the old text of a typo fixed at once, and its re-run did not take that back out."""
+    import json
+
+    from bot.engine.erasure.quotes import QuoteRule
+
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.reply("a", Speaker(user_id="1", name="Ann", message_id="m1"), "I like the deleted-message-canary")
+        await engine.reply("b", Speaker(user_id="2", name="Bo", message_id="m2"), "I like the edited-message-canary")
+        await engine.reply("c", Speaker(user_id="3", name="Cy", message_id="m3"), "I like the deleted-thread-canary")
+        await engine.storage.erasures.begin(kind="messages", user_id="", quotes=QuoteRule().to_bytes(),
+                                            subject=json.dumps({"thread": "a", "messages": ["m1"], "authors": []}))
+        await engine.storage.erasures.begin(kind="edit", user_id="", quotes=QuoteRule().to_bytes(),
+                                            subject=json.dumps({"thread": "b", "message": "m2", "authors": []}))
+        await engine.storage.erasures.begin(kind="thread", user_id="", subject=json.dumps({"thread": "c"}))
+        await engine.scheduler.flush()  # what shutdown's last pass does
+        for person in ("1", "2", "3"):
+            assert await engine.memories.list(person) == []
+
+
 async def test_a_deleted_message_is_not_shown_to_the_model_while_its_erasure_waits(settings):
     """Found in review 2026-12-07: the deletion leaves the thread only inside the erasure, behind the global
     erasure lock (a wipe or a compaction can hold it for minutes); replies built meanwhile still showed it."""
