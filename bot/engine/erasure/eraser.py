@@ -347,6 +347,14 @@ class Eraser(JournalReplay):
         return restored
 
     @asynccontextmanager
+    async def adding(self, user: str) -> AsyncIterator[None]:
+        """A memory the person writes by hand is added here: under the erasure lock and a light hold, like
+        their other changes. Added while their wipe (or a moderator's purge) ran, after it had read what to
+        delete, it outlived the "Done" (on PostgreSQL no claim fenced it out). Not journaled: nothing goes."""
+        async with self._exclusive(), self.holds.hold(user, light=True):
+            yield
+
+    @asynccontextmanager
     async def _memories_job(self, user: str, by: Actor, subject: dict) -> AsyncIterator[None]:
         """A person's own change to their memories as a journaled ``memories`` job (``subject``: its keys,
         and ``replaced`` when texts are replaced rather than deleted; see ``replay``), under the erasure

@@ -50,8 +50,9 @@ class MemoryVerbs:
         return self.memory_commands.retry_after(user_id)
 
     async def remember(self, user_id: str | int, text: str, origin: dict, *, by: Actor) -> str:
-        """Add a memory the person wrote themselves; returns its key."""
-        key = await self.memories.add(user_id, text, origin, actor=by)
+        """Add a memory the person wrote themselves; returns its key (after any erasure of theirs running)."""
+        async with self.eraser.adding(str(user_id)):
+            key = await self.memories.add(user_id, text, origin, actor=by)
         self.index_soon(user_id)
         return key
 

@@ -342,6 +342,35 @@ async def test_nothing_is_learned_from_a_message_whose_recorded_deletion_or_edit
             assert await engine.memories.list(person) == []
 
 
+async def test_a_memory_written_by_hand_during_the_persons_wipe_waits_for_it(settings, monkeypatch):
+    """Found in review 2026-12-07 (fourteenth session): ``/memories remember`` took no lock; landing after the
+    wipe had read what to delete, it outlived the wipe's "Done"."""
+    import asyncio
+
+    from bot.engine.memories.records import Actor
+
+    async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        await engine.remember("1", "Ann keeps bees", {"guild_id": "dm"}, by=Actor("user", "1"))
+        real = engine.eraser.steps.person
+        seen: list[bool] = []
+        adding: list[asyncio.Task] = []
+
+        async def with_a_remember_meanwhile(*args, **kwargs):
+            adding.append(asyncio.create_task(engine.remember("1", "Ann taught this mid-wipe", {"guild_id": "dm"},
+                                                              by=Actor("user", "1"))))
+            await asyncio.sleep(0.2)
+            seen.append(adding[0].done())
+            result = await real(*args, **kwargs)
+            seen.append(adding[0].done())
+            return result
+
+        monkeypatch.setattr(engine.eraser.steps, "person", with_a_remember_meanwhile)
+        await engine.erase_person("1")
+        assert seen == [False, False]  # it waited for the wipe, which then said Done with nothing left
+        await adding[0]
+        assert [m.content for m in await engine.memories.list("1")] == ["Ann taught this mid-wipe"]  # after it
+
+
 async def test_a_deleted_message_is_not_shown_to_the_model_while_its_erasure_waits(settings):
     """Found in review 2026-12-07: the deletion leaves the thread only inside the erasure, behind the global
     erasure lock (a wipe or a compaction can hold it for minutes); replies built meanwhile still showed it."""
