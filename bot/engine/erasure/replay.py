@@ -135,8 +135,10 @@ class JournalReplay:
                                           list(subject.get("authors", [])), recorded)
             elif job.kind == THREAD:
                 await self.steps.thread(subject["thread"], threads=bool(subject.get("threads")))
-            else:
+            elif str(job.guild_id) in await self.storage.removed_guilds.due(float("inf")):
                 await self.steps.guild(str(job.guild_id))
+            else:  # added back since (or its first run got as far as its last step): nothing more goes
+                log.info("server %s is no longer marked removed: its interrupted erasure stops here", job.guild_id)
             await self._finish(job.id, compact_now=job.kind == GUILD)
             return
 

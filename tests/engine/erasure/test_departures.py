@@ -214,3 +214,17 @@ async def test_memories_imported_from_another_bots_server_are_not_swept_as_a_rem
         assert await r.engine.storage.removed_guilds.due(time.time() + 1) == []
         assert await r.engine.changes.sweep_removed_servers(now=time.time() + 8 * 86400) == []
         assert [m.content for m in await r.engine.list_memories(ALICE["id"])] == ["Alice grows chillies"]
+
+
+async def test_an_interrupted_server_sweep_is_not_finished_once_the_server_added_the_bot_back(tmp_path):
+    """Found in review 2026-12-07 (fourteenth session): the journal's re-run of a server's erasure did not ask
+    whether the server was still removed; added back meanwhile, it lost what was said there since."""
+    async with rig(tmp_path) as r:
+        await seed(r, ALICE, ["Alice said this in server 999 after it added the bot back"], guild="999")
+        await r.engine.storage.removed_guilds.mark("999", time.time() - 9 * 86400)
+        await r.engine.storage.erasures.begin(kind="guild", user_id="", guild_id="999")  # a crash left it
+        await r.engine.server_back("999")
+        await r.engine.eraser.resume()
+        assert await r.engine.storage.erasures.unfinished() == []
+        assert [m.content for m in await r.engine.list_memories(ALICE["id"])] == [
+            "Alice said this in server 999 after it added the bot back"]
