@@ -427,9 +427,12 @@ class Chat(commands.Cog):
         """"Forget this" on a message this cog still holds (its turn waits for a quiet moment, or behind
         another, or to start again): it is answered and kept, never learned from (``never_learn``: the
         engine checks as it queues the turn, however far the turn has gone). True if it was held. The
-        engine finds it in the learning queue otherwise (``waiting_to_learn``)."""
+        engine finds it in the learning queue otherwise (``waiting_to_learn``). A message over a limit that
+        is still being recorded (``hear``: waiting for the channel, reading its attachments) is held too:
+        missed, it was queued a moment after "nothing to forget", and learned."""
         turns = self.channels.get(channel_id)
-        if turns is None or not any(i.message.id == message_id for i in turns.items()):
+        hearing = message_id in self._hearing
+        if not hearing and (turns is None or not any(i.message.id == message_id for i in turns.items())):
             return False
         self.engine.never_learn(str(message_id))
         return True

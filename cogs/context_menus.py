@@ -43,7 +43,7 @@ from cogs._installs import guild_installed
 from cogs.memories import origin_of, reply, teach
 from cogs.moderation import has_server_wide_manage_messages, in_server, purge
 from cogs.chat import APOLOGY, OUT_OF_BUDGET, speaker_name_text
-from cogs.views import confirm, confirmed_work
+from cogs.views import confirm, confirmed_work, report_done
 
 log = logging.getLogger(__name__)
 # Discord allows 5 follow-ups to an interaction of a user install where the bot is not in the server (a DM
@@ -203,10 +203,14 @@ class ContextMenus(commands.Cog):
                                    cancelled="Cancelled: nothing was forgotten.")
         if not ok:
             return
-        async with confirmed_work(button, f"forgetting memories of user {interaction.user.id}"):
+        chat = self.bot.get_cog("Chat")
+        if chat is not None:  # its turn may still wait (a "Remember this" before it was answered): never learned
+            chat.forget_waiting(message.channel.id, message.id)
+        async with confirmed_work(button, f"forgetting memories of user {interaction.user.id}") as work:
             changes = await self.engine.delete_memories(interaction.user.id, [m.key for m in learned],
                                                         by=Actor("user", str(interaction.user.id)), from_message=mine)
-            await button.edit_original_response(content=f"Forgotten: {len(changes.deleted)} memories.", view=None)
+        if work.ok:  # reported after the block: a failure to report is not a failure of the erasure
+            await report_done(button, f"Forgotten: {len(changes.deleted)} memories.")
 
     async def purge_member(self, interaction: discord.Interaction, member: discord.Member | discord.User) -> None:
         """``/purge-memories`` on this member (the checks ran before this is called)."""

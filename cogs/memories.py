@@ -22,7 +22,7 @@ from bot.engine import (MAX_CONTENT, MAX_HISTORY, MAX_IMPORT_BYTES, Actor, Impor
                         export_file, parse_import)
 from cogs import _memory_format as fmt
 from cogs._installs import NOT_A_MEMBER, bot_in_server, memory_place
-from cogs.views import PagerView, confirm, confirmed_work, remember_prompt
+from cogs.views import PagerView, confirm, confirmed_work, remember_prompt, report_done
 
 log = logging.getLogger(__name__)
 
@@ -245,11 +245,11 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
                                    confirm_label="Delete", cancelled="Cancelled: nothing was deleted.")
         if not ok:
             return
-        async with confirmed_work(button, f"deleting a memory of user {interaction.user.id}"):
+        async with confirmed_work(button, f"deleting a memory of user {interaction.user.id}") as work:
             changes = await self.engine.delete_memories(interaction.user.id, [found.key], by=self.actor(interaction))
-            said = (f"Deleted `{found.short_id}`: {fmt.clip(found.content)}" if changes.deleted
-                    else f"`{found.short_id}` was already gone: nothing else was deleted.")
-            await button.edit_original_response(content=said, view=None)
+        if work.ok:
+            await report_done(button, f"Deleted `{found.short_id}`: {fmt.clip(found.content)}" if changes.deleted
+                              else f"`{found.short_id}` was already gone: nothing else was deleted.")
 
     @edit.autocomplete("memory")
     @delete.autocomplete("memory")
@@ -273,10 +273,11 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
                                    cancelled="Cancelled: nothing was forgotten.")
         if not ok:
             return
-        async with confirmed_work(button, f"forgetting memories of user {interaction.user.id}"):
+        async with confirmed_work(button, f"forgetting memories of user {interaction.user.id}") as work:
             changes = await self.engine.delete_memories(interaction.user.id, [m.key for m in matches],
                                                         by=self.actor(interaction))
-            await button.edit_original_response(content=f"Forgotten: {len(changes.deleted)} memories.", view=None)
+        if work.ok:
+            await report_done(button, f"Forgotten: {len(changes.deleted)} memories.")
 
     # ---- erasing and importing
     @app_commands.command(name="wipe")
@@ -301,9 +302,7 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
             return
         log.info("user %s wiped their data: %d memories, %d messages", interaction.user.id, result.memories,
                  result.messages)
-        await button.edit_original_response(
-            content=f"Done: deleted {result.memories} memories and {result.messages} stored messages.", view=None
-        )
+        await report_done(button, f"Done: deleted {result.memories} memories and {result.messages} stored messages.")
 
     @app_commands.command(name="import")
     @app_commands.describe(file="A file from /memories export")
@@ -354,9 +353,10 @@ class Memories(commands.GroupCog, group_name="memories", group_description="See 
             confirm_label="Import", cancelled="Cancelled: nothing was imported.")
         if not ok:
             return
-        async with confirmed_work(button, f"the import of user {interaction.user.id}"):
+        async with confirmed_work(button, f"the import of user {interaction.user.id}") as work:
             count = await self.engine.restore_memories(interaction.user.id, memories, history, by=self.actor(interaction))
-            await button.edit_original_response(content=f"Imported {count} memories.", view=None)
+        if work.ok:
+            await report_done(button, f"Imported {count} memories.")
 
     # ---- settings
     async def set_pref(self, interaction: discord.Interaction, message: str, **values: bool | str) -> None:

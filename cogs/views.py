@@ -215,6 +215,17 @@ async def confirmed_work(button: discord.Interaction, what: str, *,
             log.debug("could not put the apology on the prompt", exc_info=True)
 
 
+async def report_done(button: discord.Interaction, content: str) -> None:
+    """Put the work's result on the prompt, after ``confirmed_work``'s block: the work is done, so a prompt
+    Discord no longer lets the bot edit (dismissed, its 15-minute token over after a long wait for the
+    erasure lock) is only logged. Inside the block, that failure read as a failed erasure: an error
+    traceback, and the prompt told to "try again"."""
+    try:
+        await button.edit_original_response(content=content, view=None, embed=None)
+    except discord.HTTPException as exc:
+        log.debug("could not report the result on the prompt: %s", exc.status)
+
+
 async def start_work(button: discord.Interaction) -> None:
     """Answer the Confirm click by taking the buttons off the prompt, before the work begins.
 

@@ -186,6 +186,35 @@ async def test_forget_this_on_a_message_waiting_for_its_answer_answers_it_and_ne
         assert await r.engine.list_memories(ALICE["id"]) == []
 
 
+async def test_forget_this_on_a_message_over_the_limit_still_being_recorded_never_learns_it(tmp_path):
+    """Found in review 2026-12-07 (fourteenth session): a message over the rate limit is only recorded, and
+    recording waits for the channel's turn in flight; "Forget this" meanwhile found it in no turn and no
+    queue ("nothing to forget"), and it was queued and learned a moment later."""
+    release = threading.Event()
+
+    def slow(call):
+        if not call.is_extraction:
+            release.wait(10)
+        return default_script(call)
+
+    async with rig(tmp_path, ScriptedChatModel(slow), limits={"burst": 1, "refill_seconds": 600}) as r:
+        r.h.feed("MESSAGE_CREATE", r.mentioning(ALICE, "hello"))
+        for _ in range(200):
+            if r.model.chat_calls:
+                break
+            await asyncio.sleep(0.02)
+        assert r.model.chat_calls, "the answer never started"
+        mine = r.mentioning(ALICE, "I like secret_heard_canary")  # over the limit: only recorded
+        r.h.feed("MESSAGE_CREATE", mine)
+        await asyncio.sleep(0.2)
+        threading.Timer(0.5, release.set).start()  # (the menu waits for the turn in flight to end)
+        res = await r.h.invoke_context_menu("Forget this", mine, user=ALICE, channel_id=GENERAL)
+        assert "now I won't" in final(res).content, final(res).content
+        await r.h.settle()
+        await r.engine.flush_learning()
+        assert not [m for m in await r.engine.list_memories(ALICE["id"]) if "secret_heard_canary" in m.content]
+
+
 async def test_forget_this_on_someone_elses_message_is_refused(r):
     theirs = said(r, BOB, "I'm vegetarian")
     await r.h.invoke_context_menu("Remember this", theirs, user=BOB, channel_id=GENERAL)
