@@ -90,10 +90,16 @@ def forwarded_texts(message: discord.Message) -> list[str]:
     for snap in getattr(message, "message_snapshots", None) or ():
         body = (snap.content or "").strip() + "".join(f"\n[attached {a.filename}]" for a in snap.attachments)
         # A forwarded card (another bot's embed) or sticker is what the member asks about, as in a reply.
-        body += "".join(f"\n[sticker {s.name}]" for s in getattr(snap, "stickers", None) or ())
+        body += sticker_lines(getattr(snap, "stickers", None) or ())
         cards = embed_text(snap)
         out.append((body.strip() + ("\n" + cards if cards else "")).strip() or "(no text)")
     return out
+
+
+def sticker_lines(stickers: Iterable[discord.StickerItem]) -> str:
+    """Stickers as lines of a quote; their names are members' words (a server's stickers), so kept short
+    and on one line."""
+    return "".join(f"\n[sticker {safe_name(s.name, 30) or '?'}]" for s in stickers)
 
 
 def poll_text(message: discord.Message) -> str:
@@ -129,12 +135,13 @@ def quote_of(message: discord.Message, kind: str) -> Quote:
     text = readable_text(message).strip()
     if message.attachments:
         text += "".join(f"\n[attached {a.filename}]" for a in message.attachments)
+    text += sticker_lines(message.stickers)  # a sticker alone is what "Ask about this" asks about
     if carried := carried_text(message):
         text = f"{text}\n{carried}".strip()
     if embeds := embed_text(message):
         text = f"{text}\n{embeds}".strip()
     return Quote(author_id=str(message.author.id), author_name=speaker_name(message.author),
-                 text=_cut(text) or "(no text)", kind=kind, is_bot=message.author.bot, message_id=str(message.id))
+                 text=_cut(text.strip()) or "(no text)", kind=kind, is_bot=message.author.bot, message_id=str(message.id))
 
 
 def marked_own(quotes: Iterable[Quote], me: discord.abc.User | None) -> tuple[Quote, ...]:

@@ -161,6 +161,10 @@ class ContextMenus(commands.Cog):
         if message.author.id != interaction.user.id:
             await self.refuse(interaction, NOT_YOURS)
             return
+        if message.type not in (discord.MessageType.default, discord.MessageType.reply):
+            # a notice Discord wrote under their name ("started a thread", a pin): its text is not theirs
+            await self.refuse(interaction, "That is a notice from Discord, not something you wrote. Nothing was changed.")
+            return
         text = readable_text(message).strip()
         if not text:
             await self.refuse(interaction, "That message has no text I could remember. Nothing was changed.")

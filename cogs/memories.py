@@ -87,6 +87,9 @@ async def teach(bot: MemoryBot, interaction: discord.Interaction, text: str, ori
     if not text.strip():  # spaces only: Discord's client trims them, other clients need not
         await reply(interaction, "There is nothing to remember in that: nothing was saved.")
         return
+    if (same := await bot.engine.already_remembered(interaction.user.id, text.strip())) is not None:
+        await reply(interaction, f"I already remember that (`{same.short_id}`). Nothing was changed.")
+        return
     if await refused_write(bot, interaction):
         return
     key = await bot.engine.remember(interaction.user.id, text.strip(), origin, by=Actor("user", str(interaction.user.id)))

@@ -86,20 +86,22 @@ class Prompts:
 
     def __init__(self, most: int = PROMPTS_REMEMBERED) -> None:
         self.most = most
-        self._views: dict[int, OwnedView] = {}
+        # Each prompt's set of taken clicks, not its view: a pager's view holds every page of a listing
+        # (up to a couple of MB at the memory cap), kept here long after Discord's 5 minutes were over.
+        self._views: dict[int, set[int]] = {}
 
     def shown(self, message_id: int, view: OwnedView) -> None:
-        self._views[message_id] = view
+        self._views[message_id] = view.taken
         while len(self._views) > self.most:
             del self._views[next(iter(self._views))]
 
     def unanswered(self, message_id: int, interaction_id: int) -> str | None:
         """None when a live view of this process takes this click; else what the click is told: whether the
         prompt is this process's (already answered or timed out) or an earlier one's."""
-        view = self._views.get(message_id)
-        if view is None:
+        taken = self._views.get(message_id)
+        if taken is None:
             return "expired"
-        return None if interaction_id in view.taken else "answered"
+        return None if interaction_id in taken else "answered"
 
 
 async def confirm(

@@ -32,7 +32,7 @@ from bot.engine.learning.transcript import (
     quoted,
     source_of,
 )
-from bot.engine.memories.records import Memory, MemoryChanges, clipped
+from bot.engine.memories.records import Memory, MemoryChanges, clipped, same_fact
 from bot.engine.memories.repository import MemoryRepository
 from bot.engine.model import usage_of
 from bot.engine.policy.visibility import Visibility, allowed_here
@@ -224,11 +224,6 @@ def untagged(content: str) -> str:
     return _TAG_START.sub("\u2039", content)
 
 
-def _same(text: str) -> str:
-    """A fact's text for telling repeats apart: case, spacing and the closing full stop do not count."""
-    return " ".join(text.casefold().split()).rstrip(".!")
-
-
 async def apply_results(
     repo: MemoryRepository, request: WriteRequest, result: dict, known: dict[str, str], *,
     protected: AbstractSet[str] = frozenset(), have: Mapping[str, str] | None = None,
@@ -267,12 +262,12 @@ async def apply_results(
     for key in deletes:
         updates.pop(key, None)
     # A memory deleted or rewritten here and inserted again (the model restructuring) is not a repeat.
-    seen = {_same(text) for key, text in (have or {}).items() if key not in deletes and key not in updates}
-    seen |= {_same(text) for text, _origin, _sources in updates.values()}  # what the rewritten ones now say
+    seen = {same_fact(text) for key, text in (have or {}).items() if key not in deletes and key not in updates}
+    seen |= {same_fact(text) for text, _origin, _sources in updates.values()}  # what the rewritten ones now say
     unique = []
     for insert in inserts:
-        if _same(insert[0]) not in seen:
-            seen.add(_same(insert[0]))
+        if same_fact(insert[0]) not in seen:
+            seen.add(same_fact(insert[0]))
             unique.append(insert)
     inserts = unique
     changes = await repo.apply(

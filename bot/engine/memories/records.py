@@ -107,6 +107,11 @@ def clipped(content: str) -> str:
     return content[: MAX_CONTENT - 1].rsplit(" ", 1)[0].rstrip() + "…"
 
 
+def same_fact(text: str) -> str:
+    """A fact's text for telling repeats apart: case, spacing and the closing full stop do not count."""
+    return " ".join(text.casefold().split()).rstrip(".!")
+
+
 def merge_sources(*lists: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Concatenate source lists, oldest first, keeping the first occurrence of each source.
 

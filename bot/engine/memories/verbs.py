@@ -11,7 +11,7 @@ from typing import Awaitable, Callable, MutableMapping
 from bot.engine.concurrency import RateLimiter
 from bot.engine.erasure.eraser import Eraser
 from bot.engine.memories.export import export_memories
-from bot.engine.memories.records import Actor, HistoryEntry, MemoryChanges, StoredMemory
+from bot.engine.memories.records import Actor, HistoryEntry, MemoryChanges, StoredMemory, same_fact
 from bot.engine.memories.repository import MemoryRepository
 from bot.engine.recall import SemanticIndex
 from bot.engine.stores import Prefs, PrefsStore, Storage, still_queued
@@ -48,6 +48,13 @@ class MemoryVerbs:
     def memory_command_wait(self, user_id: str) -> float:
         """Seconds until the person may teach or import again (0: now, and this one is counted)."""
         return self.memory_commands.retry_after(user_id)
+
+    async def already_remembered(self, user_id: str | int, text: str) -> StoredMemory | None:
+        """A memory of the person that already says ``text`` (case, spacing and a closing full stop aside):
+        "Remember this" twice on one message, or the same ``/memories remember``, kept two copies, each
+        counted against the hourly limit and the cap."""
+        wanted = same_fact(text)
+        return next((m for m in await self.memories.list(user_id) if same_fact(m.content) == wanted), None)
 
     async def remember(self, user_id: str | int, text: str, origin: dict, *, by: Actor) -> str:
         """Add a memory the person wrote themselves; returns its key (after any erasure of theirs running)."""
