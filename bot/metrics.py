@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 KINDS = ("reply", "summary", "extraction", "other")  # what a model call was for
 FAILURES = ("timeout", "rate_limited", "server_error", "connection", "cancelled", "other")
 OUTCOMES = ("answered", "failed", "timed_out")
-SCOPES = ("person", "server", "message", "channel")  # what an erasure covered
+SCOPES = ("person", "server", "message", "channel", "removed_server")  # what an erasure covered
 NODE_KINDS = {"respond": "reply", "summarize": "summary", "write_memory": "extraction"}
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 20.0, 30.0, 60.0, 120.0)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -144,11 +144,17 @@ class Metrics:
         return ReplyTimer(self)
 
     def note_channel(self, channel_id: str) -> None:
-        """The bot answered in this channel now (kept in memory only, to count active channels)."""
+        """The bot answered in this channel now (kept in memory only, to count active channels). Kept in the
+        order of their last answer, so past the bound (all of them active within the window) the tenth
+        answered longest ago goes: the figure then reads the bound, and memory stays bounded."""
         now = self.clock()
-        if len(self._active) >= ACTIVE_CHANNELS_BOUND:
-            self._prune(now)
+        self._active.pop(channel_id, None)
         self._active[channel_id] = now
+        if len(self._active) > ACTIVE_CHANNELS_BOUND:
+            self._prune(now)
+            if len(self._active) > ACTIVE_CHANNELS_BOUND:
+                for stale in list(self._active)[: ACTIVE_CHANNELS_BOUND // 10]:
+                    del self._active[stale]
 
     def _prune(self, now: float) -> None:
         horizon = now - self.active_channel_seconds

@@ -1,10 +1,13 @@
 """``python -m bot stats``: the operator's figures, read from the database (no Prometheus needed).
 
-The figures the database holds are the ones a running bot exports as metrics: model calls and tokens
-(the usage table: per server, person and day), the learning backlog and the age of its oldest turn,
-the number of servers (with usage, and with settings of their own). What exists only inside a running process (reply latency,
-model failures, gateway latency, erasures: a wipe deliberately leaves no trace in the database) is on
-``/metrics`` only, and the output says so.
+The figures the database holds: the model calls and tokens *charged* against the budgets (the usage table,
+per server, person and day: a call the provider reported no figures for is charged its estimate, one cut
+short after it was sent its prompt, and a refused or failed call nothing), the learning backlog and the
+age of its oldest turn, and the number of servers (with usage, and with settings of their own). A running
+bot's ``mnemo_model_calls_total`` counts every call started and ``mnemo_model_tokens_total`` only the
+tokens the provider reported, so the two disagree a little by design. What exists only inside a running
+process (reply latency, model failures, gateway latency, erasures: a wipe deliberately leaves no trace in
+the database) is on ``/metrics`` only, and the output says so.
 """
 
 from __future__ import annotations
@@ -86,8 +89,8 @@ def render_stats(report: StatsReport, *, top: int = TOP_ROWS) -> list[str]:
     """The report as lines of text: totals first, then the biggest users of tokens."""
     b = report.backlog
     lines = [
-        f"model calls          {report.calls}",
-        f"tokens               {report.tokens}",
+        f"model calls charged  {report.calls}",
+        f"tokens charged       {report.tokens}",
         f"servers with usage   {report.servers}",
         f"people with usage    {report.people}",
         f"servers with /settings  {report.servers_with_settings}",

@@ -79,6 +79,20 @@ def test_active_channels_count_only_recent_ones():
     assert value(m, "mnemo_active_channels") == 1
 
 
+def test_active_channels_stay_bounded_when_all_of_them_are_recent(monkeypatch):
+    """Found in review 2026-12-07 (fourteenth session): past the bound, with every channel active within
+    the window, pruning freed nothing and the map grew (each answer rebuilding it)."""
+    from bot import metrics
+
+    monkeypatch.setattr(metrics, "ACTIVE_CHANNELS_BOUND", 100)
+    clock = Clock()
+    m = Metrics(clock=clock, active_channel_seconds=3600)
+    for i in range(1000):
+        m.note_channel(str(i))
+    assert 90 <= value(m, "mnemo_active_channels") <= 100
+    assert "999" in m._active and "0" not in m._active  # the longest ago go first
+
+
 async def test_observer_counts_calls_tokens_and_failures_of_a_real_chat_model():
     m = Metrics()
     calls = iter(["an answer", ConnectionError("down")])

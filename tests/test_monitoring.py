@@ -17,6 +17,7 @@ from tests.cogs.conftest import (
     GUILD_ID,
     LISTED,
     MOD,
+    OTHER_CHANNEL,
     OTHER_GUILD,
     rig,
 )
@@ -71,7 +72,8 @@ async def test_figures_move_with_traffic_and_no_label_holds_personal_data(tmp_pa
 
         secret_words = "my name is Zanzibar Quux and I like hidden-canary-words"
         await r.h.send_message(r.mentioning(ALICE, secret_words))
-        await r.h.send_message(r.msg(BOB, "hello there from bob", channel_id=LISTED))
+        bob_said = r.msg(BOB, "hello there from bob", channel_id=LISTED)
+        await r.h.send_message(bob_said)
         await r.h.send_message(r.mentioning(ALICE, "please fail"))
         after = await scrape(r)
 
@@ -88,8 +90,12 @@ async def test_figures_move_with_traffic_and_no_label_holds_personal_data(tmp_pa
         assert math.isnan(after["mnemo_gateway_latency_seconds{}"])  # no websocket in the harness
 
         await r.engine.scheduler.flush()  # learn now
+        await r.engine.messages_deleted(str(LISTED), {bob_said["id"]})
+        await r.engine.messages_deleted(str(LISTED), {"1234"})  # held nothing: not an erasure
         await r.engine.erase_person(str(BOB["id"]))
         await r.engine.erase_person(str(ALICE["id"]), guild_id=str(GUILD_ID))
+        await r.engine.channel_deleted(str(GENERAL))
+        await r.engine.channel_deleted(str(OTHER_CHANNEL))  # never stored: not an erasure
         learned = await scrape(r)
         assert learned["mnemo_learning_backlog_turns{}"] == 0
         assert learned["mnemo_learning_backlog_age_seconds{}"] == 0
@@ -97,6 +103,7 @@ async def test_figures_move_with_traffic_and_no_label_holds_personal_data(tmp_pa
         assert learned["mnemo_model_tokens_total{direction=completion,kind=extraction}"] > 0
         assert learned["mnemo_erasures_total{scope=person}"] == 1
         assert learned["mnemo_erasures_total{scope=server}"] == 1
+        assert learned["mnemo_erasures_total{scope=message}"] == 1 and learned["mnemo_erasures_total{scope=channel}"] == 1
 
         values = label_values(learned)
         assert values <= VOCABULARY, values - VOCABULARY

@@ -134,7 +134,8 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                                       scheduler=self.scheduler, thread_state=self.thread_state,
                                       removed_server_days=settings.retention.removed_server_days,
                                       forget_settings=self.guild_settings.forget,
-                                      forget_stored=self.runner.forget_stored, being_deleted=self.being_deleted)
+                                      forget_stored=self.runner.forget_stored, being_deleted=self.being_deleted,
+                                      on_swept=lambda _guild: self.metrics.erasure("removed_server"))
         limits = settings.limits
         # /memories remember and import, per person per hour: bounded like every map keyed by person.
         self.memory_commands: RateLimiter[str] = RateLimiter(limits.memory_commands_per_hour, 3600.0)
@@ -334,7 +335,9 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
             timer.failed(exc)
             raise
         timer.answered()
-        self.metrics.note_channel(thread_id)
+        # the channel, not the conversation: an "Ask about this" side conversation is one per person there
+        self.metrics.note_channel(next((m.speaker.channel_id for m in reversed(incoming)
+                                        if m.answer and m.speaker.channel_id), thread_id))
         return reply
 
     async def hear(self, thread_id: str, incoming: list[Incoming], *, policy: GuildPolicy | None = None) -> None:

@@ -44,6 +44,7 @@ class DiscordChanges:
         forget_settings: Callable[[str], Awaitable[bool]] | None = None,
         forget_stored: Callable[[str | None], None] | None = None,
         being_deleted: Counter[str] | None = None,
+        on_swept: Callable[[str], None] | None = None,
     ) -> None:
         self.storage = storage
         self.conversations = conversations
@@ -56,6 +57,7 @@ class DiscordChanges:
         # This process's note of which threads have a checkpoint (``TurnRunner.forget_stored``; None: all).
         self.forget_stored = forget_stored or (lambda _thread: None)
         self._sweeper: asyncio.Task | None = None
+        self.on_swept = on_swept or (lambda _guild: None)  # a removed server's data went (the metrics)
         # Sweeps wait for this process's first READY check: a server that added the bot back while it was
         # offline sends no GUILD_CREATE to an offline bot, and only READY can take its mark off. Swept at
         # start, before READY, its data went while the bot sat in it again. With several processes each
@@ -174,6 +176,7 @@ class DiscordChanges:
             if erased is None:
                 continue  # added back while the sweep waited for the erasure lock (or swept meanwhile)
             swept.append(guild_id)
+            self.on_swept(guild_id)
         return swept
 
     def start(self) -> None:

@@ -40,13 +40,17 @@ class ChangeVerbs:
         """Messages were deleted on Discord: they go everywhere (see ``erasure``). The result names, in
         ``replies``, the bot's own Discord messages that answered them (for ``/settings delete-replies``).
         ``shown``: their texts, where Discord's cache still has them (for one only ever shown as context)."""
-        return await self.changes.forget_messages(thread_id, message_ids, shown=shown)
+        result = await self.changes.forget_messages(thread_id, message_ids, shown=shown)
+        if result.messages or result.pending_turns or result.memories or result.quotes:
+            self.metrics.erasure("message")  # counted when something was held (most deletions hold nothing)
+        return result
 
     async def channel_deleted(self, thread_id: str, *, threads: bool = True) -> None:
         """A channel or thread was deleted: its stored conversation goes, and (``threads``, for a channel)
         those of the threads and forum posts in it, archived ones included. A thread's own deletion passes
         False: it has none, and looking costs a read of every stored conversation."""
-        await self.changes.forget_thread(thread_id, threads=threads)
+        if await self.changes.forget_thread(thread_id, threads=threads):
+            self.metrics.erasure("channel")
 
     async def server_removed(self, guild_id: str) -> None:
         """The bot left (or was removed from) a server: its data goes after the retention period."""

@@ -36,6 +36,7 @@ async def test_a_server_gone_during_a_restart_is_swept_after_the_retention_and_n
         swept = await r.engine.changes.sweep_removed_servers(now=time.time() + 8 * 86400)
         assert swept == ["999"]
         assert [m.content for m in await r.engine.list_memories(ALICE["id"])] == ["Alice likes tea"]
+        assert r.engine.metrics.registry.get_sample_value("mnemo_erasures_total", {"scope": "removed_server"}) == 1
     async with rig(tmp_path) as r:  # and the next READY finds nothing more to mark
         await r.h.settle()
         assert await r.engine.storage.removed_guilds.due(time.time() + 1) == []
