@@ -5,11 +5,11 @@ This is the one place that decides; the chat graph and ``benchmarks/recall.py`` 
 
 - lexical: BM25 of the memory against the query (names, rare words, exact phrases);
 - semantic: cosine similarity of embeddings (meaning without shared words), when an index is available,
-  each memory's vector counting half the mean of those learned in the same conversation (half an hour),
-  and a quarter of the best of their cosines (the fact that matched lifts the rest of its episode),
-  damped for hubs: a memory close to the centre of all the person's memories ("has been busy lately") is
-  close to every question and would otherwise win for questions it does not answer (centrality measured
-  with most of the person's name taken out, so a short fact naming them is not a hub through the name); and
+  each memory's vector counting a quarter of the mean of those learned in the same conversation (half an
+  hour), so the fact that matched lifts the rest of its episode a little, damped for hubs: a memory close
+  to the centre of all the person's memories ("has been busy lately") is close to every question and would
+  otherwise win for questions it does not answer (centrality measured with most of the person's name taken
+  out, so a short fact naming them is not a hub through the name); and
   compared with part of the person's own name taken out of both vectors (their name is in most of their
   memories and says nothing about which one matters);
 - recency: the memory's rank by when it was last changed, so of two equally relevant facts the newer wins;

@@ -25,8 +25,10 @@ class Weights:
     name: float = 0.4  # share of the person's own name's direction taken out of query and memory vectors
     hub_name: float = 0.7  # the share taken out when hubness is measured (short facts naming them are not hubs)
     rare: int = 200  # a name is rare when at most one memory in this many (and at least 2) names it
-    mate: float = 0.25  # plus this much of the best cosine among those learned with it (2026-12-06, second)
-    conversation: float = 0.5  # a memory's vector plus this much of the mean of those learned with it (2026-12-06)
+    mate: float = 0.0  # plus this much of the best cosine among those learned with it (off since 2026-12-07,
+    # fourteenth session: with the benchmark's distractors borrowed a whole session at a time, it lifted them
+    # as much as the evidence; see docs/decisions.md, issue 20, item 30)
+    conversation: float = 0.25  # a memory's vector plus this much of the mean of those learned with it (ditto)
     disposition: float = 0.2  # a "would she ..." question: near the disposition sentences (2026-12-07)
 
 

@@ -61,10 +61,11 @@ def test_the_best_mate_lifts_the_rest_of_its_episode_which_the_mean_alone_blurs(
     vectors += [unit(0, 0.1, 1, 0)] + [chatter() for _ in range(12)]
     cosines = [float(query @ v) for v in vectors]
     mean_only = conversation_cosines(memories, cosines, vectors, MEAN_ONLY)
-    both = conversation_cosines(memories, cosines, vectors, DEFAULT_WEIGHTS)
+    with_mate = dataclasses.replace(MEAN_ONLY, mate=0.25)  # (off by default since 2026-12-07: decisions, issue 20, item 30)
+    both = conversation_cosines(memories, cosines, vectors, with_mate)
     ward, unrelated, surgery = 1, 14, 0
     assert mean_only[ward] - mean_only[unrelated] < 0.1  # a thirteenth of the match: blurred
-    lift = DEFAULT_WEIGHTS.mate * cosines[surgery]
+    lift = with_mate.mate * cosines[surgery]
     assert abs(both[ward] - (mean_only[ward] + lift)) < 1e-6
     assert both[ward] - both[unrelated] > 0.2
     # the surgery fact is not lifted by its own cosine, only by its best mate's (the ward's, 0 here)
@@ -92,10 +93,10 @@ def test_without_the_shares_or_without_vectors_the_cosines_are_unchanged():
     out = conversation_cosines(memories, cosines, vectors, DEFAULT_WEIGHTS)
     assert out[1] is None  # no vector: left to the median, as before
     assert out[0] != 0.9 and out[2] != 0.1  # the two with vectors count each other
-    mate_only = dataclasses.replace(DEFAULT_WEIGHTS, conversation=0.0)
+    mate_only = dataclasses.replace(DEFAULT_WEIGHTS, conversation=0.0, mate=0.25)
     out = conversation_cosines(memories, cosines, vectors, mate_only)
-    assert abs(out[0] - (0.9 + DEFAULT_WEIGHTS.mate * 0.1)) < 1e-6  # the vectorless one is no one's mate
-    assert abs(out[2] - (0.1 + DEFAULT_WEIGHTS.mate * 0.9)) < 1e-6
+    assert abs(out[0] - (0.9 + mate_only.mate * 0.1)) < 1e-6  # the vectorless one is no one's mate
+    assert abs(out[2] - (0.1 + mate_only.mate * 0.9)) < 1e-6
 
 
 def test_range_max_matches_a_plain_loop():

@@ -209,7 +209,7 @@ async def test_a_fact_learned_in_the_conversation_of_the_match_wins_over_an_equa
                                 weights=dataclasses.replace(no_loan, conversation=0.0, mate=0.0))
     assert shipped.memories == [beagle, leash]
     assert off.memories == [beagle, umbrella]
-    for alone in (dataclasses.replace(no_loan, conversation=0.0), dataclasses.replace(no_loan, mate=0.0)):
+    for alone in (dataclasses.replace(no_loan, conversation=0.0, mate=0.25), dataclasses.replace(no_loan, mate=0.0)):
         picked = await choose_memories(memories, question, budget, user_id="u1", index=index, weights=alone)
         assert picked.memories == [beagle, leash]  # either the mean or the best mate is enough here
 
