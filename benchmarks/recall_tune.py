@@ -51,7 +51,7 @@ async def run(args: argparse.Namespace) -> int:
 
 async def show(questions, memories, index, args) -> None:
     """Where each evidence memory of the missed questions ranked (for reading misses, not for figures)."""
-    from bot.engine import asks_about_disposition, matched_text, score_memories, third_person
+    from bot.engine import matched_text, prior_of, score_memories
 
     w = dataclasses.replace(DEFAULT_WEIGHTS, **(json.loads(args.base) if args.base else {}))
     for q in questions:
@@ -60,8 +60,9 @@ async def show(questions, memories, index, args) -> None:
         mems = memories[q.person.key]
         rel = await index.relevance(q.person.key, mems, matched_text(q.text, q.now, q.person.name), about=q.person.name,
                                     name_share=w.name, hub_name_share=w.hub_name,
-                                    dispositions=bool(w.disposition) and asks_about_disposition(third_person(q.text, q.person.name)))
-        scores = score_memories(mems, q.text, rel, weights=w, now=q.now, speaker=q.person.name)
+                                    prior=prior_of(q.text, q.person.name, w)[0])
+        scores = score_memories(mems, q.text, rel, weights=w, now=q.now, speaker=q.person.name,
+                                prior_weight=prior_of(q.text, q.person.name, w)[1])
         order = sorted(range(len(mems)), key=lambda i: scores[i], reverse=True)
         rank = {mems[i].key: r for r, i in enumerate(order)}
         print(f"\n{q.text}  [{q.category}]")

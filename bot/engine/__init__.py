@@ -19,8 +19,7 @@ from bot.engine.memories.repository import MemoryRepository
 from bot.engine.policy.limits import TokenBucket
 from bot.engine.policy.server_settings import OPERATOR, Edit, GuildPolicy, channel_listed, channel_persona, reset, set_field
 from bot.engine.recall import DEFAULT_WEIGHTS, Mode, SemanticIndex, Weights, bm25_scores, choose_memories, estimate_tokens, memory_line
-from bot.engine.recall.choose import matched_text, score_memories, third_person  # for benchmarks/recall_tune.py's reading of misses
-from bot.engine.recall.dispositions import asks_about_disposition
+from bot.engine.recall.choose import matched_text, prior_of, score_memories  # for benchmarks/recall_tune.py's reading of misses
 from bot.engine.recall.embedders import local_embedder, local_model_installed
 from bot.engine.recall.minilm import LocalMiniLM
 from bot.engine.recall.vectors import MemoryVectorCache
@@ -36,5 +35,5 @@ __all__ = [
     "export_file", "export_memories",
     "is_snowflake", "is_transient", "local_embedder", "local_model_installed", "memory_line", "parse_import", "request_erasure", "reset",
     "safe_name",
-    "asks_about_disposition", "matched_text", "score_memories", "set_field", "side_thread", "third_person",
+    "matched_text", "prior_of", "score_memories", "set_field", "side_thread",
 ]

@@ -42,7 +42,7 @@ from datetime import datetime
 from typing import Literal, Sequence
 
 from bot.engine.memories.records import StoredMemory
-from bot.engine.recall.dispositions import asks_about_disposition
+from bot.engine.recall.dispositions import ACTIVITIES, PROTOTYPES, asks_about_activities, asks_about_disposition
 from bot.engine.recall.lexical import bm25_scores, estimate_tokens
 from bot.engine.recall.temporal import without_time
 from bot.engine.recall.boosts import best_with_strength, conversation_cosines, coverage_boost, temporal_boost
@@ -274,11 +274,13 @@ def score_memories(
     now: datetime | None = None,
     speaker: str | None = None,
     context: str = "",
+    prior_weight: float = 0.0,
 ) -> list[float]:
     """The final score of every memory: what matches the query, the time it names, the second round, coverage.
 
     ``query`` is the person's words as they wrote them (see :func:`matched_text`); ``relevance`` is what the
-    query vector says (None: lexical, no embedder or it failed).
+    query vector says (None: lexical, no embedder or it failed); ``prior_weight`` how much its prior counts
+    (:func:`prior_of`).
     """
     cosines = (conversation_cosines(memories, relevance.cosines, relevance.vectors, weights)
                if relevance is not None else None)
@@ -291,11 +293,23 @@ def score_memories(
     cover = coverage_boost(memories, scores, speaker, weights)
     if near is not None:
         cover = [c + f for c, f in zip(cover, near)]
-    if relevance is not None and relevance.disposition is not None and weights.disposition and mode != "lexical":
+    if relevance is not None and relevance.prior is not None and prior_weight and mode != "lexical":
         # Last, like the second round: what the person is like does not choose the seeds that lend their score.
-        like = _scaled(damped(relevance.disposition, None, weights))  # a memory without a vector: the median
-        cover = [c + weights.disposition * d for c, d in zip(cover, like)]
+        like = _scaled(damped(relevance.prior, None, weights))  # a memory without a vector: the median
+        cover = [c + prior_weight * d for c, d in zip(cover, like)]
     return [s + c for s, c in zip(scores, cover)]
+
+
+def prior_of(query: str, speaker: str | None, weights: Weights) -> tuple[tuple[str, ...], float]:
+    """The general sentences a question's answer is near, and their weight (none: ``((), 0.0)``): what a
+    person took up (``weights.activity``), else what they are like (``weights.disposition``); see
+    ``recall.dispositions``."""
+    asked = third_person(query, speaker)
+    if weights.activity and asks_about_activities(asked):
+        return ACTIVITIES, weights.activity
+    if weights.disposition and asks_about_disposition(asked):
+        return PROTOTYPES, weights.disposition
+    return (), 0.0
 
 
 def matched_text(query: str, now: datetime | None, speaker: str | None, context: str = "") -> str:
@@ -342,13 +356,13 @@ async def choose_memories(
     ordered = sorted(memories, key=_display_order)
     if fits(ordered, budget_tokens):
         return Selection(ordered, block_tokens(ordered), len(memories), "all")
-    dispositions = bool(weights.disposition) and asks_about_disposition(third_person(query, speaker))
+    prior, prior_weight = prior_of(query, speaker, weights)
     found = (await index.relevance(user_id, memories, matched_text(query, now, speaker, context), about=speaker,
-                                   name_share=weights.name, hub_name_share=weights.hub_name, dispositions=dispositions)
+                                   name_share=weights.name, hub_name_share=weights.hub_name, prior=prior)
              if index is not None and mode != "lexical" else None)
     method = mode if found is not None else "lexical"
     scores = score_memories(memories, query, found, mode=method, weights=weights, now=now, speaker=speaker,
-                            context=context)
+                            context=context, prior_weight=prior_weight)
     picked, used = pack(memories, scores, budget_tokens)
     return Selection(picked, used, len(memories), method)
 

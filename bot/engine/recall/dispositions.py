@@ -1,4 +1,4 @@
-"""Questions about what a person would do or like, and the facts that answer them.
+"""Questions whose answer is a kind of fact the question's words do not reach, and the facts that answer them.
 
 "Would Egon enjoy the seafood place?", "Is Priyanka up for a kayaking trip?", "What should the host leave
 off the menu?": the answer is what the person is like (an allergy, a fear, an injury, a diet, a tight
@@ -12,6 +12,12 @@ memories near the centre of a few general sentences about dispositions gain a li
 the kinds of fact, in general words, never the hard set's own wording; the kinds were chosen for what
 such questions turn on in conversations (health, fears, diet, money, likes, plans, beliefs), and the
 weight on the hard set's tune split (docs/decisions.md, issue 20, item 29).
+
+A question about what a person took up or does in their free time ("What new pastimes have I picked up?",
+"What leisure activities has Kirsi taken up?") is answered by a list of facts that name the activity and
+never the word for the kind ("joined a rowing club", "began a watercolour course"): MiniLM ranks them in
+the hundreds. When a message asks one (:func:`asks_about_activities`), memories near the centre of a few
+general sentences about taking something up gain (``Weights.activity``; item 31).
 """
 
 from __future__ import annotations
@@ -31,6 +37,16 @@ PROTOTYPES = (
     "A person likes something",
 )
 
+#: General sentences about taking up an activity (hobbies, sports, clubs, classes, instruments, crafts).
+ACTIVITIES = (
+    "A person took up a new hobby",
+    "A person joined a club",
+    "A person signed up for classes",
+    "A person started learning to play an instrument",
+    "A person took up a sport",
+    "A person started a craft",
+)
+
 _START = r"(?:^|[.!?]\s+|\n)\s*[¿¡]?\s*"
 _ASKS = re.compile(
     # English yes/no questions about someone, at the start of a sentence: "Would she ...", "Is he up for
@@ -44,6 +60,18 @@ _ASKS = re.compile(
 )
 
 
+_ACTIVITY = re.compile(
+    r"\b(?:hobb(?:y|ies)|pastimes?|leisure|activit(?:y|ies)|free time|spare time|for fun"
+    r"|(?:take|taken|took|taking|picked|picking)\s+up|pasatiempos?|aficion(?:es)?|Hobbys?|Freizeit)\b",
+    re.IGNORECASE,
+)
+
+
 def asks_about_disposition(query: str) -> bool:
     """Whether the message asks what someone would do, like or manage (see the module docstring)."""
     return bool(_ASKS.search(query))
+
+
+def asks_about_activities(query: str) -> bool:
+    """Whether the message asks what someone took up or does for fun (see the module docstring)."""
+    return bool(_ACTIVITY.search(query))

@@ -36,7 +36,6 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from bot.engine.memories.records import StoredMemory
-from bot.engine.recall.dispositions import PROTOTYPES
 from bot.engine.stores import VectorCache
 
 log = logging.getLogger(__name__)
@@ -137,8 +136,8 @@ class SemanticIndex:
         # (person, name) -> (its vector, or None after a failure, and when to try again): see ``relevance``
         self._names: OrderedDict[tuple[str, str], tuple[np.ndarray | None, float]] = OrderedDict()
         self._erasures = 0  # how many holds ``paused`` has begun: a name embedded across one is not kept
-        self._dispositions: np.ndarray | None = None  # see ``_disposition_centre``
-        self._dispositions_retry = 0.0  # monotonic time before which a failed embedding is not tried again
+        self._priors: dict[tuple[str, ...], np.ndarray] = {}  # see ``_prior_centre``
+        self._priors_retry: dict[tuple[str, ...], float] = {}  # monotonic time before which a failed one waits
 
     def _failed(self, exc: BaseException) -> None:
         """One warning an outage (not one a process: a blip at start-up used it up, and a key revoked a
@@ -296,7 +295,7 @@ class SemanticIndex:
 
     async def relevance(self, user_id: str, memories: Sequence[StoredMemory], query: str, *,
                         about: str | None = None, name_share: float = 0.0,
-                        hub_name_share: float | None = None, dispositions: bool = False) -> Relevance | None:
+                        hub_name_share: float | None = None, prior: tuple[str, ...] = ()) -> Relevance | None:
         """The query's cosine with each memory, each memory's hubness, and the vectors for a second round.
 
         Embeds one text, the query; everything else is matrix products over the stored vectors (about a
@@ -312,8 +311,9 @@ class SemanticIndex:
         person's name: a short fact that names them ("Kolja joined a chess club") sits nearer the centre of
         their memories than a long sentence of chatter, and would be damped as a hub although it is specific.
 
-        ``dispositions``: also each memory's cosine with the centre of the disposition sentences
-        (``recall.dispositions``: embedded once per index, on the first question that asks for it).
+        ``prior``: also each memory's cosine with the centre of these general sentences (the disposition or
+        activity sentences of ``recall.dispositions``: embedded once per index, by the first question that
+        asks for them).
         """
         if not memories or not query.strip():
             return None
@@ -352,26 +352,26 @@ class SemanticIndex:
             hub_vectors = vectors
             if hub_name_share is not None and hub_name_share != name_share:
                 _, hub_vectors = without_name(query_vec, raw_vectors, name_vec, min(max(hub_name_share, 0.0), 0.9))
-        centre = await self._disposition_centre() if dispositions else None
-        disposition = _cosines(centre, vectors) if centre is not None and centre.shape == query_vec.shape else None
-        return Relevance(vectors, _cosines(query_vec, vectors), _hubness(hub_vectors), disposition)
+        centre = await self._prior_centre(prior) if prior else None
+        near_prior = _cosines(centre, vectors) if centre is not None and centre.shape == query_vec.shape else None
+        return Relevance(vectors, _cosines(query_vec, vectors), _hubness(hub_vectors), near_prior)
 
-    async def _disposition_centre(self) -> np.ndarray | None:
-        """The centre of the disposition sentences' vectors, embedded once, by the first question that asks
-        for it (nine short sentences). None while the embedder fails: the question is ranked without it,
-        and the sentences are asked for again ``NAME_RETRY_SECONDS`` later, not on every question."""
-        if self._dispositions is None:
-            if time.monotonic() < self._dispositions_retry:
+    async def _prior_centre(self, sentences: tuple[str, ...]) -> np.ndarray | None:
+        """The centre of these sentences' vectors, embedded once, by the first question that asks for them
+        (a few short sentences). None while the embedder fails: the question is ranked without it, and the
+        sentences are asked for again ``NAME_RETRY_SECONDS`` later, not on every question."""
+        if sentences not in self._priors:
+            if time.monotonic() < self._priors_retry.get(sentences, 0.0):
                 return None
             try:
-                async with self.waiting():  # (once per index)
-                    vectors = await self.embeddings.aembed_documents(list(PROTOTYPES))
-                self._dispositions = unit(np.sum([unit(v) for v in vectors], axis=0))
+                async with self.waiting():  # (once per index and set of sentences)
+                    vectors = await self.embeddings.aembed_documents(list(sentences))
+                self._priors[sentences] = unit(np.sum([unit(v) for v in vectors], axis=0))
             except Exception as exc:  # noqa: BLE001 - an optional signal: the choice goes on without it
-                self._dispositions_retry = time.monotonic() + NAME_RETRY_SECONDS
-                log.debug("the disposition sentences could not be embedded: %r", exc)
+                self._priors_retry[sentences] = time.monotonic() + NAME_RETRY_SECONDS
+                log.debug("the prior's sentences could not be embedded: %r", exc)
                 return None
-        return self._dispositions
+        return self._priors[sentences]
 
     async def _name_vector(self, user_id: str, name: str) -> np.ndarray:
         """The unit vector of a person's name alone, embedded once per person and name (raises what the
@@ -444,11 +444,11 @@ class Relevance:
     """
 
     def __init__(self, vectors: list[np.ndarray | None], cosines: list[float | None],
-                 hubness: list[float | None], disposition: list[float | None] | None = None) -> None:
+                 hubness: list[float | None], prior: list[float | None] | None = None) -> None:
         self.vectors = vectors
         self.cosines = cosines
         self.hubness = hubness
-        self.disposition = disposition  # each memory's cosine with the disposition sentences (when asked)
+        self.prior = prior  # each memory's cosine with the prior's sentences (when the question asks for one)
 
     def near(self, seeds: Sequence[int], weights: Sequence[float] | None = None) -> list[float | None] | None:
         """Each memory's cosine with the (weighted) centre of the seed memories' vectors (None: no seed has one)."""

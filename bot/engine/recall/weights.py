@@ -30,6 +30,7 @@ class Weights:
     # as much as the evidence; see docs/decisions.md, issue 20, item 30)
     conversation: float = 0.25  # a memory's vector plus this much of the mean of those learned with it (ditto)
     disposition: float = 0.2  # a "would she ..." question: near the disposition sentences (2026-12-07)
+    activity: float = 0.45  # "what has she taken up?": near the activity sentences (2026-12-07, fourteenth session)
 
 
 DEFAULT_WEIGHTS = Weights()

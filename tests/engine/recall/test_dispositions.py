@@ -93,3 +93,69 @@ async def test_sentences_that_fail_to_embed_leave_the_prior_out_and_are_not_aske
         chosen = await choose_memories(memories, asked, BUDGET, user_id="u", index=index)
         assert chosen.method == "fused" and FEAR.key not in {m.key for m in chosen.memories}
     assert NoSentences.asked == 1
+
+
+# ---------------------------------------------------------------- what a person took up (issue 20, item 31)
+HOBBY = ("hobby", "club", "classes", "instrument", "sport", "craft", "rowing", "pottery", "cello")
+
+
+class HobbyEmbeddings(ConceptEmbeddings):
+    def _vec(self, text: str) -> list[float]:
+        words = text.lower().replace("?", " ").replace(".", " ").split()
+        return super()._vec(text) + [float(sum(w.startswith(t) for w in words for t in HOBBY))]
+
+
+TOOK_UP = [mem(400, "Joined a rowing club on the river", days=-300), mem(401, "Signed up for pottery classes", days=-100)]
+CHATTER = [mem(410 + i, f"Watched the new football match, week {i}") for i in range(8)]
+
+
+@pytest.mark.parametrize("question", [
+    "What new pastimes have I picked up?", "What leisure activities has Sam taken up over time?",
+    "What hobbies does Sam have?", "What does Sam do in her free time?", "¿Qué pasatiempos tiene Sam?",
+])
+def test_questions_about_what_someone_took_up_are_told(question):
+    from bot.engine.recall.choose import prior_of
+    from bot.engine.recall.dispositions import ACTIVITIES, asks_about_activities
+
+    assert asks_about_activities(question)
+    assert prior_of(question, "Sam", DEFAULT_WEIGHTS) == (ACTIVITIES, DEFAULT_WEIGHTS.activity)
+
+
+@pytest.mark.parametrize("question", ["What did I pick up at the shop?", "Where does Ottilie live?",
+                                      "When is the new opening time?"])
+def test_other_questions_do_not_ask_about_activities(question):
+    from bot.engine.recall.dispositions import asks_about_activities
+
+    assert not asks_about_activities(question)
+
+
+async def test_a_question_about_what_someone_took_up_brings_in_the_clubs_and_classes():
+    """"What new pastimes have I picked up?" shares no word with "Joined a rowing club": the activity
+    sentences are embedded once, by the first such question, and lift the clubs and classes over chatter;
+    a question of another kind embeds nothing more and gets no prior."""
+    from bot.engine.recall.choose import score_memories
+    from bot.engine.recall.dispositions import ACTIVITIES
+    from bot.engine.recall.vectors import Relevance
+
+    embed = HobbyEmbeddings()
+    index = SemanticIndex(embed, MemoryVectorCache())
+    memories = CHATTER + TOOK_UP
+    await index.index("u", memories)
+    documents = embed.documents
+    budget = block_tokens(TOOK_UP) + line_tokens(CHATTER[0])
+    asked = "What new pastimes have I picked up?"
+    chosen = await choose_memories(memories, asked, budget, user_id="u", index=index, speaker="Sam")
+    assert {m.key for m in TOOK_UP} <= {m.key for m in chosen.memories}
+    assert embed.documents == documents + len(ACTIVITIES)
+    await choose_memories(memories, "What hobbies does Sam have?", budget, user_id="u", index=index, speaker="Sam")
+    await choose_memories(memories, "Which match did Sam watch?", budget, user_id="u", index=index, speaker="Sam")
+    assert embed.documents == documents + len(ACTIVITIES)
+    # the weighing itself: two facts the question's vector ranks below two others (among a best and a
+    # worst match), near the sentences
+    two = [mem(500, "Joined a chess club"), mem(501, "Began a watercolour course")]
+    rest = [mem(502 + i, f"note {i}") for i in range(4)]
+    relevance = Relevance([None] * 6, [0.30, 0.32, 0.50, 0.48, 0.9, 0.0], [None] * 6,
+                          prior=[0.9, 0.85, 0.1, 0.12, 0.5, 0.5])
+    plain = score_memories(two + rest, "What new pastimes?", relevance, prior_weight=0.0)
+    lifted = score_memories(two + rest, "What new pastimes?", relevance, prior_weight=DEFAULT_WEIGHTS.activity)
+    assert max(plain[:2]) < min(plain[2:4]) and min(lifted[:2]) > max(lifted[2:4])

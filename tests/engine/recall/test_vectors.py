@@ -385,7 +385,7 @@ async def test_choose_memories_measures_hubs_with_the_shipped_share_of_the_name_
     await index.index("u", memories)
     await choose_memories(memories, "How is my commute?", 30, user_id="u", index=index, speaker="Saskia")
     assert Spy.asked == {"about": "Saskia", "name_share": DEFAULT_WEIGHTS.name,
-                         "hub_name_share": DEFAULT_WEIGHTS.hub_name, "dispositions": False}
+                         "hub_name_share": DEFAULT_WEIGHTS.hub_name, "prior": ()}
     assert DEFAULT_WEIGHTS.hub_name > DEFAULT_WEIGHTS.name
 
 
