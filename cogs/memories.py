@@ -87,7 +87,8 @@ async def teach(bot: MemoryBot, interaction: discord.Interaction, text: str, ori
     if not text.strip():  # spaces only: Discord's client trims them, other clients need not
         await reply(interaction, "There is nothing to remember in that: nothing was saved.")
         return
-    if (same := await bot.engine.already_remembered(interaction.user.id, text.strip())) is not None:
+    same = await bot.engine.already_remembered(interaction.user.id, text.strip(), origin["guild_id"])
+    if same is not None:
         await reply(interaction, f"I already remember that (`{same.short_id}`). Nothing was changed.")
         return
     if await refused_write(bot, interaction):

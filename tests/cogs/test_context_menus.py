@@ -106,6 +106,20 @@ async def test_remember_this_twice_on_one_message_keeps_one_memory_and_counts_on
                                                                           channel_id=GENERAL)).content
 
 
+async def test_the_same_words_taught_in_a_dm_and_then_in_a_server_are_kept_for_both(tmp_path):
+    """Found in review of this session's change: a DM fact is not used in a server (unless the person shares
+    their DMs), so "already remembered" for the server's copy left the server without it."""
+    async with rig(tmp_path) as r:
+        await r.h.invoke_slash("memories remember", user=ALICE, channel_id=r.h.dm(ALICE)["id"],
+                               options={"text": "I like figs"})
+        mine = said(r, ALICE, "I like figs")
+        res = await r.h.invoke_context_menu("Remember this", mine, user=ALICE, channel_id=GENERAL)
+        assert "I'll remember that" in final(res).content
+        assert sorted(m.origin["guild_id"] for m in await r.engine.list_memories(ALICE["id"])) == [str(GUILD_ID), "dm"]
+        await r.h.send_message(r.mentioning(ALICE, "suggest a snack for me"))
+        assert "I like figs" in r.model.chat_calls[-1].prompt_text
+
+
 async def test_remember_this_on_a_notice_discord_wrote_under_ones_name_is_refused(r):
     """"Alice started a thread: plans" (type 18) carries the thread's name as its text: not Alice's words."""
     notice = dict(r.msg(ALICE, "plans"), type=18)

@@ -49,12 +49,17 @@ class MemoryVerbs:
         """Seconds until the person may teach or import again (0: now, and this one is counted)."""
         return self.memory_commands.retry_after(user_id)
 
-    async def already_remembered(self, user_id: str | int, text: str) -> StoredMemory | None:
-        """A memory of the person that already says ``text`` (case, spacing and a closing full stop aside):
-        "Remember this" twice on one message, or the same ``/memories remember``, kept two copies, each
-        counted against the hourly limit and the cap."""
+    async def already_remembered(self, user_id: str | int, text: str, place: str) -> StoredMemory | None:
+        """A memory of the person, kept in ``place`` alone (a server ID or ``"dm"``), that already says
+        ``text`` (case, spacing and a closing full stop aside): "Remember this" twice on one message, or the
+        same ``/memories remember``, kept two copies, each counted against the hourly limit and the cap.
+
+        The same words kept for another place are not the same memory: where a memory may be used follows
+        its places (a DM fact is not used in a server unless the person shares their DMs), so teaching it
+        in the server must keep it there too."""
         wanted = same_fact(text)
-        return next((m for m in await self.memories.list(user_id) if same_fact(m.content) == wanted), None)
+        return next((m for m in await self.memories.list(user_id)
+                     if same_fact(m.content) == wanted and m.places() <= {place}), None)
 
     async def remember(self, user_id: str | int, text: str, origin: dict, *, by: Actor) -> str:
         """Add a memory the person wrote themselves; returns its key (after any erasure of theirs running)."""
