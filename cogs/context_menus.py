@@ -99,7 +99,11 @@ class ContextMenus(commands.Cog):
         message) and the per-person rate
         limit. The lists and the limit are answered at once; the server's settings after the defer (a read)."""
         guild_id = str(interaction.guild_id) if interaction.guild_id and self.bot.get_guild(interaction.guild_id) else "dm"
-        if not interaction_allows(interaction, self.bot.settings.access):
+        if not interaction_allows(interaction, self.bot.settings.access) or (
+                guild_id != "dm" and not interaction.app_permissions.view_channel):
+            # A channel of a server the bot is in, that its admins keep it out of: Discord still sends the
+            # message, but the bot would carry it to the model and keep its answer in a channel whose
+            # deletions it never hears.
             await self.refuse(interaction, NOT_HERE)
             return
         if not self.engine.admit(interaction.user.id):

@@ -10,6 +10,7 @@ import discord
 
 from bot.engine import side_thread
 from cogs.chat import OUT_OF_BUDGET
+from cogs.context_menus import NOT_HERE
 from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, MOD, MOD_ROLE, OTHER_CHANNEL, THREAD, rig
 from tests.cogs.test_memories import button, click_erasure, seed
 from tests.conftest import ScriptedChatModel, default_script
@@ -267,6 +268,19 @@ async def test_forget_this_on_someone_elses_message_is_refused(r):
     res = await r.h.invoke_context_menu("Forget this", theirs, user=ALICE, channel_id=GENERAL)
     assert len(res) == 1 and res[0].ephemeral and "only works on your own messages" in res[0].content
     assert len(await r.engine.list_memories(BOB["id"])) == 1
+
+
+async def test_ask_about_this_in_a_channel_the_bot_is_kept_out_of_is_refused(r):
+    """Found in review 2026-12-07 (fourteenth session): Discord sends the message of a channel the admins
+    keep the bot out of; it went to the model, and its answer was kept where no deletion reaches the bot."""
+    hidden = dh.text_channel(4244, GUILD_ID, "staff", permission_overwrites=[
+        dh.overwrite(dh.BOT_ID, member=True, deny=1 << 10)])  # no View Channel for the bot
+    r.h.feed("CHANNEL_CREATE", hidden)
+    theirs = r.msg(BOB, "the staff rota is secret_staff_canary", channel_id=4244)
+    res = await r.h.invoke_context_menu("Ask about this", theirs, user=ALICE, channel_id=4244)
+    assert len(res) == 1 and res[0].ephemeral and res[0].content == NOT_HERE
+    assert r.model.chat_calls == []
+    assert not [t for t in await r.engine.conversations.thread_ids() if t.startswith("ask:")]
 
 
 async def test_purge_memories_menu_needs_server_wide_manage_messages(r):
