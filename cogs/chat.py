@@ -211,7 +211,12 @@ class Chat(commands.Cog):
         unique: dict[str, Quote] = {}
         for q in quotes:
             if q.message_id not in own:
-                unique.setdefault(q.message_id or str(len(unique)), q)
+                key = q.message_id or str(len(unique))
+                kept = unique.setdefault(key, q)
+                if kept.kind == "starter" and q.kind == "reply":
+                    # a reply to the thread's (or forum post's) first message: the reply's quote carries
+                    # its images and says it is the message replied to; the starter's had neither
+                    unique[key] = q
         return marked_own(unique.values(), self.bot.user)
 
     # ---- arrival

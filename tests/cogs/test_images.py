@@ -264,6 +264,23 @@ async def test_images_of_the_message_replied_to_are_shown_with_its_quote(tmp_pat
     assert not sqlite_holding(r.data_dir, shot) and not sqlite_holding(r.data_dir, unfurled)
 
 
+async def test_a_reply_to_a_forum_posts_opening_photo_shows_the_photo(tmp_path):
+    """Found in review 2026-12-07 (fourteenth session): the opening message came first as the post's starter
+    (no images) and the reply's quote of the same message, with its images, was dropped as a repeat."""
+    from tests.cogs.test_context import forum_post
+
+    plant = png(seed=40)
+    async with rig(tmp_path, model={"vision": "on"}) as r:
+        opening = forum_post(r, BOB, "What plant?", "found this in the garden")
+        opening["attachments"] = [image_attachment(r, "plant.png", plant, "image/png")]
+        r.h.feed("MESSAGE_UPDATE", dict(opening, edited_timestamp=None))
+        await r.h.send_message(r.mentioning(ALICE, "what plant is this?", channel_id=int(opening["id"]),
+                                            referenced_message=opening))
+        call = r.model.chat_calls[-1]
+        assert image_urls(call) == [data_url(plant)]
+        assert "[the message being replied to" in call.prompt_text
+
+
 async def test_a_link_posted_behind_a_spoiler_has_its_preview_image_marked_hidden(tmp_path):
     """Discord hides the preview of ||https://...||: described openly, the answer gave away what was hidden."""
     unfurled = png(seed=33)
