@@ -297,8 +297,13 @@ class StarterCache:
         if message is None and source is not None and hasattr(source, "fetch_message"):
             try:
                 message = await source.fetch_message(thread.id)
-            except discord.HTTPException:
-                message = None
+            except (discord.NotFound, discord.Forbidden):
+                message = None  # none (a thread not started from a message), or not readable: kept as such
+            except discord.HTTPException as exc:
+                # Discord failing now (a 5xx, a rate limit): asked again next time, not kept as "no starter"
+                # for the rest of the process (every answer in the post went on without its topic).
+                log.debug("could not fetch the starter of thread %s: %s", thread.id, exc.status)
+                return None
         quote = quote_of(message, "starter") if message is not None else None
         if len(self._known) >= self.limit:
             self._known.clear()

@@ -322,6 +322,28 @@ async def test_a_forum_post_is_a_conversation_whose_opening_message_is_context(t
         assert not (await r.engine.thread_state(str(FORUM))).get("messages")
 
 
+async def test_a_starter_discord_failed_to_send_once_is_asked_for_again(tmp_path):
+    """Found in review 2026-12-07 (fourteenth session): one 503 while fetching a post's opening message was
+    kept as "no starter", and every later answer in the post went on without its topic."""
+    async with rig(tmp_path) as r:
+        opening = forum_post(r, BOB, "Meetup venue", "bob's post: the meetup moves to the boathouse")
+        post = int(opening["id"])
+        forget_cache(r)
+        fetches: list[int] = []
+
+        def flaky(call):
+            fetches.append(1)
+            if len(fetches) == 1:
+                raise dh.http_error(503, 0, "Service Unavailable")
+            return opening
+
+        r.h.on("GET", "/channels/{channel_id}/messages/{message_id}", flaky)
+        await r.h.send_message(r.mentioning(ALICE, "is that a good venue?", channel_id=post))
+        await r.h.send_message(r.mentioning(ALICE, "and for thirty people?", channel_id=post))
+        assert "the meetup moves to the boathouse" in r.model.chat_calls[-1].prompt_text
+        assert len(fetches) == 2
+
+
 async def test_answer_all_on_a_forum_channel_applies_to_its_posts(tmp_path):
     from tests.cogs.test_settings import apply
 
