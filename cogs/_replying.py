@@ -155,6 +155,13 @@ class ReplyWriter:
             except discord.NotFound:  # someone deleted the preview: the answer is not posted again (``finish``)
                 self.deleted = self.first
                 self._done = True
+            except discord.Forbidden as exc:
+                # Refused for good (the person blocked the bot or closed their DMs: 50007; a permission lost
+                # meanwhile): no more previews, each one refused again and counted against Discord's limit
+                # on invalid requests. ``finish`` tries the answer once.
+                log.info("a streaming preview in channel %s was refused (%s); no more previews",
+                         self.trigger.channel.id, exc.code)
+                self._done = True
             except discord.HTTPException:
                 log.warning("a streaming edit failed; the final text will still be sent", exc_info=True)
             self._last_edit = time.monotonic()

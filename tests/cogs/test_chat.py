@@ -405,6 +405,24 @@ async def test_a_streamed_preview_deleted_by_someone_else_is_the_answer_deleted(
         assert "word19" not in " ".join(m.text for m in state["messages"])
 
 
+async def test_a_dm_that_refuses_the_bot_gets_one_attempt_not_a_preview_every_second(tmp_path):
+    """Found in review 2026-12-07 (fourteenth session): a person who blocked the bot (50007) got a refused
+    POST for every preview of a streamed answer, each with a traceback, counted by Discord as invalid."""
+    async with rig(tmp_path, chat_model=SlowStreamer(default_script), model={"streaming": True}) as r:
+        dm = r.h.dm(ALICE)
+        posts: list[int] = []
+
+        def refused(call):
+            posts.append(1)
+            raise dh.http_error(403, 50007, "Cannot send messages to this user")
+
+        r.h.on("POST", "/channels/{channel_id}/messages", refused)
+        r.h.feed("MESSAGE_CREATE", r.msg(ALICE, "stream please", channel_id=dm["id"], guild_id=None))
+        await r.h.settle(timeout=20, quiet=0.5)
+        assert len(posts) == 2  # the first preview, then the final answer once
+        assert not (await r.engine.thread_state(str(dm["id"]))).get("messages", [])[1:]  # no answer kept
+
+
 async def test_a_reply_deleted_before_it_was_attached_to_its_answer_is_still_taken_back(tmp_path, monkeypatch):
     """A clean-up bot deletes the reply in the moment between sending it and recording its ID with the
     answer: the deletion found no answer carrying that ID, and the answer stayed stored for good."""
