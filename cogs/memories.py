@@ -87,6 +87,12 @@ async def teach(bot: MemoryBot, interaction: discord.Interaction, text: str, ori
     if not text.strip():  # spaces only: Discord's client trims them, other clients need not
         await reply(interaction, "There is nothing to remember in that: nothing was saved.")
         return
+    if origin["guild_id"] != "dm" and not (await bot.engine.guild_policy(origin["guild_id"])).learning:
+        # The admins turned learning off in this server: nothing is kept as learned here, taught by hand
+        # included (through the server install or a member's own). The person's DMs are theirs to teach in.
+        await reply(interaction, "This server's admins turned off learning here, so nothing was saved. "
+                    "You can teach me in our DMs instead.")
+        return
     same = await bot.engine.already_remembered(interaction.user.id, text.strip(), origin["guild_id"])
     if same is not None:
         await reply(interaction, f"I already remember that (`{same.short_id}`). Nothing was changed.")

@@ -10,7 +10,6 @@ import discord
 
 from bot.engine import side_thread
 from cogs.chat import OUT_OF_BUDGET
-from cogs.context_menus import NOT_HERE
 from tests.cogs.conftest import ALICE, BOB, GENERAL, GUILD_ID, MOD, MOD_ROLE, OTHER_CHANNEL, THREAD, rig
 from tests.cogs.test_memories import button, click_erasure, seed
 from tests.conftest import ScriptedChatModel, default_script
@@ -273,6 +272,10 @@ async def test_forget_this_on_someone_elses_message_is_refused(r):
 async def test_ask_about_this_in_a_channel_the_bot_is_kept_out_of_is_refused(r):
     """Found in review 2026-12-07 (fourteenth session): Discord sends the message of a channel the admins
     keep the bot out of; it went to the model, and its answer was kept where no deletion reaches the bot."""
+    # (imported here: imported with the test module, it would be a second copy of the cogs the bot loads,
+    # and a test monkeypatching ``cogs.memories`` would patch the copy)
+    from cogs.context_menus import NOT_HERE
+
     hidden = dh.text_channel(4244, GUILD_ID, "staff", permission_overwrites=[
         dh.overwrite(dh.BOT_ID, member=True, deny=1 << 10)])  # no View Channel for the bot
     r.h.feed("CHANNEL_CREATE", hidden)

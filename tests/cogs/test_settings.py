@@ -169,6 +169,22 @@ async def test_learning_off_stops_learning_here_and_memories_off_keeps_them_out(
     assert "kites" in r.model.chat_calls[-1].system
 
 
+async def test_learning_off_also_refuses_what_a_member_teaches_by_hand_there(r):
+    """Found in review 2026-12-07 (fourteenth session): /memories remember and "Remember this" never read the
+    server's settings, so a server with learning off still collected memories placed in it."""
+    await apply(r, "learning", on=False)
+    res = await r.h.invoke_slash("memories remember", user=ALICE, channel_id=GENERAL, options={"text": "I like kites"})
+    assert res[-1].ephemeral and "turned off learning here" in res[-1].content
+    mine = r.msg(ALICE, "I like kites")
+    r.h.feed("MESSAGE_CREATE", mine)
+    res = await r.h.invoke_context_menu("Remember this", mine, user=ALICE, channel_id=GENERAL)
+    assert "turned off learning here" in [c for c in res if c.content is not None][-1].content
+    assert await r.engine.memories.list(str(ALICE["id"])) == []
+    res = await r.h.invoke_slash("memories remember", user=ALICE, channel_id=r.h.dm(ALICE)["id"],
+                                 options={"text": "I like kites"})
+    assert "I'll remember that" in res[-1].content  # their DMs are theirs
+
+
 async def test_turns_waiting_when_learning_is_turned_off_are_dropped(r):
     await r.h.send_message(r.mentioning(ALICE, "my name is Alice and I like kites"))
     await apply(r, "learning", on=False)
