@@ -240,7 +240,9 @@ class Chat(commands.Cog):
                 await self.notify(message, APOLOGY)  # someone spoke to the bot: they are told, not ignored
             return
         if message.guild is not None and isinstance(message.channel, discord.PartialMessageable) \
-                and self.should_answer(message, policy):
+                and (self.should_answer(message, policy) or policy.respond_channels):
+            # (a server answering every message of some channels: the uncached channel may be a new thread
+            # or post of one, whose first message, no mention in it, is answered too)
             await self._known_channel(message)
         if not self.should_answer(message, policy) or not access_allows(message, self.access):
             return

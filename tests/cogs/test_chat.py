@@ -459,6 +459,17 @@ async def test_a_new_threads_first_message_before_its_thread_create_keeps_the_pa
         assert r.h.sent_messages(fresh)[-1].content.endswith("hello from a new thread")
         assert "#new-thread" in r.model.chat_calls[-1].prompt_text  # its place, named as a thread
 
+async def test_a_new_threads_first_message_in_an_answer_every_message_channel_is_answered_without_a_mention(tmp_path):
+    """Found in review 2026-12-07 (fourteenth session): before THREAD_CREATE the thread has no parent, so its
+    channel's answer-all did not apply, and the channel was looked up only for a message answered anyway."""
+    fresh = dh.snowflake()
+    async with rig(tmp_path) as r:  # LISTED answers every message
+        r.h.channels[fresh] = dict(dh.thread(fresh, GUILD_ID, LISTED, "new-thread"), guild_id=str(GUILD_ID))
+        assert r.bot.get_channel(fresh) is None
+        await r.h.send_message(r.msg(ALICE, "no mention, first message of a new thread", channel_id=fresh))
+        assert r.h.sent_messages(fresh)[-1].content.endswith("no mention, first message of a new thread")
+
+
 async def test_a_channel_that_refuses_typing_still_gets_the_answer(r):
     def refuse(call):
         raise dh.http_error(403, 50013, "Missing Permissions")
