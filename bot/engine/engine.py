@@ -107,7 +107,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
         mem = settings.memory
         self.writer = MemoryWriter(memory_model or chat_model, max_existing=mem.extraction_max_existing,
                                    limiter=self.limiter, on_usage=self.meter.record_extraction,
-                                   callbacks=[self.metrics.observer("extraction")])
+                                   callbacks=[self.metrics.observer("extraction")], outage=self.outages.storage)
         self.memory_graph: CompiledStateGraph = build_memory_graph(self.writer).compile(store=self.store)
         self.locks = Locks(storage.locks)
         self.scheduler = ExtractionScheduler(
@@ -192,7 +192,8 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                         summarize_after_messages=conv.summarize_after_messages,
                         summarize_after_tokens=conv.summarize_after_tokens, keep_messages=conv.keep_messages,
                         limiter=self.limiter, on_usage=self.meter.record, semantic=self.semantic,
-                        waiting=self.storage.scopes.waiting, shown=self.shown_sources, being_deleted=self.being_deleted)
+                        waiting=self.storage.scopes.waiting, shown=self.shown_sources, being_deleted=self.being_deleted,
+                        outage=self.outages.storage)
 
     # ---- life cycle
     async def start(self) -> None:

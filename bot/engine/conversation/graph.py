@@ -115,6 +115,8 @@ class ChatDeps:
     #: Discord message IDs deleted whose erasure has not finished (it waits for the global erasure lock,
     #: held by a wipe or a compaction for up to minutes): the model is not shown them meanwhile.
     being_deleted: Container[str] = frozenset()
+    #: Whether an error is the database being away (storage logs that once; a charge it stopped is lost).
+    outage: Callable[[BaseException], bool] = lambda _exc: False
 
 
 
@@ -238,7 +240,10 @@ def build_chat_graph(deps: ChatDeps) -> StateGraph:
     def _charged(charge: asyncio.Future) -> None:
         charging.discard(charge)
         if not charge.cancelled() and charge.exception() is not None:
-            log.error("recording the usage of a call cut short failed", exc_info=charge.exception())
+            if deps.outage(charge.exception()):
+                log.debug("the usage of a call cut short was not recorded: the database is away")
+            else:
+                log.error("recording the usage of a call cut short failed", exc_info=charge.exception())
 
     async def call(messages: list[BaseMessage], speaker: Speaker, extra_tokens: int = 0) -> AIMessage:
         estimate = sum(estimate_tokens(m.text) for m in messages) + extra_tokens  # images: extra_tokens

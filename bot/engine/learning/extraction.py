@@ -152,8 +152,10 @@ class MemoryWriter:
         limiter: asyncio.Semaphore | None = None,
         on_usage: Callable[[WriteRequest, int, int], Awaitable[None]] | None = None,
         callbacks: list | None = None,
+        outage: Callable[[BaseException], bool] = lambda _exc: False,
     ) -> None:
         self.callbacks = list(callbacks or [])  # e.g. the metrics' model-call observer
+        self.outage = outage  # the database is away: storage logs that once, the charge is only lost
         self.extractor = create_extractor(
             model, tools=[Memory], tool_choice="Memory", enable_inserts=True, enable_deletes=True
         )
@@ -201,8 +203,11 @@ class MemoryWriter:
                 if self.on_usage is not None and (watcher.prompt_tokens or watcher.completion_tokens):
                     try:
                         await self.on_usage(request, watcher.prompt_tokens, watcher.completion_tokens)
-                    except Exception:  # noqa: BLE001 - accounting must not undo the learning
-                        log.exception("recording the extraction's usage failed")
+                    except Exception as exc:  # noqa: BLE001 - accounting must not undo the learning
+                        if self.outage(exc):
+                            log.debug("the extraction's usage was not recorded: the database is away (%r)", exc)
+                        else:
+                            log.exception("recording the extraction's usage failed")
             if not watcher.malformed:
                 return await apply_results(repo, request, result, aliases, protected=protected,
                                            have={m.key: m.content for m in memories})
