@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 EXTENSIONS = ("cogs.errors", "cogs.chat", "cogs.message_events", "cogs.memories", "cogs.memory_signal",
               "cogs.moderation", "cogs.settings", "cogs.context_menus")
 FINGERPRINT_FILE = "commands.sha256"
+READY_RETRY_FIRST, READY_RETRY_MOST = 5.0, 300.0  # seconds between tries of the READY check of servers
 
 
 def bot_intents() -> discord.Intents:
@@ -140,6 +141,7 @@ class MemoryBot(commands.Bot):
         self.sync_failure: str | None = None  # why Discord refused the last sync (``python -m bot sync`` exits 1)
         # Gateway connection per shard (None: the whole client), from discord.py's connect/disconnect events.
         self._links: dict[int | None, bool] = {}
+        self._judging: asyncio.Task | None = None  # the READY check of the stored servers (``on_ready``)
         self.monitoring: MonitoringServer | None = None
         self._shutdown: asyncio.Future | None = None
         guard_gateway_parsers(self._connection)
@@ -208,10 +210,28 @@ class MemoryBot(commands.Bot):
     async def on_ready(self) -> None:
         self._links[None] = True
         log.info("logged in as %s (%s) in %d servers", self.user, getattr(self.user, "id", "?"), len(self.guilds))
-        try:  # servers that removed the bot while it was offline send no GUILD_DELETE: READY is the only sign
-            await self.engine.servers_at_ready(lambda: [str(g.id) for g in self.guilds], mine=self.owns_guild)
-        except Exception:  # noqa: BLE001 - checked again at the next READY; nothing is deleted by a failure
-            log.exception("comparing the servers at READY with the stored ones failed")
+        if self._judging is None or self._judging.done():
+            self._judging = asyncio.create_task(self._judge_servers(), name="servers-at-ready")
+        await asyncio.shield(self._judging)
+
+    async def _judge_servers(self) -> None:
+        """Servers that removed the bot while it was offline send no GUILD_DELETE: READY is the only sign.
+        Tried until it succeeds (the database may be away as the bot connects): no removed server is swept
+        before it has (``DiscordChanges.judged``), and discord.py resumes sessions without a new READY, so
+        waiting for the next one could take weeks. Nothing is deleted by a failure."""
+        delay = READY_RETRY_FIRST
+        while True:
+            try:
+                await self.engine.servers_at_ready(lambda: [str(g.id) for g in self.guilds], mine=self.owns_guild)
+                return
+            except Exception as exc:  # noqa: BLE001 - tried again, with a growing pause
+                if self.engine.outages(exc):
+                    log.warning("comparing the servers at READY with the stored ones waits for the database (%s)",
+                                type(exc).__name__)
+                else:
+                    log.exception("comparing the servers at READY with the stored ones failed; will retry")
+            await asyncio.sleep(delay)
+            delay = min(READY_RETRY_MOST, delay * 2)
 
     def owns_guild(self, guild_id: str) -> bool:
         """Whether this process's shards carry ``guild_id`` (Discord's rule: (id >> 22) % shard_count)."""
@@ -296,6 +316,8 @@ class MemoryBot(commands.Bot):
         await super().close()
 
     async def _finish_work(self) -> None:
+        if self._judging is not None:
+            self._judging.cancel()
         chat = self.get_cog("Chat")
         try:
             if chat is not None:

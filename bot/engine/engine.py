@@ -136,6 +136,7 @@ class ChatEngine(ChangeVerbs, MemoryVerbs, SettingsVerbs, HealthVerbs):
                                       forget_settings=self.guild_settings.forget,
                                       forget_stored=self.runner.forget_stored, being_deleted=self.being_deleted,
                                       on_swept=lambda _guild: self.metrics.erasure("removed_server"))
+        self.eraser.guild_ready = lambda guild: self.changes.judged.is_set() and self.changes.mine(guild)
         limits = settings.limits
         # /memories remember and import, per person per hour: bounded like every map keyed by person.
         self.memory_commands: RateLimiter[str] = RateLimiter(limits.memory_commands_per_hour, 3600.0)

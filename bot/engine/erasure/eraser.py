@@ -122,6 +122,10 @@ class Eraser(JournalReplay):
         self.after = after or (lambda: None)
         self._exclusive = exclusive or _one_at_a_time()
         self._running: set[int] = set()  # journal IDs being run by this process right now
+        # Whether an interrupted server erasure may be re-run here (the engine: once this process's READY
+        # unmarked the servers it is in, and for its own shards' servers only): re-run at start-up, before
+        # READY, it went on erasing a server that had added the bot back while it was offline.
+        self.guild_ready: Callable[[str], bool] = lambda _guild: True
         self._failures: dict[int, tuple[int, float]] = {}  # journal ID -> (failures, retry not before)
         self.active = 0  # erasures running right now
         self.owed = OwedCompaction(self.compact_owed)  # small removals' one compaction, batched

@@ -37,6 +37,7 @@ class JournalReplay:
     owed: OwedCompaction
     _resumed: bool
     _compact_failures: tuple[int, float]  # (failures in a row, retry not before: monotonic)
+    guild_ready: Callable[[str], bool]
 
     async def resume(self) -> int:
         """Finish every erasure in the journal that this process is not already running: those a crash
@@ -53,6 +54,8 @@ class JournalReplay:
             failures, not_before = self._failures.get(job.id, (0, 0.0))
             if job.id in self._running or now < not_before:
                 continue
+            if job.kind == GUILD and not self.guild_ready(str(job.guild_id)):
+                continue  # after READY (``Eraser.guild_ready``)
             try:
                 ran = await self.run_job(job)
             except Exception:  # noqa: BLE001 - stays in the journal; the next round retries

@@ -229,3 +229,23 @@ async def test_an_interrupted_server_sweep_is_not_finished_once_the_server_added
         assert await r.engine.storage.erasures.unfinished() == []
         assert [m.content for m in await r.engine.list_memories(ALICE["id"])] == [
             "Alice said this in server 999 after it added the bot back"]
+
+
+async def test_a_ready_check_the_database_failed_is_tried_again_until_sweeps_may_run(tmp_path, monkeypatch):
+    """Found in review of this session's change: one failed READY check (the database away as the bot
+    connects) left sweeps waiting for the next READY, which a resumed session may not see for weeks."""
+    from bot import client
+    from bot.engine.engine import ChatEngine
+
+    monkeypatch.setattr(client, "READY_RETRY_FIRST", 0.05)
+    real, failures = ChatEngine.servers_at_ready, [ConnectionError("the database is away")]
+
+    async def flaky(self, *args, **kwargs):
+        if failures:
+            raise failures.pop()
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ChatEngine, "servers_at_ready", flaky)
+    async with rig(tmp_path) as r:
+        await r.h.settle()
+        assert not failures and r.engine.changes.judged.is_set()

@@ -155,6 +155,7 @@ async def test_deleted_threads_and_servers_are_journaled_and_finished_at_restart
 
         monkeypatch.setattr(engine.storage.inbox, "forget_thread", crash)
         monkeypatch.setattr(engine.storage.inbox, "forget_guild", crash)
+        await engine.storage.removed_guilds.mark("77", 0.0)  # (a sweep erases only a server marked removed)
         with pytest.raises(RuntimeError):
             await engine.eraser.erase_thread("t")
         with pytest.raises(RuntimeError):
@@ -162,6 +163,10 @@ async def test_deleted_threads_and_servers_are_journaled_and_finished_at_restart
         monkeypatch.undo()
         assert sorted(j.kind for j in await engine.storage.erasures.unfinished()) == ["guild", "thread"]
     async with running_engine(settings, ScriptedChatModel(default_script)) as engine:
+        # the thread's at start; the server's once READY said which servers the bot is in (not 77)
+        assert [j.kind for j in await engine.storage.erasures.unfinished()] == ["guild"]
+        await engine.servers_at_ready(lambda: [])
+        await engine.eraser.resume()
         assert await engine.storage.erasures.unfinished() == []
         assert await engine.memories.list("2") == []
         assert [m.content for m in await engine.memories.list("1")] == ["I like thread_canary_3311"]
