@@ -54,6 +54,7 @@ from typing import AbstractSet, AsyncIterator, Awaitable, Callable, Iterable, Ma
 from bot.engine.concurrency import Hold, Holds
 from bot.engine.erasure.conversations import ConversationEraser
 from bot.engine.erasure.compaction import OwedCompaction
+from bot.engine.errors import is_transient
 from bot.engine.erasure.jobs import EDIT, GUILD, MEMORIES, MESSAGES, PERSON, QUOTES, THREAD, counted
 from bot.engine.erasure.memories import memory_texts
 from bot.engine.erasure.quotes import QuoteRule
@@ -310,6 +311,16 @@ class Eraser(JournalReplay):
                 self._running.add(job.id)
                 try:
                     await self._run_job(job)
+                except Exception as exc:
+                    if is_transient(exc, self.storage.transient_errors):
+                        raise  # the database is away: this edit is retried, the earlier one with it
+                    # Failing for good (a bug, a poisoned row): it must not hold back every later edit of
+                    # the message (Discord sends each once). This edit redoes its work on what is stored
+                    # now (what was learned from the message goes, the newest text is learned), so the
+                    # earlier one is superseded and dropped; its replay would write the older text back.
+                    log.exception("an earlier edit of message %s (erasure %d) failed again; superseded by this one",
+                                  message_id, job.id)
+                    await self._finish(job.id)
                 finally:
                     self._running.discard(job.id)
 

@@ -135,6 +135,34 @@ async def test_an_older_edit_left_in_the_journal_never_writes_over_a_newer_one(s
         assert any(third in t for t in queued) and not any(second in t or first in t for t in queued)
 
 
+async def test_an_earlier_edit_failing_for_good_does_not_hold_back_the_newer_one(settings, monkeypatch):
+    """Found in review of this session's change: the earlier edit is finished first; failing for good (not an
+    outage), it raised out of every later edit of the message, and Discord sends each edit once."""
+    first, second, third = "okapi_first_3141", "narwhal_second_2718", "quokka_third_1618"
+    async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
+        await engine.reply("c", ann("803"), f"I like {first}")
+
+        async def outage(*_a, **_k):
+            raise RuntimeError("the database went away mid-edit")
+
+        monkeypatch.setattr(engine.storage.inbox, "edit_message", outage)
+        with pytest.raises(RuntimeError):
+            await engine.message_edited("c", "803", f"I like {second}")
+        monkeypatch.undo()
+        real = engine.eraser.steps.still_held
+
+        async def poisoned(recorded):
+            if second in recorded.get("text", ""):
+                raise ValueError("a poisoned row")
+            return await real(recorded)
+
+        monkeypatch.setattr(engine.eraser.steps, "still_held", poisoned)
+        assert await engine.message_edited("c", "803", f"I like {third}")
+        assert await engine.storage.erasures.unfinished() == []  # the earlier one superseded, not retried
+        said = [m.content for m in (await engine.thread_state("c"))["messages"] if m.type == "human"]
+        assert any(third in t for t in said) and not any(second in t or first in t for t in said)
+
+
 async def test_the_persons_delete_is_a_journaled_job_finished_after_a_crash(settings, monkeypatch):
     async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
         await engine.reply("c", ann("701"), "I like hand_delete_canary")
