@@ -39,8 +39,8 @@ async def erasure_owed(journal: ErasureJournal, user_id: str, place: str | None,
                        messages: Iterable[str] = (), threads: Iterable[str] = ()) -> bool:
     """Whether an erasure of this person (everywhere, or in ``place``, a server ID) or of that server was
     recorded and has not finished: a shutdown cut it short, or it waits to be run again at start-up. So
-    does a recorded deletion or edit of one of ``messages`` (the extraction's), or of a message the person
-    wrote, and a recorded deletion of one of ``threads``.
+    does a recorded deletion or edit of one of ``messages`` (those the extraction reads), and a recorded
+    deletion of one of ``threads``.
 
     What it erases is not learned meanwhile. A shutdown cancels the journal's re-run of a wipe mid-way,
     releasing the person's hold, and the final pass of learning came just after: it learned from the
@@ -54,11 +54,11 @@ async def erasure_owed(journal: ErasureJournal, user_id: str, place: str | None,
         if job.kind == GUILD and place is not None and job.guild_id == place:
             return True
         if job.kind in (MESSAGES, EDIT, THREAD):
+            # Only what the extraction reads: held back by author, one stuck deletion stopped all of a
+            # person's learning everywhere (and an edit's "authors" names everyone who learned from it).
             subject = _subject(job.subject)
             named = {str(m) for m in subject.get("messages") or ()} | {str(subject.get("message") or "")}
-            if user_id in {str(a) for a in subject.get("authors") or ()} or named & messages:
-                return True
-            if job.kind == THREAD and str(subject.get("thread") or "") in threads:
+            if named & messages or (job.kind == THREAD and str(subject.get("thread") or "") in threads):
                 return True
     return False
 

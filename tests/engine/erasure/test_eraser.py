@@ -342,9 +342,13 @@ async def test_nothing_is_learned_from_a_message_whose_recorded_deletion_or_edit
         await engine.storage.erasures.begin(kind="edit", user_id="", quotes=QuoteRule().to_bytes(),
                                             subject=json.dumps({"thread": "b", "message": "m2", "authors": []}))
         await engine.storage.erasures.begin(kind="thread", user_id="", subject=json.dumps({"thread": "c"}))
+        await engine.reply("d", Speaker(user_id="4", name="Dee", message_id="m4"), "I like the untouched-canary")
+        await engine.storage.erasures.begin(kind="messages", user_id="4", quotes=QuoteRule().to_bytes(),
+                                            subject=json.dumps({"thread": "x", "messages": ["m9"], "authors": ["4"]}))
         await engine.scheduler.flush()  # what shutdown's last pass does
         for person in ("1", "2", "3"):
             assert await engine.memories.list(person) == []
+        assert await engine.memories.list("4") != []  # another message of an author: learned all the same
 
 
 async def test_a_memory_written_by_hand_during_the_persons_wipe_waits_for_it(settings, monkeypatch):
