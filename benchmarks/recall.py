@@ -233,13 +233,23 @@ def grown(person: Person, everyone: list[Person], n: int, seed: int = 7) -> list
     blocks = list(sessions.values())
     rng.shuffle(blocks)
     first, last = min(m.created_at for m in own), max(m.created_at for m in own)
-    span = max(0, int((last - first).total_seconds() // 60))
-    extra: list[StoredMemory] = []
+    span = int((last - first).total_seconds() // 60)
+    if span == 0:  # one session of their own: the borrowed ones in the two months before it, not on top of it
+        first, span = first - timedelta(days=60), 60 * 24 * 60
+    # Whole sessions while they fit; the last place or two from a session cut short (one at most).
+    wanted, taken, left = n - len(own), [], []
     for block in blocks:
-        if len(own) + len(extra) >= n:
-            break
+        if len(block) <= wanted:
+            taken.append(block)
+            wanted -= len(block)
+        else:
+            left.append(block)
+    if wanted and left:
+        taken.append(left[0][:wanted])
+    extra: list[StoredMemory] = []
+    for block in taken:
         when = first + timedelta(minutes=rng.randint(0, span))
-        for o, m in block[: n - len(own) - len(extra)]:
+        for o, m in block:
             extra.append(StoredMemory(f"{person.key}:x{len(extra)}", rename(m.content, o.name, person.name), {},
                                       when, when))
     return own + extra

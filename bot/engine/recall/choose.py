@@ -302,13 +302,13 @@ def score_memories(
 
 def prior_of(query: str, speaker: str | None, weights: Weights) -> tuple[tuple[str, ...], float]:
     """The general sentences a question's answer is near, and their weight (none: ``((), 0.0)``): what a
-    person took up (``weights.activity``), else what they are like (``weights.disposition``); see
-    ``recall.dispositions``."""
+    person is like (``weights.disposition``: "Would she be up for an activity like kayaking?" turns on a
+    fear or an allergy), else what they took up (``weights.activity``); see ``recall.dispositions``."""
     asked = third_person(query, speaker)
-    if weights.activity and asks_about_activities(asked):
-        return ACTIVITIES, weights.activity
     if weights.disposition and asks_about_disposition(asked):
         return PROTOTYPES, weights.disposition
+    if weights.activity and asks_about_activities(asked):
+        return ACTIVITIES, weights.activity
     return (), 0.0
 
 

@@ -8,7 +8,7 @@ terrified of deep water since childhood", which decides it.
 
 So when a message asks such a question (a yes/no or "should" question: :func:`asks_about_disposition`),
 memories near the centre of a few general sentences about dispositions gain a little
-(``Weights.disposition``; ``SemanticIndex.relevance(dispositions=True)`` measures it). The sentences name
+(``Weights.disposition``; ``SemanticIndex.relevance(prior=PROTOTYPES)`` measures it). The sentences name
 the kinds of fact, in general words, never the hard set's own wording; the kinds were chosen for what
 such questions turn on in conversations (health, fears, diet, money, likes, plans, beliefs), and the
 weight on the hard set's tune split (docs/decisions.md, issue 20, item 29).
@@ -62,9 +62,11 @@ _ASKS = re.compile(
 
 _ACTIVITY = re.compile(
     r"\b(?:hobb(?:y|ies)|pastimes?|leisure|activit(?:y|ies)|free time|spare time|for fun"
-    r"|(?:take|taken|took|taking|picked|picking)\s+up|pasatiempos?|aficion(?:es)?|Hobbys?|Freizeit)\b",
+    r"|(?:take|taken|took|taking|picked|picking)\s+up|pasatiempos?|afici[oó]n(?:es)?|Hobbys?|Freizeit\w*)\b",
     re.IGNORECASE,
 )
+#: ... asked as a question: "I picked up the kids", "it took up my afternoon", "just for fun" are not one.
+_QUESTION = re.compile(r"\?|^\s*(?:what|which|how|list|name|tell)\b", re.IGNORECASE)
 
 
 def asks_about_disposition(query: str) -> bool:
@@ -74,4 +76,4 @@ def asks_about_disposition(query: str) -> bool:
 
 def asks_about_activities(query: str) -> bool:
     """Whether the message asks what someone took up or does for fun (see the module docstring)."""
-    return bool(_ACTIVITY.search(query))
+    return bool(_ACTIVITY.search(query)) and bool(_QUESTION.search(query))

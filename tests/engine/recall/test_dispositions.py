@@ -112,6 +112,7 @@ CHATTER = [mem(410 + i, f"Watched the new football match, week {i}") for i in ra
 @pytest.mark.parametrize("question", [
     "What new pastimes have I picked up?", "What leisure activities has Sam taken up over time?",
     "What hobbies does Sam have?", "What does Sam do in her free time?", "¿Qué pasatiempos tiene Sam?",
+    "¿Cuál es su afición?", "Welche Freizeitaktivitäten hat Sam?", "tell me what Sam took up this year",
 ])
 def test_questions_about_what_someone_took_up_are_told(question):
     from bot.engine.recall.choose import prior_of
@@ -122,7 +123,9 @@ def test_questions_about_what_someone_took_up_are_told(question):
 
 
 @pytest.mark.parametrize("question", ["What did I pick up at the shop?", "Where does Ottilie live?",
-                                      "When is the new opening time?"])
+                                      "When is the new opening time?", "I picked up the kids at five.",
+                                      "That took up my whole afternoon.", "Just for fun, here's a photo.",
+                                      "Any activity on the server today."])
 def test_other_questions_do_not_ask_about_activities(question):
     from bot.engine.recall.dispositions import asks_about_activities
 
