@@ -99,7 +99,11 @@ async def teach(bot: MemoryBot, interaction: discord.Interaction, text: str, ori
         return
     if await refused_write(bot, interaction):
         return
-    key = await bot.engine.remember(interaction.user.id, text.strip(), origin, by=Actor("user", str(interaction.user.id)))
+    key, added = await bot.engine.remember_once(interaction.user.id, text.strip(), origin,
+                                                by=Actor("user", str(interaction.user.id)))
+    if not added:  # the same, taught a moment ago (a second click while the first was being written)
+        await reply(interaction, f"I already remember that (`{key[-8:]}`). Nothing was changed.")
+        return
     note = ""
     if interaction.guild_id is not None and not bot_in_server(interaction):
         note = "\nI'll keep it like something you told me in a DM, since I'm not in this server. " + NOT_A_MEMBER

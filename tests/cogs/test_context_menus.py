@@ -106,6 +106,16 @@ async def test_remember_this_twice_on_one_message_keeps_one_memory_and_counts_on
                                                                           channel_id=GENERAL)).content
 
 
+async def test_remember_this_on_words_only_learned_before_keeps_them_as_taught(r):
+    """Found in review of this session's change: a learned memory goes with the message it was learned from,
+    a taught one stays; "already remembered" for a learned copy left the person's words to that fate."""
+    await seed(r, ALICE, ["I play the cello in a quartet"])
+    mine = said(r, ALICE, "I play the cello in a quartet")
+    assert "I'll remember that" in final(await r.h.invoke_context_menu("Remember this", mine, user=ALICE,
+                                                                       channel_id=GENERAL)).content
+    assert sum(m.hand_written for m in await r.engine.list_memories(ALICE["id"])) == 1
+
+
 async def test_the_same_words_taught_in_a_dm_and_then_in_a_server_are_kept_for_both(tmp_path):
     """Found in review of this session's change: a DM fact is not used in a server (unless the person shares
     their DMs), so "already remembered" for the server's copy left the server without it."""

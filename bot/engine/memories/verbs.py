@@ -49,24 +49,37 @@ class MemoryVerbs:
         """Seconds until the person may teach or import again (0: now, and this one is counted)."""
         return self.memory_commands.retry_after(user_id)
 
-    async def already_remembered(self, user_id: str | int, text: str, place: str) -> StoredMemory | None:
-        """A memory of the person, kept in ``place`` alone (a server ID or ``"dm"``), that already says
-        ``text`` (case, spacing and a closing full stop aside): "Remember this" twice on one message, or the
-        same ``/memories remember``, kept two copies, each counted against the hourly limit and the cap.
-
-        The same words kept for another place are not the same memory: where a memory may be used follows
-        its places (a DM fact is not used in a server unless the person shares their DMs), so teaching it
-        in the server must keep it there too."""
-        wanted = same_fact(text)
-        return next((m for m in await self.memories.list(user_id)
-                     if same_fact(m.content) == wanted and m.places() <= {place}), None)
-
     async def remember(self, user_id: str | int, text: str, origin: dict, *, by: Actor) -> str:
         """Add a memory the person wrote themselves; returns its key (after any erasure of theirs running)."""
         async with self.eraser.adding(str(user_id)):
             key = await self.memories.add(user_id, text, origin, actor=by)
         self.index_soon(user_id)
         return key
+
+    async def already_remembered(self, user_id: str | int, text: str, place: str) -> StoredMemory | None:
+        """A memory the person wrote by hand, kept in ``place`` alone (a server ID or ``"dm"``), that
+        already says ``text`` (case, spacing and a closing full stop aside): "Remember this" twice on one
+        message, or the same ``/memories remember``, kept two copies, each counted against the hourly limit
+        and the cap.
+
+        The same words kept for another place are not the same memory: where a memory may be used follows
+        its places (a DM fact is not used in a server unless the person shares their DMs), so teaching it
+        in the server must keep it there too. Nor is a learned one: deleting or editing the message it was
+        learned from takes it along, and a memory taught by hand stays (docs/using.md)."""
+        wanted = same_fact(text)
+        return next((m for m in await self.memories.list(user_id)
+                     if m.hand_written and same_fact(m.content) == wanted and m.places() <= {place}), None)
+
+    async def remember_once(self, user_id: str | int, text: str, origin: dict, *, by: Actor) -> tuple[str, bool]:
+        """:meth:`remember`, unless the same hand-written memory is already kept for the place (checked
+        again under the erasure lock, so two quick clicks store one); returns (key, whether it was added)."""
+        async with self.eraser.adding(str(user_id)):
+            same = await self.already_remembered(user_id, text, str(origin.get("guild_id") or "dm"))
+            if same is not None:
+                return same.key, False
+            key = await self.memories.add(user_id, text, origin, actor=by)
+        self.index_soon(user_id)
+        return key, True
 
     async def edit_memory(self, user_id: str | int, key: str, text: str, origin: dict, *, by: Actor) -> bool:
         """Replace a memory's text with the person's own (through the Eraser: the old text's vector goes)."""
