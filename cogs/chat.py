@@ -101,12 +101,16 @@ class Chat(commands.Cog):
         return roles is None or blocked(self.access, author, roles)
 
     # ---- who is answered
+    def from_a_person(self, message: discord.Message) -> bool:
+        """A message a member wrote (not a bot's, a webhook's, the bot's own or a notice Discord wrote)."""
+        me = self.bot.user
+        return not (me is None or message.author.bot or message.webhook_id is not None or message.author.id == me.id
+                    or message.type not in (discord.MessageType.default, discord.MessageType.reply))
+
     def should_answer(self, message: discord.Message, policy: GuildPolicy) -> bool:
         """Whether this message is addressed to the bot (see module docstring), under the server's settings."""
         me = self.bot.user
-        if me is None or message.author.bot or message.webhook_id is not None or message.author.id == me.id:
-            return False
-        if message.type not in (discord.MessageType.default, discord.MessageType.reply):
+        if me is None or not self.from_a_person(message):
             return False
         if message.guild is None:
             return True
@@ -131,7 +135,8 @@ class Chat(commands.Cog):
         A new thread's first message can arrive before its THREAD_CREATE: discord.py then gives it a
         ``PartialMessageable``, which has no parent, and the parent channel's rules (``block_channels``,
         ``/settings mentions off``, its instructions) did not apply in the thread. Asked only for a
-        message that would be answered, so chatter in uncached channels costs no request.
+        message that would be answered, or, in a server answering every message of some channels, for a
+        member's message (the new thread may be one of theirs), so bots' chatter costs no request.
         """
         try:
             message.channel = await message.guild.fetch_channel(message.channel.id)
@@ -240,7 +245,7 @@ class Chat(commands.Cog):
                 await self.notify(message, APOLOGY)  # someone spoke to the bot: they are told, not ignored
             return
         if message.guild is not None and isinstance(message.channel, discord.PartialMessageable) \
-                and (self.should_answer(message, policy) or policy.respond_channels):
+                and (self.should_answer(message, policy) or (policy.respond_channels and self.from_a_person(message))):
             # (a server answering every message of some channels: the uncached channel may be a new thread
             # or post of one, whose first message, no mention in it, is answered too)
             await self._known_channel(message)
