@@ -112,6 +112,7 @@ class ReplyWriter:
         self._lock = asyncio.Lock()
         self._done = False
         self.deleted: discord.Message | None = None  # the preview, once someone deleted it (see ``finish``)
+        self.refused = False  # Discord refused a preview for good: no more (and none for a restarted turn)
         if adopt is not None:
             # A turn started again with follow-ups: its new answer streams into the preview already shown
             # (a reply to the message it was first written for), instead of leaving a half answer behind.
@@ -120,6 +121,7 @@ class ReplyWriter:
             self.first = adopt.first
             self._shown = adopt._shown
             self._last_edit = adopt._last_edit
+            self._done = self.refused = adopt.refused
             if adopt.first is not None:
                 self.trigger = adopt.trigger
 
@@ -161,7 +163,7 @@ class ReplyWriter:
                 # on invalid requests. ``finish`` tries the answer once.
                 log.info("a streaming preview in channel %s was refused (%s); no more previews",
                          self.trigger.channel.id, exc.code)
-                self._done = True
+                self._done = self.refused = True
             except discord.HTTPException:
                 log.warning("a streaming edit failed; the final text will still be sent", exc_info=True)
             self._last_edit = time.monotonic()

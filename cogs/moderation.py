@@ -31,7 +31,7 @@ from bot.client import MemoryBot
 from bot.engine import Actor
 from cogs._installs import guild_installed
 from cogs._modlog import post_mod_log
-from cogs.views import confirm, confirmed_work, still_allowed
+from cogs.views import confirm, confirmed_work, report_done, still_allowed
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("bot.audit")
@@ -155,12 +155,11 @@ async def _report_purge(bot: MemoryBot, interaction: discord.Interaction, button
     if result.reduced:
         line += f"; {result.reduced} memories also learned elsewhere were cut back to what was learned there"
     audit.warning(line)
-    await button.edit_original_response(
-        content=f"Done: removed {result.memories} memories and {result.messages} stored messages of {member.mention}"
-        " from this server"
-        + (f", and cut {result.reduced} back to what was learned elsewhere." if result.reduced else "."),
-        view=None,
-    )
+    # (a prompt Discord no longer lets the bot edit, after a long wait for the erasure lock, is only logged:
+    # the mod-log line below is still posted)
+    await report_done(button, f"Done: removed {result.memories} memories and {result.messages} stored messages of "
+                      f"{member.mention} from this server"
+                      + (f", and cut {result.reduced} back to what was learned elsewhere." if result.reduced else "."))
     try:
         policy = await bot.engine.guild_policy(guild.id)
     except Exception:  # noqa: BLE001 - the purge is done; only the mod-log line is lost (the audit log has it)
