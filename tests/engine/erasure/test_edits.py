@@ -111,56 +111,54 @@ async def test_an_edit_retried_after_its_message_was_removed_brings_nothing_back
     assert _files_with(settings, new) == [] and _files_with(settings, old) == []
 
 
+FIRST, SECOND, THIRD = "okapi_first_3141", "narwhal_second_2718", "quokka_third_1618"
+
+
+async def an_edit_left_in_the_journal(engine, monkeypatch, message_id: str) -> None:
+    """A message said with FIRST, then edited to SECOND by an edit that failed part-way (in the journal)."""
+    await engine.reply("c", ann(message_id), f"I like {FIRST}")
+
+    async def outage(*_a, **_k):
+        raise RuntimeError("the database went away mid-edit")
+
+    monkeypatch.setattr(engine.storage.inbox, "edit_message", outage)
+    with pytest.raises(RuntimeError):
+        await engine.message_edited("c", message_id, f"I like {SECOND}")
+    monkeypatch.undo()
+
+
 async def test_an_older_edit_left_in_the_journal_never_writes_over_a_newer_one(settings, monkeypatch):
     """Found in review 2026-12-07 (fourteenth session): edit 1 failed part-way and waited for its retry;
     edit 2 ran; the journal then replayed edit 1, writing its text over edit 2's in the thread and the
     learning queue, so words the author had edited away were answered from and learned."""
-    first, second, third = "okapi_first_3141", "narwhal_second_2718", "quokka_third_1618"
     async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
-        await engine.reply("c", ann("802"), f"I like {first}")
-
-        async def outage(*_a, **_k):
-            raise RuntimeError("the database went away mid-edit")
-
-        monkeypatch.setattr(engine.storage.inbox, "edit_message", outage)
-        with pytest.raises(RuntimeError):
-            await engine.message_edited("c", "802", f"I like {second}")
-        monkeypatch.undo()
-        assert await engine.message_edited("c", "802", f"I like {third}")
+        await an_edit_left_in_the_journal(engine, monkeypatch, "802")
+        assert await engine.message_edited("c", "802", f"I like {THIRD}")
         await engine.eraser.resume()
         assert await engine.storage.erasures.unfinished() == []
         said = [m.content for m in (await engine.thread_state("c"))["messages"] if m.type == "human"]
-        assert any(third in t for t in said) and not any(second in t or first in t for t in said)
+        assert any(THIRD in t for t in said) and not any(SECOND in t or FIRST in t for t in said)
         queued = [t.human for t in await engine.storage.inbox.every_turn()]
-        assert any(third in t for t in queued) and not any(second in t or first in t for t in queued)
+        assert any(THIRD in t for t in queued) and not any(SECOND in t or FIRST in t for t in queued)
 
 
 async def test_an_earlier_edit_failing_for_good_does_not_hold_back_the_newer_one(settings, monkeypatch):
     """Found in review of this session's change: the earlier edit is finished first; failing for good (not an
     outage), it raised out of every later edit of the message, and Discord sends each edit once."""
-    first, second, third = "okapi_first_3141", "narwhal_second_2718", "quokka_third_1618"
     async with running_engine(settings, ScriptedChatModel(no_echo)) as engine:
-        await engine.reply("c", ann("803"), f"I like {first}")
-
-        async def outage(*_a, **_k):
-            raise RuntimeError("the database went away mid-edit")
-
-        monkeypatch.setattr(engine.storage.inbox, "edit_message", outage)
-        with pytest.raises(RuntimeError):
-            await engine.message_edited("c", "803", f"I like {second}")
-        monkeypatch.undo()
+        await an_edit_left_in_the_journal(engine, monkeypatch, "803")
         real = engine.eraser.steps.still_held
 
         async def poisoned(recorded):
-            if second in recorded.get("text", ""):
+            if SECOND in recorded.get("text", ""):
                 raise ValueError("a poisoned row")
             return await real(recorded)
 
         monkeypatch.setattr(engine.eraser.steps, "still_held", poisoned)
-        assert await engine.message_edited("c", "803", f"I like {third}")
+        assert await engine.message_edited("c", "803", f"I like {THIRD}")
         assert await engine.storage.erasures.unfinished() == []  # the earlier one superseded, not retried
         said = [m.content for m in (await engine.thread_state("c"))["messages"] if m.type == "human"]
-        assert any(third in t for t in said) and not any(second in t or first in t for t in said)
+        assert any(THIRD in t for t in said) and not any(SECOND in t or FIRST in t for t in said)
 
 
 async def test_the_persons_delete_is_a_journaled_job_finished_after_a_crash(settings, monkeypatch):
