@@ -58,11 +58,11 @@ async def show(questions, memories, index, args) -> None:
         if args.show != "all" and str(q.category) != args.show:
             continue
         mems = memories[q.person.key]
+        prior, prior_weight = prior_of(q.text, q.person.name, w)
         rel = await index.relevance(q.person.key, mems, matched_text(q.text, q.now, q.person.name), about=q.person.name,
-                                    name_share=w.name, hub_name_share=w.hub_name,
-                                    prior=prior_of(q.text, q.person.name, w)[0])
+                                    name_share=w.name, hub_name_share=w.hub_name, prior=prior)
         scores = score_memories(mems, q.text, rel, weights=w, now=q.now, speaker=q.person.name,
-                                prior_weight=prior_of(q.text, q.person.name, w)[1])
+                                prior_weight=prior_weight)
         order = sorted(range(len(mems)), key=lambda i: scores[i], reverse=True)
         rank = {mems[i].key: r for r, i in enumerate(order)}
         print(f"\n{q.text}  [{q.category}]")

@@ -109,9 +109,9 @@ class Chat(commands.Cog):
 
     def should_answer(self, message: discord.Message, policy: GuildPolicy) -> bool:
         """Whether this message is addressed to the bot (see module docstring), under the server's settings."""
-        me = self.bot.user
-        if me is None or not self.from_a_person(message):
+        if not self.from_a_person(message):
             return False
+        me = self.bot.user
         if message.guild is None:
             return True
         channel = message.channel

@@ -50,10 +50,8 @@ class MemoryVerbs:
         return self.memory_commands.retry_after(user_id)
 
     async def remember(self, user_id: str | int, text: str, origin: dict, *, by: Actor) -> str:
-        """Add a memory the person wrote themselves; returns its key (after any erasure of theirs running)."""
-        async with self.eraser.adding(str(user_id)):
-            key = await self.memories.add(user_id, text, origin, actor=by)
-        self.index_soon(user_id)
+        """Add a memory the person wrote themselves (see :meth:`remember_once`); returns its key."""
+        key, _added = await self.remember_once(user_id, text, origin, by=by)
         return key
 
     async def already_remembered(self, user_id: str | int, text: str, place: str) -> StoredMemory | None:
@@ -71,8 +69,9 @@ class MemoryVerbs:
                      if m.hand_written and same_fact(m.content) == wanted and m.places() <= {place}), None)
 
     async def remember_once(self, user_id: str | int, text: str, origin: dict, *, by: Actor) -> tuple[str, bool]:
-        """:meth:`remember`, unless the same hand-written memory is already kept for the place (checked
-        again under the erasure lock, so two quick clicks store one); returns (key, whether it was added)."""
+        """Add a memory the person wrote themselves, after any erasure of theirs running (``Eraser.adding``),
+        unless the same hand-written memory is already kept for the place (checked under the erasure lock,
+        so two quick clicks store one); returns (key, whether it was added)."""
         async with self.eraser.adding(str(user_id)):
             same = await self.already_remembered(user_id, text, str(origin.get("guild_id") or "dm"))
             if same is not None:
