@@ -93,15 +93,17 @@ async def teach(bot: MemoryBot, interaction: discord.Interaction, text: str, ori
         await reply(interaction, "This server's admins turned off learning here, so nothing was saved. "
                     "You can teach me in our DMs instead.")
         return
+    # Already kept: said so without counting against the hourly limit (checked again with the write, for a
+    # second click while the first was being written).
     same = await bot.engine.already_remembered(interaction.user.id, text.strip(), origin["guild_id"])
-    if same is not None:
-        await reply(interaction, f"I already remember that (`{same.short_id}`). Nothing was changed.")
-        return
-    if await refused_write(bot, interaction):
-        return
-    key, added = await bot.engine.remember_once(interaction.user.id, text.strip(), origin,
-                                                by=Actor("user", str(interaction.user.id)))
-    if not added:  # the same, taught a moment ago (a second click while the first was being written)
+    if same is None:
+        if await refused_write(bot, interaction):
+            return
+        key, added = await bot.engine.remember_once(interaction.user.id, text.strip(), origin,
+                                                    by=Actor("user", str(interaction.user.id)))
+    else:
+        key, added = same.key, False
+    if not added:
         await reply(interaction, f"I already remember that (`{key[-8:]}`). Nothing was changed.")
         return
     note = ""

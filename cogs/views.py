@@ -88,17 +88,17 @@ class Prompts:
         self.most = most
         # Each prompt's set of taken clicks, not its view: a pager's view holds every page of a listing
         # (up to a couple of MB at the memory cap), kept here long after Discord's 5 minutes were over.
-        self._views: dict[int, set[int]] = {}
+        self._taken: dict[int, set[int]] = {}
 
     def shown(self, message_id: int, view: OwnedView) -> None:
-        self._views[message_id] = view.taken
-        while len(self._views) > self.most:
-            del self._views[next(iter(self._views))]
+        self._taken[message_id] = view.taken
+        while len(self._taken) > self.most:
+            del self._taken[next(iter(self._taken))]
 
     def unanswered(self, message_id: int, interaction_id: int) -> str | None:
         """None when a live view of this process takes this click; else what the click is told: whether the
         prompt is this process's (already answered or timed out) or an earlier one's."""
-        taken = self._views.get(message_id)
+        taken = self._taken.get(message_id)
         if taken is None:
             return "expired"
         return None if interaction_id in taken else "answered"

@@ -64,14 +64,13 @@ class ChangeVerbs:
                                mine: Callable[[str], bool] = lambda _: True) -> list[str]:
         """After READY: servers this process's shards own (``mine``) that hold data here but are not among
         ``present()`` (the servers the bot is in now) were removed while the bot was offline; they are swept
-        after the retention (see ``erasure/departures.py``). Returns them. Until the servers present have
-        been unmarked here once, no removed server is swept, nor an interrupted server erasure re-run
-        (``DiscordChanges.judged``)."""
-        for guild_id in {str(g) for g in present()}:  # first: a server the bot is in is never swept
-            await self.server_back(guild_id)
-        self.changes.servers_judged(mine)  # sweeps may run now; the scan below only adds fresh marks
+        after the retention (see ``erasure/departures.py``). Returns them. Until this has run once (the
+        client retries it until it does), no removed server is swept, nor an interrupted server erasure
+        re-run (``DiscordChanges.judged``)."""
         known = await servers_with_data(self.conversations, self.memories)
-        return await absent_at_ready(present, known, mine=mine, removed=self.server_removed, back=self.server_back)
+        gone = await absent_at_ready(present, known, mine=mine, removed=self.server_removed, back=self.server_back)
+        self.changes.servers_judged(mine)  # the servers present are unmarked: sweeps may run now
+        return gone
 
     async def erasure_recorded(self, user_id: str | int) -> bool:
         """Whether an erasure of the person is in the journal, unfinished: it will be finished (the journal
